@@ -1,0 +1,519 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al. 2017, sec. 3.2).
+
+``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`` (eq. 1; the tutorial's T2, T3), and
+``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
+``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` (sec. 3.2.2; T4).
+
+Masks follow :mod:`attnlab.masks`: bool ``True`` = may attend, floating masks are added to the
+scores. A query with no key it may attend to gets a zero output and zero weights, never NaN, in
+forward and backward.
+
+Speed: without ``return_weights`` / ``need_weights`` the work goes to
+``torch.nn.functional.scaled_dot_product_attention`` (on CPU its flash kernel, which never
+materialises the ``T_q x T_k`` score matrix); asking for the weights takes an explicit path that
+computes the same numbers and returns them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .masks import causal_mask, check_attention_mask, combine_masks
+from .positional import ALiBi, AttentionPositional, RotaryEmbedding
+
+__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
+
+
+def _torch_sdpa_has_gqa() -> bool:
+    try:
+        x = torch.zeros(1, 2, 1, 2)
+        F.scaled_dot_product_attention(x, x[:, :1], x[:, :1], enable_gqa=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+_SDPA_GQA = _torch_sdpa_has_gqa()
+
+
+def _shape(t: object) -> object:
+    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: expected a 4-D tensor (B, H, T, Dh), got {_shape(t)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name}: expected a floating dtype, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v: dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v: devices differ: {q.device}, {k.device}, {v.device}")
+    (b, h, t_q, d), (bk, hk, t_k, dk), (bv, hv, t_v, _) = q.shape, k.shape, v.shape
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not b == bk == bv:
+        raise ValueError(f"q, k, v: batch sizes differ: {shapes}")
+    if d != dk:
+        raise ValueError(f"q, k: head dims differ: {shapes}")
+    if t_k != t_v:
+        raise ValueError(f"k, v: key and value lengths differ: {shapes}")
+    if hk != hv or h % hk:
+        raise ValueError(
+            f"q, k, v: k and v need the same head count, dividing q's (grouped-query): {shapes}"
+        )
+    if t_q == 0 or t_k == 0 or d == 0:
+        raise ValueError(f"q, k, v: empty sequence or head dim: {shapes}")
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Eq. 1 of Vaswani et al. 2017: ``softmax(q k^T * scale + mask) v``.
+
+    Args:
+        q: queries ``(B, H, T_q, Dh)``.
+        k: keys ``(B, H_kv, T_k, Dh)``; ``H_kv`` divides ``H`` (grouped-query attention shares
+            each key/value head among ``H / H_kv`` query heads).
+        v: values ``(B, H_kv, T_k, Dv)``.
+        mask: bool (True = may attend) or floating (added to the scores, same dtype as ``q``),
+            broadcastable to ``(B, H, T_q, T_k)``.
+        is_causal: also apply the look-ahead mask, aligned bottom-right: query ``i`` sees keys
+            ``j <= i + T_k - T_q`` (see :func:`attnlab.masks.causal_mask`).
+        dropout_p: dropout on the attention weights (pass 0 in evaluation).
+        scale: score scale; default ``1 / sqrt(Dh)`` (the paper's, T3).
+        return_weights: also return the weights; uses the explicit path.
+
+    Returns:
+        ``out`` of shape ``(B, H, T_q, Dv)``, or ``(out, weights)`` with weights
+        ``(B, H, T_q, T_k)`` when ``return_weights``. The returned weights are the ones applied to
+        ``v`` (after dropout, as torch.nn.MultiheadAttention returns them), so
+        ``out == weights @ v``. Rows with no allowed key are zero in both.
+    """
+    _check_qkv(q, k, v)
+    batch, heads, t_q, head_dim = q.shape
+    t_k = k.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
+    if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
+    if mask is not None:
+        mask = check_attention_mask(
+            mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype
+        )
+
+    # torch's is_causal is aligned top-left; it agrees with ours only for square scores.
+    torch_causal = is_causal and mask is None and t_q == t_k and not return_weights
+    if is_causal and not torch_causal:
+        mask = combine_masks(mask, causal_mask(t_q, t_k, device=q.device))
+
+    # Rows with no allowed key: let them attend everywhere (finite softmax and gradients), then
+    # zero their output and weights, so neither forward nor backward ever sees NaN.
+    keep_rows = None
+    if mask is not None:
+        allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
+        has_key = allowed.any(dim=-1, keepdim=True)  # (.., T_q, 1)
+        if not bool(has_key.all()):
+            keep_rows = has_key
+            mask = mask | ~has_key if mask.dtype == torch.bool else mask.masked_fill(~has_key, 0.0)
+
+    if return_weights:
+        out, weights = _attention_with_weights(q, k, v, mask, dropout_p, scale)
+        if keep_rows is not None:
+            out = out.masked_fill(~keep_rows, 0.0)
+            weights = weights.masked_fill(~keep_rows, 0.0)
+        return out, weights
+
+    extra = {}
+    if k.shape[1] != heads:
+        if _SDPA_GQA:
+            extra["enable_gqa"] = True
+        else:
+            k, v = _repeat_kv(k, v, heads)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=torch_causal, scale=scale, **extra
+    )
+    if keep_rows is not None:
+        out = out.masked_fill(~keep_rows, 0.0)
+    return out
+
+
+def _repeat_kv(k: Tensor, v: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    group = heads // k.shape[1]
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+def _attention_with_weights(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, scale: float
+) -> tuple[Tensor, Tensor]:
+    """The explicit path of eq. 1, materialising the (B, H, T_q, T_k) weights."""
+    if k.shape[1] != q.shape[1]:
+        k, v = _repeat_kv(k, v, q.shape[1])
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T_q, T_k)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return torch.matmul(weights, v), weights  # (B, H, T_q, Dv)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al. 2017, sec. 3.2.2; the tutorial's T4), batch-first.
+
+    The input is projected to queries, keys and values, split evenly into ``num_heads`` heads of
+    ``head_dim = d_model / num_heads`` channels, attended per head, concatenated, and projected by
+    ``W^O`` (``out_proj``). Self-attention uses one fused ``(d_model + 2 kv_dim) x d_model``
+    projection (``in_proj``); cross-attention (``context`` given) applies its query rows to ``x``
+    and its key/value rows to ``context``. With ``kdim`` or ``vdim`` different from ``d_model``
+    the projections are separate (``q_proj``, ``k_proj``, ``v_proj``), as in torch.
+
+    Args:
+        d_model: model width ``E``; divisible by ``num_heads``.
+        num_heads: ``H``.
+        num_kv_heads: key/value heads for grouped-query (``1 < H_kv < H``) or multi-query
+            (``H_kv = 1``) attention; default ``H`` (the paper's).
+        dropout: dropout on the attention weights in training.
+        bias: biases in the input and output projections.
+        kdim, vdim: widths of the key and value inputs; default ``d_model``.
+        positional: a :class:`attnlab.positional.AttentionPositional` (RoPE, ALiBi) applied to
+            self-attention.
+
+    Shape:
+        ``forward(x (B, T_q, E), context (B, T_k, kdim) or None) ->
+        (out (B, T_q, E), weights (B, H, T_q, T_k), (B, T_q, T_k) or None)``.
+
+    Example::
+
+        mha = MultiHeadAttention(512, 8)
+        out, _ = mha(x, mask=key_mask(padding))          # self-attention
+        out, w = mha(y, x, need_weights=True)            # cross-attention, with weights
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        positional: AttentionPositional | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model: {d_model} is not divisible by num_heads={num_heads} "
+                f"(each head gets d_model / num_heads channels)"
+            )
+        if num_kv_heads is None:
+            num_kv_heads = num_heads
+        if not isinstance(num_kv_heads, int) or num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, "
+                f"got {num_kv_heads!r}"
+            )
+        if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+            raise ValueError(f"dropout: expected a number in [0, 1), got {dropout!r}")
+        kdim = d_model if kdim is None else kdim
+        vdim = d_model if vdim is None else vdim
+        for name, value in (("kdim", kdim), ("vdim", vdim)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if positional is not None and not isinstance(positional, AttentionPositional):
+            raise TypeError(
+                f"positional: expected an AttentionPositional (RotaryEmbedding, ALiBi), got "
+                f"{type(positional).__name__}; sinusoidal and learned encodings are added to "
+                f"the embeddings instead"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = d_model // num_heads
+        self.kv_dim = num_kv_heads * self.head_dim
+        self.dropout = float(dropout)
+        self.kdim, self.vdim = kdim, vdim
+        if isinstance(positional, RotaryEmbedding) and positional.head_dim != self.head_dim:
+            raise ValueError(
+                f"positional: RotaryEmbedding has head_dim={positional.head_dim}, but this "
+                f"attention has head_dim={self.head_dim}"
+            )
+        if isinstance(positional, ALiBi) and positional.num_heads != num_heads:
+            raise ValueError(
+                f"positional: built for {positional.num_heads} heads, attention has {num_heads}"
+            )
+        self.positional = positional
+
+        factory = {"device": device, "dtype": dtype}
+        if kdim == d_model and vdim == d_model:
+            self.in_proj = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias, **factory)
+            self.q_proj = self.k_proj = self.v_proj = None
+        else:
+            self.in_proj = None
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
+            self.k_proj = nn.Linear(kdim, self.kv_dim, bias=bias, **factory)
+            self.v_proj = nn.Linear(vdim, self.kv_dim, bias=bias, **factory)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch.nn.MultiheadAttention's initialisation: Xavier-uniform input projection(s),
+        zero biases, default Linear init for ``W^O`` with a zero bias."""
+        projections = [self.in_proj] if self.in_proj is not None else [
+            self.q_proj, self.k_proj, self.v_proj
+        ]
+        for proj in projections:
+            nn.init.xavier_uniform_(proj.weight)
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+        self.out_proj.reset_parameters()
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
+
+    def extra_repr(self) -> str:
+        parts = [f"d_model={self.d_model}", f"num_heads={self.num_heads}"]
+        if self.num_kv_heads != self.num_heads:
+            parts.append(f"num_kv_heads={self.num_kv_heads}")
+        if self.dropout:
+            parts.append(f"dropout={self.dropout}")
+        if self.in_proj is None:
+            parts.append(f"kdim={self.kdim}, vdim={self.vdim}")
+        return ", ".join(parts)
+
+    def _project(
+        self, x: Tensor, context: Tensor | None, value: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Input projections: q ``(B, T_q, E)``, k and v ``(B, T_k, kv_dim)``."""
+        e, kv = self.d_model, self.kv_dim
+        if self.in_proj is None:
+            assert context is not None
+            return self.q_proj(x), self.k_proj(context), self.v_proj(
+                context if value is None else value
+            )
+        if context is None:
+            return self.in_proj(x).split((e, kv, kv), dim=-1)  # one GEMM for q, k, v
+        w, b = self.in_proj.weight, self.in_proj.bias
+        w_q, w_kv = w[:e], w[e:]
+        b_q, b_kv = (None, None) if b is None else (b[:e], b[e:])
+        q = F.linear(x, w_q, b_q)
+        if value is None:
+            k, v = F.linear(context, w_kv, b_kv).split((kv, kv), dim=-1)  # one GEMM for k, v
+        else:
+            k = F.linear(context, w_kv[:kv], None if b_kv is None else b_kv[:kv])
+            v = F.linear(value, w_kv[kv:], None if b_kv is None else b_kv[kv:])
+        return q, k, v
+
+    def _check_inputs(self, x: Tensor, context: Tensor | None, value: Tensor | None) -> None:
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x: expected shape (B, T_q, d_model={self.d_model}), got {_shape(x)}"
+            )
+        if x.shape[1] == 0:
+            raise ValueError(f"x: empty sequence (T_q = 0) in shape {tuple(x.shape)}")
+        if context is None:
+            if value is not None:
+                raise ValueError("value: given without context; pass context (the keys) too")
+            if self.in_proj is None:
+                raise ValueError(
+                    f"context: required, since kdim={self.kdim} / vdim={self.vdim} differ from "
+                    f"d_model={self.d_model} (self-attention is impossible)"
+                )
+            return
+        for name, t, width in (("context", context, self.kdim), ("value", value, self.vdim)):
+            if t is None:
+                continue
+            if not isinstance(t, Tensor) or t.dim() != 3 or t.shape[-1] != width:
+                raise ValueError(f"{name}: expected shape (B, T_k, {width}), got {_shape(t)}")
+            if t.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"{name}: batch size {t.shape[0]} differs from x's {x.shape[0]} "
+                    f"(x {tuple(x.shape)}, {name} {tuple(t.shape)})"
+                )
+            if t.shape[1] == 0:
+                raise ValueError(f"{name}: empty sequence (T_k = 0) in shape {tuple(t.shape)}")
+            if t.dtype != x.dtype:
+                raise TypeError(f"{name}: dtype {t.dtype} differs from x's {x.dtype}")
+        if value is None and self.vdim != self.kdim:
+            raise ValueError(
+                f"value: required, since vdim={self.vdim} differs from kdim={self.kdim}"
+            )
+        if value is not None and value.shape[1] != context.shape[1]:
+            raise ValueError(
+                f"value: length {value.shape[1]} differs from context's {context.shape[1]} "
+                f"(context {tuple(context.shape)}, value {tuple(value.shape)})"
+            )
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        value: Tensor | None = None,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        average_weights: bool = False,
+        offset: int = 0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` to itself, or to ``context`` (cross-attention).
+
+        Args:
+            x: queries' input ``(B, T_q, d_model)``.
+            context: keys' (and values') input ``(B, T_k, kdim)``; ``None`` for self-attention.
+            value: values' input ``(B, T_k, vdim)`` when it differs from ``context``.
+            mask: attention mask (:mod:`attnlab.masks`), broadcastable to ``(B, H, T_q, T_k)``.
+            is_causal: add the look-ahead mask (decoder self-attention).
+            need_weights: also return the attention weights.
+            average_weights: return their mean over heads, ``(B, T_q, T_k)``.
+            offset: absolute position of the first element, for ``positional`` (RoPE, ALiBi).
+
+        Returns:
+            ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B, H, T_q, T_k)``
+            (or ``(B, T_q, T_k)`` averaged), or ``None`` without ``need_weights``.
+        """
+        self._check_inputs(x, context, value)
+        if average_weights and not need_weights:
+            raise ValueError("average_weights: only meaningful with need_weights=True")
+        batch, t_q, _ = x.shape
+        q, k, v = self._project(x, context, value)
+        t_k = k.shape[1]
+        q = q.view(batch, t_q, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T_q, Dh)
+        k = k.view(batch, t_k, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T_k, Dh)
+        v = v.view(batch, t_k, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T_k, Dh)
+        if self.positional is not None and context is None:
+            if mask is not None:  # check the caller's mask before a bias is merged into it
+                mask = check_attention_mask(
+                    mask, batch=batch, heads=self.num_heads, t_q=t_q, t_k=t_k, dtype=x.dtype
+                )
+            q, k, bias = self.positional.adjust(q, k, q_offset=offset, k_offset=offset)
+            mask = combine_masks(mask, bias)
+
+        result = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            return_weights=need_weights,
+        )
+        out, weights = result if need_weights else (result, None)
+        out = out.transpose(1, 2).reshape(batch, t_q, self.d_model)  # concat heads (B, T_q, E)
+        out = self.out_proj(out)  # W^O
+        if weights is not None and average_weights:
+            weights = weights.mean(dim=1)
+        return out, weights
+
+    # -- interop with torch.nn.MultiheadAttention ------------------------------------------
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Weight-exact copy of a ``torch.nn.MultiheadAttention`` (either ``batch_first``).
+
+        The result is batch-first, on the same device and dtype, in the same train/eval mode.
+        torch's masks use the opposite polarity: convert them with
+        :func:`attnlab.masks.from_torch_masks`.
+        """
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(
+                f"module: expected torch.nn.MultiheadAttention, got {type(module).__name__}"
+            )
+        if module.bias_k is not None or module.bias_v is not None:
+            raise ValueError("module: add_bias_kv=True has no attnlab equivalent")
+        if module.add_zero_attn:
+            raise ValueError("module: add_zero_attn=True has no attnlab equivalent")
+        ref = module.out_proj.weight
+        new = cls(
+            module.embed_dim,
+            module.num_heads,
+            dropout=module.dropout,
+            bias=module.in_proj_bias is not None,
+            kdim=module.kdim,
+            vdim=module.vdim,
+            device=ref.device,
+            dtype=ref.dtype,
+        )
+        e = module.embed_dim
+        with torch.no_grad():
+            if new.in_proj is not None:
+                new.in_proj.weight.copy_(module.in_proj_weight)
+                if module.in_proj_bias is not None:
+                    new.in_proj.bias.copy_(module.in_proj_bias)
+            else:
+                pairs = zip(
+                    (new.q_proj, new.k_proj, new.v_proj),
+                    (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight),
+                    strict=True,
+                )
+                for i, (proj, weight) in enumerate(pairs):
+                    proj.weight.copy_(weight)
+                    if module.in_proj_bias is not None:
+                        proj.bias.copy_(module.in_proj_bias[i * e : (i + 1) * e])
+            new.out_proj.weight.copy_(module.out_proj.weight)
+            if module.out_proj.bias is not None:
+                new.out_proj.bias.copy_(module.out_proj.bias)
+        return new.train(module.training)
+
+    def to_torch(self, *, batch_first: bool = True) -> nn.MultiheadAttention:
+        """Weight-exact ``torch.nn.MultiheadAttention`` with the same computation."""
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads}: torch.nn.MultiheadAttention has no "
+                f"grouped-query attention"
+            )
+        if self.positional is not None:
+            raise ValueError("positional: torch.nn.MultiheadAttention has no RoPE / ALiBi")
+        ref = self.out_proj.weight
+        bias = self.out_proj.bias is not None
+        module = nn.MultiheadAttention(
+            self.d_model,
+            self.num_heads,
+            dropout=self.dropout,
+            bias=bias,
+            kdim=self.kdim,
+            vdim=self.vdim,
+            batch_first=batch_first,
+            device=ref.device,
+            dtype=ref.dtype,
+        )
+        with torch.no_grad():
+            if self.in_proj is not None:
+                module.in_proj_weight.copy_(self.in_proj.weight)
+                if bias:
+                    module.in_proj_bias.copy_(self.in_proj.bias)
+            else:
+                module.q_proj_weight.copy_(self.q_proj.weight)
+                module.k_proj_weight.copy_(self.k_proj.weight)
+                module.v_proj_weight.copy_(self.v_proj.weight)
+                if bias:
+                    module.in_proj_bias.copy_(
+                        torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+                    )
+            module.out_proj.weight.copy_(self.out_proj.weight)
+            if bias:
+                module.out_proj.bias.copy_(self.out_proj.bias)
+        return module.train(self.training)
