@@ -1,0 +1,37 @@
+# attnlab: every target installs what it needs into .venv, under constraints.txt.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+CONSTRAINTS := constraints.txt
+
+.PHONY: test demo bench lint format clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the project's requirements or pins change.
+$(STAMP): $(PY) pyproject.toml $(CONSTRAINTS)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[test,dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/attnlab demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/attention.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,224 @@
+"""Parity with references someone else wrote: torch.nn.MultiheadAttention and torch's SDPA.
+
+Every comparison uses atol 1e-5 (float32) unless stated.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnlab
+from attnlab.masks import causal_mask, from_torch_masks, key_mask, padding_mask
+
+ATOL = 1e-5
+
+
+def _random_case(seed: int) -> dict:
+    """One random configuration of torch.nn.MultiheadAttention and its inputs."""
+    rng = random.Random(seed)
+    heads = rng.choice([1, 2, 3, 4, 8])
+    d_model = heads * rng.choice([1, 2, 4, 8, 16])
+    cross = rng.random() < 0.5
+    separate = cross and rng.random() < 0.4
+    return {
+        "heads": heads,
+        "d_model": d_model,
+        "cross": cross,
+        "kdim": rng.choice([3, 7, 12]) if separate else None,
+        "vdim": rng.choice([5, 9, 12]) if separate else None,
+        "bias": rng.random() < 0.75,
+        "batch_first": rng.random() < 0.5,
+        "batch": rng.randint(1, 4),
+        "t_q": rng.randint(1, 9),
+        "t_k": rng.randint(1, 9),
+        "key_padding": rng.choice(["none", "bool", "float"]),
+        "attn_mask": rng.choice(["none", "bool2d", "float2d", "bool3d", "float3d"]),
+        "need_weights": rng.random() < 0.5,
+        "average": rng.random() < 0.5,
+        "train": rng.random() < 0.4,
+        "seed": seed,
+    }
+
+
+def _torch_masks(case: dict, t_k: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """torch-polarity masks (True = ignore) that always leave key 0 visible to every query,
+    so that no row is fully masked (torch returns NaN there; attnlab returns zeros)."""
+    b, h, t_q = case["batch"], case["heads"], case["t_q"]
+    key_padding = None
+    if case["key_padding"] != "none":
+        lengths = torch.randint(1, t_k + 1, (b,))
+        pad = ~padding_mask(lengths, t_k)  # True = padding
+        if case["key_padding"] == "bool":
+            key_padding = pad
+        else:
+            key_padding = torch.zeros(b, t_k).masked_fill(pad, float("-inf"))
+            key_padding += 0.1 * torch.randn(b, t_k)
+    attn = None
+    kind = case["attn_mask"]
+    if kind != "none":
+        shape = (t_q, t_k) if kind.endswith("2d") else (b * h, t_q, t_k)
+        blocked = torch.rand(shape) < 0.4
+        blocked[..., 0] = False
+        if kind.startswith("bool"):
+            attn = blocked
+        else:
+            attn = torch.randn(shape).masked_fill(blocked, float("-inf"))
+    return key_padding, attn
+
+
+CASES = [_random_case(seed) for seed in range(120)]
+
+
+def _case_id(case: dict) -> str:
+    kind = "cross" if case["cross"] else "self"
+    return (
+        f"s{case['seed']}-{kind}-h{case['heads']}-d{case['d_model']}-kp_{case['key_padding']}"
+        f"-am_{case['attn_mask']}-{'w' if case['need_weights'] else 'nw'}"
+        f"-{'train' if case['train'] else 'eval'}"
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_matches_torch_multihead_attention(case: dict) -> None:
+    torch.manual_seed(case["seed"])
+    reference = torch.nn.MultiheadAttention(
+        case["d_model"],
+        case["heads"],
+        bias=case["bias"],
+        kdim=case["kdim"],
+        vdim=case["vdim"],
+        batch_first=case["batch_first"],
+    )
+    if case["bias"]:  # torch initialises biases to zero; make them count
+        with torch.no_grad():
+            reference.in_proj_bias.normal_()
+            reference.out_proj.bias.normal_()
+    reference.train(case["train"])
+    ours = attnlab.MultiHeadAttention.from_torch(reference)
+    assert ours.training == case["train"]
+
+    b, t_q = case["batch"], case["t_q"]
+    t_k = case["t_k"] if case["cross"] else t_q
+    x = torch.randn(b, t_q, case["d_model"], requires_grad=True)
+    if case["cross"]:
+        key = torch.randn(b, t_k, case["kdim"] or case["d_model"])
+        value = torch.randn(b, t_k, case["vdim"] or case["d_model"]) if case["kdim"] else key
+    else:
+        key = value = x
+    key_padding, attn = _torch_masks(case, t_k)
+    mask = from_torch_masks(key_padding, attn, batch_size=b, num_heads=case["heads"])
+
+    def seq_first(t: torch.Tensor) -> torch.Tensor:
+        return t if case["batch_first"] else t.transpose(0, 1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns on mixed bool / float masks
+        expected, expected_weights = reference(
+            seq_first(x),
+            seq_first(key),
+            seq_first(value),
+            key_padding_mask=key_padding,
+            attn_mask=attn,
+            need_weights=case["need_weights"],
+            average_attn_weights=case["average"],
+        )
+    expected = seq_first(expected)
+    kwargs = {"value": value} if case["kdim"] else {}
+    out, weights = ours(
+        x,
+        key if case["cross"] else None,
+        mask=mask,
+        need_weights=case["need_weights"],
+        average_weights=case["average"] and case["need_weights"],
+        **kwargs,
+    )
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
+    if case["need_weights"]:
+        assert weights.shape == expected_weights.shape
+        torch.testing.assert_close(weights, expected_weights, atol=ATOL, rtol=1e-5)
+    else:
+        assert weights is None
+
+    # Gradients agree too: wrt the input and wrt the fused / separate projection weights.
+    upstream = torch.randn_like(out)
+    grad_ours = torch.autograd.grad(
+        out, [x, ours.out_proj.weight], upstream, retain_graph=False, allow_unused=True
+    )
+    grad_ref = torch.autograd.grad(
+        expected, [x, reference.out_proj.weight], upstream, allow_unused=True
+    )
+    for got, want in zip(grad_ours, grad_ref, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_inference_fast_path_parity_with_key_padding() -> None:
+    """torch's eval fast path (native MHA kernel) and attnlab agree under no_grad."""
+    torch.manual_seed(0)
+    reference = torch.nn.MultiheadAttention(64, 8, batch_first=True).eval()
+    ours = attnlab.MultiHeadAttention.from_torch(reference)
+    x = torch.randn(4, 33, 64)
+    padding = padding_mask([33, 20, 7, 1], 33)
+    with torch.no_grad():
+        expected, _ = reference(x, x, x, key_padding_mask=~padding, need_weights=False)
+        out, _ = ours(x, mask=key_mask(padding))
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
+
+
+def test_round_trip_is_weight_exact() -> None:
+    for kdim in (None, 6):
+        ours = attnlab.MultiHeadAttention(16, 4, kdim=kdim, vdim=kdim, dropout=0.1)
+        back = attnlab.MultiHeadAttention.from_torch(ours.to_torch(batch_first=False))
+        for (name, a), (name_b, b) in zip(
+            ours.state_dict().items(), back.state_dict().items(), strict=True
+        ):
+            assert name == name_b
+            assert torch.equal(a, b), name
+        assert back.dropout == 0.1
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "causal"])
+@pytest.mark.parametrize("heads_kv", [4, 2, 1])
+def test_sdpa_matches_torch_sdpa(mask_kind: str, heads_kv: int) -> None:
+    torch.manual_seed(1)
+    b, h, t, d = 2, 4, 11, 8
+    q = torch.randn(b, h, t, d)
+    k = torch.randn(b, heads_kv, t, d)
+    v = torch.randn(b, heads_kv, t, 5)
+    mask = None
+    if mask_kind == "bool":
+        mask = torch.rand(b, 1, t, t) < 0.7
+        mask[..., 0] = True
+    elif mask_kind == "float":
+        mask = torch.randn(b, h, t, t)
+    is_causal = mask_kind == "causal"
+    k_full = k.repeat_interleave(h // heads_kv, dim=1)
+    v_full = v.repeat_interleave(h // heads_kv, dim=1)
+    expected = F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, is_causal=is_causal)
+    out = attnlab.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal)
+    out_w, weights = attnlab.scaled_dot_product_attention(
+        q, k, v, mask, is_causal=is_causal, return_weights=True
+    )
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(out_w, expected, atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(b, h, t), atol=1e-6, rtol=0)
+
+
+def test_causal_is_bottom_right_like_torch_causal_lower_right() -> None:
+    """attnlab's causal alignment equals torch's own lower-right causal bias."""
+    bias_module = pytest.importorskip("torch.nn.attention.bias")
+    torch.manual_seed(2)
+    q = torch.randn(2, 3, 4, 8)
+    k = torch.randn(2, 3, 9, 8)
+    v = torch.randn(2, 3, 9, 8)
+    expected = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias_module.causal_lower_right(4, 9)
+    )
+    out = attnlab.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
+    explicit = attnlab.scaled_dot_product_attention(q, k, v, causal_mask(4, 9))
+    torch.testing.assert_close(explicit, out, atol=0, rtol=0)
