@@ -198,7 +198,9 @@ def test_sdpa_matches_torch_sdpa(mask_kind: str, heads_kv: int) -> None:
     is_causal = mask_kind == "causal"
     k_full = k.repeat_interleave(h // heads_kv, dim=1)
     v_full = v.repeat_interleave(h // heads_kv, dim=1)
-    expected = F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask, is_causal=is_causal)
+    expected = F.scaled_dot_product_attention(
+        q, k_full, v_full, attn_mask=mask, is_causal=is_causal
+    )
     out = attnlab.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal)
     out_w, weights = attnlab.scaled_dot_product_attention(
         q, k, v, mask, is_causal=is_causal, return_weights=True

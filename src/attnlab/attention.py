@@ -112,9 +112,7 @@ def scaled_dot_product_attention(
     if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
     if mask is not None:
-        mask = check_attention_mask(
-            mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype
-        )
+        mask = check_attention_mask(mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype)
 
     # torch's is_causal is aligned top-left; it agrees with ours only for square scores.
     torch_causal = is_causal and mask is None and t_q == t_k and not return_weights
@@ -283,9 +281,9 @@ class MultiHeadAttention(nn.Module):
     def reset_parameters(self) -> None:
         """torch.nn.MultiheadAttention's initialisation: Xavier-uniform input projection(s),
         zero biases, default Linear init for ``W^O`` with a zero bias."""
-        projections = [self.in_proj] if self.in_proj is not None else [
-            self.q_proj, self.k_proj, self.v_proj
-        ]
+        projections = (
+            [self.in_proj] if self.in_proj is not None else [self.q_proj, self.k_proj, self.v_proj]
+        )
         for proj in projections:
             nn.init.xavier_uniform_(proj.weight)
             if proj.bias is not None:
@@ -311,8 +309,10 @@ class MultiHeadAttention(nn.Module):
         e, kv = self.d_model, self.kv_dim
         if self.in_proj is None:
             assert context is not None
-            return self.q_proj(x), self.k_proj(context), self.v_proj(
-                context if value is None else value
+            return (
+                self.q_proj(x),
+                self.k_proj(context),
+                self.v_proj(context if value is None else value),
             )
         if context is None:
             return self.in_proj(x).split((e, kv, kv), dim=-1)  # one GEMM for q, k, v
@@ -329,9 +329,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, x: Tensor, context: Tensor | None, value: Tensor | None) -> None:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x: expected shape (B, T_q, d_model={self.d_model}), got {_shape(x)}"
-            )
+            raise ValueError(f"x: expected shape (B, T_q, d_model={self.d_model}), got {_shape(x)}")
         if x.shape[1] == 0:
             raise ValueError(f"x: empty sequence (T_q = 0) in shape {tuple(x.shape)}")
         if context is None:
@@ -401,9 +399,10 @@ class MultiHeadAttention(nn.Module):
         batch, t_q, _ = x.shape
         q, k, v = self._project(x, context, value)
         t_k = k.shape[1]
-        q = q.view(batch, t_q, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T_q, Dh)
-        k = k.view(batch, t_k, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T_k, Dh)
-        v = v.view(batch, t_k, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T_k, Dh)
+        heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
+        q = q.view(batch, t_q, heads, head_dim).transpose(1, 2)  # (B, H, T_q, Dh)
+        k = k.view(batch, t_k, kv_heads, head_dim).transpose(1, 2)  # (B, H_kv, T_k, Dh)
+        v = v.view(batch, t_k, kv_heads, head_dim).transpose(1, 2)  # (B, H_kv, T_k, Dh)
         if self.positional is not None and context is None:
             if mask is not None:  # check the caller's mask before a bias is merged into it
                 mask = check_attention_mask(

@@ -62,16 +62,16 @@ def cmd_masks(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     d_model, heads = 16, 4
-    print(f"attnlab {__version__} on torch {torch.__version__}: a short tour of the attention core\n")
+    print(f"attnlab {__version__} on torch {torch.__version__}: a tour of the attention core\n")
 
-    print("1. Masks (bool, True = may attend). Two sentences of lengths 4 and 2, padded to 4 (T10):")
+    print("1. Masks (bool, True = may attend). Sentences of lengths 4 and 2, padded to 4 (T10):")
     padded = padding_mask([4, 2])
     print(f"   padding mask:\n   {padded.int().tolist()}")
     combined = combine_masks(key_mask(padded), causal_mask(4))  # (2, 1, 4, 4)
     print("   sentence 2, key padding AND look-ahead mask (T11):")
     print("   " + _grid(combined[1, 0]).replace("\n", "\n   "))
 
-    print(f"\n2. Multi-head attention: d_model={d_model}, heads={heads} (head_dim {d_model // heads})")
+    print(f"\n2. Multi-head attention: d_model={d_model}, {heads} heads of {d_model // heads}")
     mha = MultiHeadAttention(d_model, heads).eval()
     x = torch.randn(2, 4, d_model)
     with torch.no_grad():

@@ -75,7 +75,7 @@ def padding_mask(
 
 
 def padding_mask_from_ids(ids: Tensor, pad_id: int) -> Tensor:
-    """Padding mask from token ids: ``(B, T)`` ids -> ``(B, T)`` bool, ``True`` where ``ids != pad_id``."""
+    """Padding mask from token ids: ``(B, T)`` ids -> ``(B, T)`` bool, True where not ``pad_id``."""
     if ids.dim() != 2:
         raise ValueError(f"ids: expected a (B, T) tensor, got shape {tuple(ids.shape)}")
     if ids.dtype.is_floating_point or ids.dtype == torch.bool:
@@ -272,7 +272,7 @@ def from_torch_masks(
 
 
 def to_torch_key_padding_mask(padding: Tensor) -> Tensor:
-    """attnlab ``(B, T_k)`` padding mask (True = real) -> torch ``key_padding_mask`` (True = pad)."""
+    """attnlab ``(B, T_k)`` padding (True = real) -> torch ``key_padding_mask`` (True = pad)."""
     _check_padding(padding, "padding")
     return ~padding
 

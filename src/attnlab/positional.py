@@ -53,7 +53,8 @@ class SinusoidalPositionalEncoding(nn.Module):
     interleaved as in the paper (even columns sine, odd columns cosine), ``base = 10000``.
     Values are computed in float64 and cached (growing as needed) in float32.
 
-    Shape: ``forward(x)`` with ``x`` of shape ``(..., T, d_model)`` returns ``x + PE[offset:offset+T]``.
+    Shape: ``forward(x)`` with ``x`` of shape ``(..., T, d_model)`` returns
+    ``x + PE[offset:offset+T]``.
 
     Example::
 
@@ -83,9 +84,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         table[:, 1::2] = torch.cos(angle[:, : self.d_model // 2])
         return table
 
-    def table(
-        self, length: int, offset: int = 0, *, dtype: torch.dtype = torch.float32
-    ) -> Tensor:
+    def table(self, length: int, offset: int = 0, *, dtype: torch.dtype = torch.float32) -> Tensor:
         """The encoding of positions ``offset .. offset + length - 1``: ``(length, d_model)``."""
         _check_positive_int(length, "length")
         _check_offset(offset)
@@ -196,7 +195,7 @@ class RotaryEmbedding(AttentionPositional):
         return position[:, None] * self.base ** (-two_i / self.head_dim)
 
     def rotate(self, x: Tensor, *, offset: int = 0) -> Tensor:
-        """Rotate ``x`` of shape ``(..., T, head_dim)`` as positions ``offset .. offset + T - 1``."""
+        """Rotate ``x`` ``(..., T, head_dim)`` as the positions ``offset .. offset + T - 1``."""
         if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.head_dim:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x: expected shape (..., T, head_dim={self.head_dim}), got {shape}")
@@ -289,4 +288,3 @@ def sinusoidal_table(length: int, d_model: int, *, base: float = 10000.0) -> Ten
     """Closed-form float64 table of the paper's encoding, ``(length, d_model)``; for reference
     and pictures (the module caches the same values in float32)."""
     return SinusoidalPositionalEncoding(d_model, base=base).table(length, dtype=torch.float64)
-

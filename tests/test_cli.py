@@ -1,0 +1,63 @@
+"""The `attnlab` command line: exit codes and what it prints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli import main
+
+
+def test_demo_runs_and_reports_parity(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    printed = capsys.readouterr().out
+    assert "max |attnlab - torch|" in printed
+    difference = float(printed.split("max |attnlab - torch| = ")[1].split()[0])
+    assert difference < 1e-5
+    # The demo's weights show exact zeros on the padded keys of sentence 2.
+    assert "0.000  0.000" in printed
+
+
+def test_masks_prints_the_causal_padding_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["masks", "--lengths", "3,1", "--causal"]) == 0
+    printed = capsys.readouterr().out
+    assert "padding mask (1 = real token): [1, 0, 0]" in printed
+    rows = [line.split()[1:] for line in printed.splitlines() if line.strip().startswith("q")]
+    # Sequence 0 (length 3): lower-triangular. Sequence 1 (length 1): only key 0.
+    assert rows[:3] == [["1", "0", "0"], ["1", "1", "0"], ["1", "1", "1"]]
+    assert rows[3:] == [["1", "0", "0"]] * 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["masks", "--lengths", "2", "--max-len", "1"],
+            "max_len: expected >= the longest length 2",
+        ),
+        (["masks", "--lengths", "0,0"], "every length is 0"),
+    ],
+)
+def test_bad_values_exit_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unparseable_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["masks", "--lengths", "a,b"])
+    assert raised.value.code == 2
+    assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_console_script_and_module_entry_points() -> None:
+    script = Path(sys.executable).parent / "attnlab"
+    for command in ([str(script), "--help"], [sys.executable, "-m", "attnlab", "--version"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "attnlab" in done.stdout
