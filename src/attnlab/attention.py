@@ -230,7 +230,12 @@ class MultiHeadAttention(nn.Module):
             )
         if num_kv_heads is None:
             num_kv_heads = num_heads
-        if not isinstance(num_kv_heads, int) or num_kv_heads < 1 or num_heads % num_kv_heads:
+        if (
+            not isinstance(num_kv_heads, int)
+            or isinstance(num_kv_heads, bool)
+            or num_kv_heads < 1
+            or num_heads % num_kv_heads
+        ):
             raise ValueError(
                 f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, "
                 f"got {num_kv_heads!r}"
