@@ -25,7 +25,7 @@ def test_masks_prints_the_causal_padding_grid(capsys: pytest.CaptureFixture[str]
     assert main(["masks", "--lengths", "3,1", "--causal"]) == 0
     printed = capsys.readouterr().out
     assert "padding mask (1 = real token): [1, 0, 0]" in printed
-    rows = [line.split()[1:] for line in printed.splitlines() if line.strip().startswith("q")]
+    rows = [line.split()[2:] for line in printed.splitlines() if line.strip().startswith("query")]
     # Sequence 0 (length 3): lower-triangular. Sequence 1 (length 1): only key 0.
     assert rows[:3] == [["1", "0", "0"], ["1", "1", "0"], ["1", "1", "1"]]
     assert rows[3:] == [["1", "0", "0"]] * 3

@@ -14,15 +14,15 @@ from .masks import causal_mask, combine_masks, from_torch_masks, key_mask, paddi
 from .positional import SinusoidalPositionalEncoding
 
 
-def _grid(mask: torch.Tensor, *, row_label: str = "q", col_label: str = "k") -> str:
-    """A 2-D bool mask as a 0/1 grid with row and column indices."""
+def _grid(mask: torch.Tensor) -> str:
+    """A 2-D bool mask as a 0/1 grid: rows are queries, columns keys."""
     rows, cols = mask.shape
-    width = max(len(str(cols - 1)), 1)
-    head = " " * (len(row_label) + 3) + " ".join(f"{j:>{width}}" for j in range(cols))
-    lines = [f"{col_label:>{len(head) // 2}}", head]
+    width = len(str(cols - 1))
+    margin = len(f"query {rows - 1}") + 4
+    lines = ["keys".rjust(margin) + " " + " ".join(f"{j:>{width}}" for j in range(cols))]
     for i in range(rows):
         cells = " ".join(f"{int(v):>{width}}" for v in mask[i].tolist())
-        lines.append(f"{row_label}{i:<2} {cells}")
+        lines.append(f"query {i}".rjust(margin) + " " + cells)
     return "\n".join(lines)
 
 
@@ -139,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except (ValueError, TypeError) as error:
         print(f"attnlab {args.command}: error: {error}", file=sys.stderr)
         return 2
