@@ -305,6 +305,12 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
         r"^q, k, v: empty sequence or head dim: q " + esc((2, 2, 0, 4)),
     ),
     (
+        "sdpa-mask-on-another-device",
+        lambda: sdpa(*qkv(), torch.ones(3, 5, dtype=torch.bool, device="meta")),
+        ValueError,
+        r"^mask: on device meta, but the scores are on cpu",
+    ),
+    (
         "sdpa-scale-zero",
         lambda: sdpa(*qkv(), scale=0.0),
         ValueError,

@@ -112,7 +112,9 @@ def scaled_dot_product_attention(
     if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
     if mask is not None:
-        mask = check_attention_mask(mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype)
+        mask = check_attention_mask(
+            mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype, device=q.device
+        )
 
     # torch's is_causal is aligned top-left; it agrees with ours only for square scores.
     torch_causal = is_causal and mask is None and t_q == t_k and not return_weights
@@ -124,8 +126,8 @@ def scaled_dot_product_attention(
     keep_rows = None
     if mask is not None:
         allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
-        has_key = allowed.any(dim=-1, keepdim=True)  # (.., T_q, 1)
-        if not bool(has_key.all()):
+        has_key = allowed.any(dim=-1, keepdim=True)  # (.., T_q, 1), as small as the mask
+        if not bool(has_key.all()):  # one host sync; skips all the extra work in the usual case
             keep_rows = has_key
             mask = mask | ~has_key if mask.dtype == torch.bool else mask.masked_fill(~has_key, 0.0)
 

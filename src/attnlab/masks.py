@@ -190,6 +190,7 @@ def check_attention_mask(
     t_q: int,
     t_k: int,
     dtype: torch.dtype,
+    device: torch.device | None = None,
     name: str = "mask",
 ) -> Tensor:
     """Validate an attention mask and return it as a 4-D view broadcastable to ``(B, H, T_q, T_k)``.
@@ -210,6 +211,8 @@ def check_attention_mask(
                 f"{name}: floating mask has dtype {mask.dtype} but the scores are {dtype}; "
                 f"cast it with mask.to({dtype})"
             )
+    if device is not None and mask.device != device:
+        raise ValueError(f"{name}: on device {mask.device}, but the scores are on {device}")
     target = (batch, heads, t_q, t_k)
     if mask.dim() > 4 or any(
         size not in (1, want) for size, want in zip(mask.shape[::-1], target[::-1], strict=False)
