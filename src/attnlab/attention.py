@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import check_positive_int
 from .masks import causal_mask, check_attention_mask, combine_masks
 from .positional import ALiBi, AttentionPositional, RotaryEmbedding
 
@@ -222,9 +223,8 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        check_positive_int(d_model, "d_model")
+        check_positive_int(num_heads, "num_heads")
         if d_model % num_heads:
             raise ValueError(
                 f"d_model: {d_model} is not divisible by num_heads={num_heads} "
@@ -246,9 +246,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout: expected a number in [0, 1), got {dropout!r}")
         kdim = d_model if kdim is None else kdim
         vdim = d_model if vdim is None else vdim
-        for name, value in (("kdim", kdim), ("vdim", vdim)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        check_positive_int(kdim, "kdim")
+        check_positive_int(vdim, "vdim")
         if positional is not None and not isinstance(positional, AttentionPositional):
             raise TypeError(
                 f"positional: expected an AttentionPositional (RotaryEmbedding, ALiBi), got "

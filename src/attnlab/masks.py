@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ._checks import check_positive_int
+
 __all__ = [
     "causal_mask",
     "check_attention_mask",
@@ -122,9 +124,8 @@ def causal_mask(
     """
     if t_k is None:
         t_k = t_q
-    for name, value in (("t_q", t_q), ("t_k", t_k)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    check_positive_int(t_q, "t_q")
+    check_positive_int(t_k, "t_k")
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
 
 

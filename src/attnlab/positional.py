@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_offset, check_positive_int
+
 __all__ = [
     "ALiBi",
     "AttentionPositional",
@@ -26,16 +28,6 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "sinusoidal_table",
 ]
-
-
-def _check_positive_int(value: object, name: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-
-
-def _check_offset(offset: object) -> None:
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"offset: expected a non-negative int, got {offset!r}")
 
 
 def _check_embeddings(x: Tensor, d_model: int) -> None:
@@ -65,7 +57,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
         super().__init__()
-        _check_positive_int(d_model, "d_model")
+        check_positive_int(d_model, "d_model")
         if not base > 1.0:
             raise ValueError(f"base: expected a number > 1, got {base!r}")
         self.d_model = d_model
@@ -86,8 +78,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def table(self, length: int, offset: int = 0, *, dtype: torch.dtype = torch.float32) -> Tensor:
         """The encoding of positions ``offset .. offset + length - 1``: ``(length, d_model)``."""
-        _check_positive_int(length, "length")
-        _check_offset(offset)
+        check_positive_int(length, "length")
+        check_offset(offset)
         device = self._cache.device
         if dtype == torch.float64:
             return self._compute(offset, length, device)
@@ -121,8 +113,8 @@ class LearnedPositionalEmbedding(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _check_positive_int(max_len, "max_len")
-        _check_positive_int(d_model, "d_model")
+        check_positive_int(max_len, "max_len")
+        check_positive_int(d_model, "d_model")
         self.max_len = max_len
         self.d_model = d_model
         self.weight = nn.Parameter(torch.empty(max_len, d_model, device=device, dtype=dtype))
@@ -133,8 +125,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def table(self, length: int, offset: int = 0) -> Tensor:
         """The embeddings of positions ``offset .. offset + length - 1``: ``(length, d_model)``."""
-        _check_positive_int(length, "length")
-        _check_offset(offset)
+        check_positive_int(length, "length")
+        check_offset(offset)
         if offset + length > self.max_len:
             raise ValueError(
                 f"positions {offset}..{offset + length - 1} exceed max_len={self.max_len} of "
@@ -175,7 +167,7 @@ class RotaryEmbedding(AttentionPositional):
 
     def __init__(self, head_dim: int, *, base: float = 10000.0) -> None:
         super().__init__()
-        _check_positive_int(head_dim, "head_dim")
+        check_positive_int(head_dim, "head_dim")
         if head_dim % 2:
             raise ValueError(f"head_dim: RoPE rotates channel pairs, expected even, got {head_dim}")
         if not base > 1.0:
@@ -188,8 +180,8 @@ class RotaryEmbedding(AttentionPositional):
 
     def angles(self, length: int, offset: int = 0, *, device=None) -> Tensor:
         """Rotation angles ``(length, head_dim / 2)`` in float64 for positions from ``offset``."""
-        _check_positive_int(length, "length")
-        _check_offset(offset)
+        check_positive_int(length, "length")
+        check_offset(offset)
         position = torch.arange(offset, offset + length, dtype=torch.float64, device=device)
         two_i = torch.arange(0, self.head_dim, 2, dtype=torch.float64, device=device)
         return position[:, None] * self.base ** (-two_i / self.head_dim)
@@ -225,7 +217,7 @@ class ALiBi(AttentionPositional):
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()
-        _check_positive_int(num_heads, "num_heads")
+        check_positive_int(num_heads, "num_heads")
         self.num_heads = num_heads
         slopes = torch.tensor(self.slopes(num_heads), dtype=torch.float64)
         self.register_buffer("slope", slopes, persistent=False)
@@ -236,7 +228,7 @@ class ALiBi(AttentionPositional):
     @staticmethod
     def slopes(num_heads: int) -> list[float]:
         """The per-head slopes ``m_h`` of Press et al. (2022), ``h = 1 .. num_heads``."""
-        _check_positive_int(num_heads, "num_heads")
+        check_positive_int(num_heads, "num_heads")
 
         def geometric(n: int) -> list[float]:
             start = 2.0 ** (-8.0 / n)
@@ -258,12 +250,12 @@ class ALiBi(AttentionPositional):
     ) -> Tensor:
         """Score bias ``(1, H, t_q, t_k)``. Queries default to the last ``t_q`` of the keys'
         positions (``q_offset = k_offset + t_k - t_q``), as in cached decoding."""
-        _check_positive_int(t_q, "t_q")
-        _check_positive_int(t_k, "t_k")
-        _check_offset(k_offset)
+        check_positive_int(t_q, "t_q")
+        check_positive_int(t_k, "t_k")
+        check_offset(k_offset)
         if q_offset is None:
             q_offset = max(k_offset + t_k - t_q, 0)
-        _check_offset(q_offset)
+        check_offset(q_offset)
         device = self.slope.device
         q_pos = torch.arange(q_offset, q_offset + t_q, dtype=torch.float64, device=device)
         k_pos = torch.arange(k_offset, k_offset + t_k, dtype=torch.float64, device=device)
