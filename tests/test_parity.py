@@ -41,6 +41,8 @@ def _random_case(seed: int) -> dict:
         "need_weights": rng.random() < 0.5,
         "average": rng.random() < 0.5,
         "train": rng.random() < 0.4,
+        "distinct_value": cross and rng.random() < 0.5,
+        "float64": rng.random() < 0.2,
         "seed": seed,
     }
 
@@ -79,7 +81,7 @@ def _case_id(case: dict) -> str:
     return (
         f"s{case['seed']}-{kind}-h{case['heads']}-d{case['d_model']}-kp_{case['key_padding']}"
         f"-am_{case['attn_mask']}-{'w' if case['need_weights'] else 'nw'}"
-        f"-{'train' if case['train'] else 'eval'}"
+        f"-{'train' if case['train'] else 'eval'}{'-f64' if case['float64'] else ''}"
     )
 
 
@@ -99,19 +101,31 @@ def test_matches_torch_multihead_attention(case: dict) -> None:
             reference.in_proj_bias.normal_()
             reference.out_proj.bias.normal_()
     reference.train(case["train"])
+    dtype = torch.float64 if case["float64"] else torch.float32
+    reference.to(dtype)
     ours = attnlab.MultiHeadAttention.from_torch(reference)
+    assert ours.out_proj.weight.dtype == dtype
     assert ours.training == case["train"]
 
     b, t_q = case["batch"], case["t_q"]
     t_k = case["t_k"] if case["cross"] else t_q
-    x = torch.randn(b, t_q, case["d_model"], requires_grad=True)
+    x = torch.randn(b, t_q, case["d_model"], dtype=dtype, requires_grad=True)
     if case["cross"]:
-        key = torch.randn(b, t_k, case["kdim"] or case["d_model"])
-        value = torch.randn(b, t_k, case["vdim"] or case["d_model"]) if case["kdim"] else key
+        key = torch.randn(b, t_k, case["kdim"] or case["d_model"], dtype=dtype)
+        separate = case["kdim"] or case["distinct_value"]
+        value = (
+            torch.randn(b, t_k, case["vdim"] or case["d_model"], dtype=dtype) if separate else key
+        )
     else:
         key = value = x
     key_padding, attn = _torch_masks(case, t_k)
-    mask = from_torch_masks(key_padding, attn, batch_size=b, num_heads=case["heads"])
+    key_padding = (
+        key_padding.to(dtype)
+        if key_padding is not None and key_padding.is_floating_point()
+        else key_padding
+    )
+    attn = attn.to(dtype) if attn is not None and attn.is_floating_point() else attn
+    mask = from_torch_masks(key_padding, attn, batch_size=b, num_heads=case["heads"], dtype=dtype)
 
     def seq_first(t: torch.Tensor) -> torch.Tensor:
         return t if case["batch_first"] else t.transpose(0, 1)
@@ -128,7 +142,7 @@ def test_matches_torch_multihead_attention(case: dict) -> None:
             average_attn_weights=case["average"],
         )
     expected = seq_first(expected)
-    kwargs = {"value": value} if case["kdim"] else {}
+    kwargs = {"value": value} if value is not key else {}
     out, weights = ours(
         x,
         key if case["cross"] else None,
@@ -137,23 +151,29 @@ def test_matches_torch_multihead_attention(case: dict) -> None:
         average_weights=case["average"] and case["need_weights"],
         **kwargs,
     )
-    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
+    atol = 1e-12 if case["float64"] else ATOL  # float64: agreement to the last few digits
+    torch.testing.assert_close(out, expected, atol=atol, rtol=atol)
     if case["need_weights"]:
         assert weights.shape == expected_weights.shape
-        torch.testing.assert_close(weights, expected_weights, atol=ATOL, rtol=1e-5)
+        torch.testing.assert_close(weights, expected_weights, atol=atol, rtol=atol)
     else:
         assert weights is None
 
-    # Gradients agree too: wrt the input and wrt the fused / separate projection weights.
+    # Gradients agree too: wrt the input and every projection weight (fused or separate).
+    if ours.in_proj is not None:
+        ours_params = [ours.in_proj.weight, ours.out_proj.weight]
+        ref_params = [reference.in_proj_weight, reference.out_proj.weight]
+    else:
+        ours_params = [ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]
+        ours_params.append(ours.out_proj.weight)
+        ref_params = [reference.q_proj_weight, reference.k_proj_weight, reference.v_proj_weight]
+        ref_params.append(reference.out_proj.weight)
     upstream = torch.randn_like(out)
-    grad_ours = torch.autograd.grad(
-        out, [x, ours.out_proj.weight], upstream, retain_graph=False, allow_unused=True
-    )
-    grad_ref = torch.autograd.grad(
-        expected, [x, reference.out_proj.weight], upstream, allow_unused=True
-    )
+    grad_ours = torch.autograd.grad(out, [x, *ours_params], upstream, allow_unused=True)
+    grad_ref = torch.autograd.grad(expected, [x, *ref_params], upstream, allow_unused=True)
+    grad_tol = 1e-10 if case["float64"] else 1e-4
     for got, want in zip(grad_ours, grad_ref, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got, want, atol=grad_tol, rtol=grad_tol)
 
 
 def test_inference_fast_path_parity_with_key_padding() -> None:
