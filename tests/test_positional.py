@@ -57,3 +57,13 @@ def test_learned_embedding_refuses_positions_past_max_len() -> None:
     emb = LearnedPositionalEmbedding(10, 4)
     with pytest.raises(ValueError, match=r"positions 8\.\.11 exceed max_len=10"):
         emb(torch.zeros(1, 4, 4), offset=8)
+
+
+def test_sinusoidal_past_the_cache_is_computed_exactly() -> None:
+    pe = SinusoidalPositionalEncoding(8)
+    offset = pe.max_cached + 5
+    far = pe.table(2, offset=offset)
+    assert pe._cache.shape[0] <= pe.max_cached  # nothing huge was cached
+    exact = pe.table(2, offset=offset, dtype=torch.float64)
+    torch.testing.assert_close(far, exact.float(), atol=0, rtol=0)
+    assert far[0, 0].item() == pytest.approx(math.sin(offset), abs=1e-6)

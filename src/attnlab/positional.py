@@ -43,7 +43,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     ``PE(pos, 2i) = sin(pos / base^(2i / d_model))`` and ``PE(pos, 2i + 1) = cos(...)``,
     interleaved as in the paper (even columns sine, odd columns cosine), ``base = 10000``.
-    Values are computed in float64 and cached (growing as needed) in float32.
+    Values are computed in float64 and cached (growing as needed, up to ``max_cached``
+    positions; later ones are computed on each call) in float32.
 
     Shape: ``forward(x)`` with ``x`` of shape ``(..., T, d_model)`` returns
     ``x + PE[offset:offset+T]``.
@@ -54,6 +55,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         h = pe(token_embeddings)            # (B, T, 512)
         step = pe(next_embedding, offset=T)  # (B, 1, 512): position T
     """
+
+    max_cached = 1 << 16
 
     def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
         super().__init__()
@@ -81,9 +84,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         check_positive_int(length, "length")
         check_offset(offset)
         device = self._cache.device
-        if dtype == torch.float64:
-            return self._compute(offset, length, device)
         end = offset + length
+        if dtype == torch.float64 or end > self.max_cached:
+            return self._compute(offset, length, device).to(dtype)
         if end > self._cache.shape[0] or self._cache.dtype != torch.float32:
             size = max(1024, 1 << (end - 1).bit_length())
             self._cache = self._compute(0, size, device).to(torch.float32)
