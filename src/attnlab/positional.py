@@ -260,10 +260,13 @@ class ALiBi(AttentionPositional):
             q_offset = max(k_offset + t_k - t_q, 0)
         check_offset(q_offset)
         device = self.slope.device
-        q_pos = torch.arange(q_offset, q_offset + t_q, dtype=torch.float64, device=device)
-        k_pos = torch.arange(k_offset, k_offset + t_k, dtype=torch.float64, device=device)
-        distance = (q_pos[:, None] - k_pos[None, :]).abs()  # (T_q, T_k)
-        return (-self.slope[:, None, None] * distance).to(dtype)[None]
+        # float32 holds the integer distances exactly (below 2^24): no float64 (H, T, T) temp
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        q_pos = torch.arange(q_offset, q_offset + t_q, dtype=work, device=device)
+        k_pos = torch.arange(k_offset, k_offset + t_k, dtype=work, device=device)
+        distance = (q_pos[:, None] - k_pos[None, :]).abs_()  # (T_q, T_k)
+        slope = self.slope.to(work)[:, None, None]
+        return (distance * -slope).to(dtype)[None]  # (1, H, T_q, T_k)
 
     def adjust(
         self, q: Tensor, k: Tensor, *, q_offset: int, k_offset: int
