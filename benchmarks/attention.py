@@ -258,21 +258,25 @@ def ops_in(fn: Callable[[], object]) -> list[str]:
 # -- 1. multi-head attention -----------------------------------------------------------------
 
 
-def make_modules() -> tuple[nn.MultiheadAttention, attnlab.MultiHeadAttention]:
+def make_modules(
+    batch: int, length: int, *, train: bool
+) -> tuple[nn.MultiheadAttention, attnlab.MultiHeadAttention, torch.Generator, Tensor]:
+    """The torch module, its attnlab copy (same weights), in train or eval mode, a seeded
+    generator and an input ``(batch, length, D_MODEL)`` drawn from it."""
     torch.manual_seed(SEED)
     ref = nn.MultiheadAttention(D_MODEL, NUM_HEADS, dropout=0.0, batch_first=True)
     ours = attnlab.MultiHeadAttention.from_torch(ref)
-    return ref, ours
+    ref.train(train)
+    ours.train(train)
+    gen = torch.Generator().manual_seed(SEED)
+    x = torch.randn(batch, length, D_MODEL, generator=gen, requires_grad=train)
+    return ref, ours, gen, x
 
 
 def bench_train(plan: Plan) -> list[Row]:
     rows = []
     for batch, length in MHA_SHAPES:
-        ref, ours = make_modules()
-        ref.train()
-        ours.train()
-        gen = torch.Generator().manual_seed(SEED)
-        x = torch.randn(batch, length, D_MODEL, generator=gen, requires_grad=True)
+        ref, ours, gen, x = make_modules(batch, length, train=True)
         grad_out = torch.randn(batch, length, D_MODEL, generator=gen)
 
         def step_torch(ref: nn.Module = ref, x: Tensor = x, g: Tensor = grad_out) -> None:
@@ -325,11 +329,7 @@ def bench_eval(plan: Plan) -> list[Row]:
     can_toggle = mha is not None and hasattr(mha, "set_fastpath_enabled")
     rows = []
     for batch, length in MHA_SHAPES:
-        ref, ours = make_modules()
-        ref.eval()
-        ours.eval()
-        gen = torch.Generator().manual_seed(SEED)
-        x = torch.randn(batch, length, D_MODEL, generator=gen)
+        ref, ours, gen, x = make_modules(batch, length, train=False)
         lengths = padded_lengths(batch, length, gen)
         padding = padding_mask(lengths, length)  # True = real token
         torch_pad = ~padding  # torch: True = padding

@@ -45,16 +45,16 @@ def cmd_masks(args: argparse.Namespace) -> int:
     if t == 0:
         print("error: every length is 0, nothing to draw", file=sys.stderr)
         return 2
+    masks = key_mask(padded).expand(-1, -1, t, t)  # (B, 1, T, T)
+    title = "key padding"
+    if args.causal:
+        masks = combine_masks(masks, causal_mask(t))
+        title = "key padding AND look-ahead (causal)"
     for b, length in enumerate(lengths):
         print(f"sequence {b}: length {length}, padded to {t}")
         print(f"  padding mask (1 = real token): {padded[b].int().tolist()}")
-        mask = key_mask(padded)[b, 0].expand(t, t)
-        title = "key padding"
-        if args.causal:
-            mask = combine_masks(key_mask(padded), causal_mask(t))[b, 0]
-            title = "key padding AND look-ahead (causal)"
         print(f"  attention mask, {title} (1 = may attend):")
-        print("    " + _grid(mask).replace("\n", "\n    "))
+        print("    " + _grid(masks[b, 0]).replace("\n", "\n    "))
         print()
     return 0
 
