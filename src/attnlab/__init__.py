@@ -2,12 +2,24 @@
 
 The building blocks live one concept per module: :mod:`attnlab.masks` (the mask convention),
 :mod:`attnlab.attention` (eq. 1 and multi-head attention), :mod:`attnlab.positional`
-(sinusoidal, learned, rotary, ALiBi).
+(sinusoidal, learned, rotary, ALiBi), :mod:`attnlab.layers` (encoder and decoder layers and
+stacks), :mod:`attnlab.model` (the models and their config), :mod:`attnlab.interop` (weights
+from torch.nn and Hugging Face BERT).
 """
 
-from . import masks, positional
+from . import layers, masks, positional
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
+from .model import (
+    AttentionMaps,
+    Transformer,
+    TransformerConfig,
+    TransformerEncoder,
+    TransformerLM,
+    count_parameters,
+    load_pretrained,
+)
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -19,14 +31,27 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALiBi",
+    "AttentionMaps",
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
+    "Transformer",
+    "TransformerConfig",
+    "TransformerEncoder",
+    "TransformerLM",
     "__version__",
     "causal_mask",
     "combine_masks",
+    "count_parameters",
     "key_mask",
+    "layers",
+    "load_pretrained",
     "masks",
     "padding_mask",
     "padding_mask_from_ids",

@@ -1,0 +1,621 @@
+"""The Transformer's layers and stacks (Vaswani et al. 2017, sec. 3.1, 3.3; figure 1).
+
+* :class:`FeedForward`: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (sec. 3.3, eq. 2), or GELU.
+* :class:`EncoderLayer`: self-attention, then the feed-forward network.
+* :class:`DecoderLayer`: masked self-attention, cross-attention over the encoder's output
+  ("memory"), then the feed-forward network; without cross-attention it is the block of a
+  decoder-only language model.
+* :class:`Encoder` and :class:`Decoder`: stacks of N layers.
+
+Each sub-layer is wrapped in a residual connection with dropout on the sub-layer's output
+(sec. 5.4, "residual dropout"). Where the LayerNorm goes is ``norm_first``:
+
+* post-LN, the paper's (sec. 3.1): ``x = LayerNorm(x + Dropout(Sublayer(x)))``;
+* pre-LN (Xiong et al. 2020; GPT-2): ``x = x + Dropout(Sublayer(LayerNorm(x)))``, which needs a
+  final LayerNorm after the stack; the stacks add it by default when ``norm_first``.
+
+Parameter names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
+(``self_attn``, ``linear1``, ``norm1``, ...), and ``from_torch`` copies those modules exactly.
+Masks follow :mod:`attnlab.masks` (bool ``True`` = may attend).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import check_positive_int
+from .attention import MultiHeadAttention
+from .positional import AttentionPositional
+
+__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact (erf) GELU, as BERT and ViT
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's approximation
+}
+
+
+def _check_rate(value: object, name: str) -> float:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1):
+        raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_activation(activation: object) -> str:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    return str(activation)
+
+
+def _check_eps(eps: object) -> float:
+    if not (
+        isinstance(eps, (int, float))
+        and not isinstance(eps, bool)
+        and math.isfinite(eps)
+        and eps > 0
+    ):
+        raise ValueError(f"layer_norm_eps: expected a positive number, got {eps!r}")
+    return float(eps)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network (Vaswani et al. 2017, sec. 3.3, eq. 2).
+
+    ``linear2(dropout(activation(linear1(x))))``: two linear maps ``d_model -> d_ff -> d_model``
+    applied to every position alike. The paper uses ReLU and no inner dropout
+    (``activation_dropout=0``); torch.nn.Transformer applies its dropout here too.
+
+    Args:
+        d_model: input and output width (512 in the paper's base model).
+        d_ff: inner width (2048 in the base model).
+        activation: ``"relu"`` (the paper), ``"gelu"`` (BERT, ViT) or ``"gelu_tanh"``.
+        activation_dropout: dropout after the activation, in training.
+        bias: biases in both linear maps.
+
+    Shape: ``(..., d_model) -> (..., d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        activation: str = "relu",
+        activation_dropout: float = 0.0,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        check_positive_int(d_ff, "d_ff")
+        self.activation = _check_activation(activation)
+        self.activation_dropout = _check_rate(activation_dropout, "activation_dropout")
+        factory = {"device": device, "dtype": dtype}
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}, activation_dropout={self.activation_dropout}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
+        h = F.dropout(h, self.activation_dropout, self.training)
+        return self.linear2(h)  # (..., d_model)
+
+
+class _Block(nn.Module):
+    """What encoder and decoder layers share: argument checks, the FFN and residual wiring."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        layer_norm_eps: float,
+        bias: bool,
+        factory: dict,
+    ) -> None:
+        super().__init__()
+        check_positive_int(d_model, "d_model")
+        check_positive_int(num_heads, "num_heads")
+        self.dropout = _check_rate(dropout, "dropout")
+        self.attention_dropout = _check_rate(attention_dropout, "attention_dropout")
+        if not isinstance(norm_first, bool):
+            raise TypeError(f"norm_first: expected a bool, got {norm_first!r}")
+        self.norm_first = norm_first
+        self.layer_norm_eps = _check_eps(layer_norm_eps)
+        self.d_model = d_model
+        self._ff_options = {
+            "activation": activation,
+            "activation_dropout": activation_dropout,
+            "bias": bias,
+            **factory,
+        }
+
+    def _norm(self, features: int, factory: dict) -> nn.LayerNorm:
+        return nn.LayerNorm(features, eps=self.layer_norm_eps, **factory)
+
+    def _residual(
+        self,
+        x: Tensor,
+        norm: nn.LayerNorm,
+        sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]],
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x + Dropout(sublayer(...))`` with the LayerNorm before (pre-LN) or after (post-LN)."""
+        if self.norm_first:
+            out, weights = sublayer(norm(x))
+            return x + F.dropout(out, self.dropout, self.training), weights
+        out, weights = sublayer(x)
+        return norm(x + F.dropout(out, self.dropout, self.training)), weights
+
+    def _check_x(self, x: Tensor, name: str = "x") -> None:
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name}: expected shape (B, T, d_model={self.d_model}), got {shape}")
+
+
+class EncoderLayer(_Block):
+    """One encoder layer (Vaswani et al. 2017, sec. 3.1): self-attention, then FFN.
+
+    Args:
+        d_model, num_heads, d_ff: widths; ``d_model`` divisible by ``num_heads``.
+        dropout: residual dropout on each sub-layer's output (sec. 5.4; 0.1 in the base model).
+        attention_dropout: dropout on the attention weights (not in the paper; torch uses
+            ``dropout`` here).
+        activation_dropout: dropout inside the FFN (not in the paper; torch uses ``dropout``).
+        activation: FFN activation, ``"relu"`` (paper) or ``"gelu"``.
+        norm_first: pre-LN instead of the paper's post-LN.
+        layer_norm_eps: LayerNorm epsilon (torch's 1e-5 by default; BERT uses 1e-12).
+        bias: biases in the projections.
+        num_kv_heads: grouped-query attention (see :class:`attnlab.MultiHeadAttention`).
+        positional: RoPE or ALiBi applied inside self-attention.
+
+    Shape: ``forward(x (B, T, d_model)) -> (out (B, T, d_model), weights (B, H, T, T) or None)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+        positional: AttentionPositional | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory = {"device": device, "dtype": dtype}
+        super().__init__(
+            d_model,
+            num_heads,
+            d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            layer_norm_eps=layer_norm_eps,
+            bias=bias,
+            factory=factory,
+        )
+        self.self_attn = MultiHeadAttention(
+            d_model,
+            num_heads,
+            num_kv_heads=num_kv_heads,
+            dropout=attention_dropout,
+            bias=bias,
+            positional=positional,
+            **factory,
+        )
+        self.ff = FeedForward(d_model, d_ff, **self._ff_options)
+        self.norm1 = self._norm(d_model, factory)
+        self.norm2 = self._norm(d_model, factory)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}, dropout={self.dropout}"
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        offset: int = 0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Args:
+        x: ``(B, T, d_model)``.
+        mask: self-attention mask broadcastable to ``(B, H, T, T)``; for padding use
+            :func:`attnlab.masks.key_mask`.
+        is_causal: add the look-ahead mask.
+        need_weights: also return the self-attention weights ``(B, H, T, T)``.
+        offset: position of ``x[:, 0]``, for RoPE / ALiBi.
+        """
+        self._check_x(x)
+
+        def attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            return self.self_attn(
+                h, mask=mask, is_causal=is_causal, need_weights=need_weights, offset=offset
+            )
+
+        x, weights = self._residual(x, self.norm1, attend)
+        x, _ = self._residual(x, self.norm2, lambda h: (self.ff(h), None))
+        return x, weights
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
+        """Weight-exact copy of a ``torch.nn.TransformerEncoderLayer`` (either ``batch_first``).
+
+        torch uses one dropout rate for the residuals, the attention weights and the FFN; the
+        copy does the same. The result is batch-first, in the same train/eval mode.
+        """
+        if not isinstance(layer, nn.TransformerEncoderLayer):
+            raise TypeError(
+                f"layer: expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
+            )
+        new = cls(**_torch_layer_kwargs(layer))
+        _copy_torch_layer(new, layer, ("self_attn",), ("norm1", "norm2"))
+        return new.train(layer.training)
+
+
+class DecoderLayer(_Block):
+    """One decoder layer (Vaswani et al. 2017, sec. 3.1): masked self-attention, attention over
+    the encoder output, then FFN.
+
+    With ``cross_attention=False`` the layer has no encoder-decoder attention: the block of a
+    decoder-only language model (:class:`attnlab.TransformerLM`).
+
+    Args: as :class:`EncoderLayer`, plus ``cross_attention``. Sub-layer norms are ``norm1``
+    (self-attention), ``norm2`` (cross-attention) and ``norm3`` (FFN), as in torch; without
+    cross-attention there is no ``norm2``.
+
+    Shape: ``forward(x (B, T, d_model), memory (B, S, d_model)) -> (out (B, T, d_model),
+    self_weights (B, H, T, T) or None, cross_weights (B, H, T, S) or None)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        cross_attention: bool = True,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+        positional: AttentionPositional | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        factory = {"device": device, "dtype": dtype}
+        super().__init__(
+            d_model,
+            num_heads,
+            d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            layer_norm_eps=layer_norm_eps,
+            bias=bias,
+            factory=factory,
+        )
+        attention = {
+            "num_kv_heads": num_kv_heads,
+            "dropout": attention_dropout,
+            "bias": bias,
+            **factory,
+        }
+        self.self_attn = MultiHeadAttention(d_model, num_heads, positional=positional, **attention)
+        self.norm1 = self._norm(d_model, factory)
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, num_heads, **attention)
+            self.norm2 = self._norm(d_model, factory)
+        else:
+            self.cross_attn = self.norm2 = None
+        self.ff = FeedForward(d_model, d_ff, **self._ff_options)
+        self.norm3 = self._norm(d_model, factory)
+
+    @property
+    def has_cross_attention(self) -> bool:
+        return self.cross_attn is not None
+
+    def extra_repr(self) -> str:
+        return (
+            f"cross_attention={self.has_cross_attention}, norm_first={self.norm_first}, "
+            f"dropout={self.dropout}"
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = True,
+        need_weights: bool = False,
+        offset: int = 0,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Args:
+        x: decoder input ``(B, T, d_model)``.
+        memory: the encoder's output ``(B, S, d_model)``; required with cross-attention,
+            refused without it.
+        self_mask: extra self-attention mask, broadcastable to ``(B, H, T, T)`` (e.g. the
+            target's :func:`attnlab.masks.key_mask`).
+        memory_mask: cross-attention mask broadcastable to ``(B, H, T, S)`` (the source's
+            key mask).
+        is_causal: the look-ahead mask on self-attention (sec. 3.2.3); on by default.
+        need_weights: also return the attention weights.
+        offset: position of ``x[:, 0]``, for RoPE / ALiBi.
+        """
+        self._check_x(x)
+        if self.cross_attn is None:
+            if memory is not None or memory_mask is not None:
+                raise ValueError(
+                    "memory: this layer has no cross-attention (cross_attention=False)"
+                )
+        elif memory is None:
+            raise ValueError("memory: required, the encoder output (B, S, d_model)")
+        else:
+            self._check_x(memory, "memory")
+
+        def attend_self(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            return self.self_attn(
+                h, mask=self_mask, is_causal=is_causal, need_weights=need_weights, offset=offset
+            )
+
+        def attend_memory(h: Tensor) -> tuple[Tensor, Tensor | None]:
+            return self.cross_attn(h, memory, mask=memory_mask, need_weights=need_weights)
+
+        x, self_weights = self._residual(x, self.norm1, attend_self)
+        cross_weights = None
+        if self.cross_attn is not None:
+            x, cross_weights = self._residual(x, self.norm2, attend_memory)
+        x, _ = self._residual(x, self.norm3, lambda h: (self.ff(h), None))
+        return x, self_weights, cross_weights
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderLayer:
+        """Weight-exact copy of a ``torch.nn.TransformerDecoderLayer`` (either ``batch_first``)."""
+        if not isinstance(layer, nn.TransformerDecoderLayer):
+            raise TypeError(
+                f"layer: expected torch.nn.TransformerDecoderLayer, got {type(layer).__name__}"
+            )
+        new = cls(**_torch_layer_kwargs(layer))
+        _copy_torch_layer(new, layer, ("self_attn", "multihead_attn"), ("norm1", "norm2", "norm3"))
+        return new.train(layer.training)
+
+
+def _torch_layer_kwargs(layer: nn.Module) -> dict:
+    """Constructor arguments equivalent to a torch Transformer{Encoder,Decoder}Layer."""
+    activation = layer.activation
+    if activation is F.relu or isinstance(activation, nn.ReLU):
+        name = "relu"
+    elif activation is F.gelu or (
+        isinstance(activation, nn.GELU) and activation.approximate == "none"
+    ):
+        name = "gelu"
+    elif isinstance(activation, nn.GELU) and activation.approximate == "tanh":
+        name = "gelu_tanh"
+    else:
+        raise ValueError(f"layer.activation: {activation!r} has no attnlab equivalent")
+    attention = layer.self_attn
+    weight = layer.linear1.weight
+    rate = float(layer.dropout.p)
+    return {
+        "d_model": attention.embed_dim,
+        "num_heads": attention.num_heads,
+        "d_ff": layer.linear1.out_features,
+        "dropout": rate,
+        "attention_dropout": float(attention.dropout),
+        "activation_dropout": rate,
+        "activation": name,
+        "norm_first": bool(layer.norm_first),
+        "layer_norm_eps": float(layer.norm1.eps),
+        "bias": layer.linear1.bias is not None,
+        "device": weight.device,
+        "dtype": weight.dtype,
+    }
+
+
+def _copy_torch_layer(
+    new: nn.Module, layer: nn.Module, attentions: tuple[str, ...], norms: tuple[str, ...]
+) -> None:
+    """Copy a torch layer's attention, FFN and LayerNorm weights into ``new``."""
+    ours = ("self_attn", "cross_attn")
+    for mine, theirs in zip(ours, attentions, strict=False):
+        converted = MultiHeadAttention.from_torch(getattr(layer, theirs))
+        getattr(new, mine).load_state_dict(converted.state_dict())
+    with torch.no_grad():
+        for name in ("linear1", "linear2"):
+            getattr(new.ff, name).load_state_dict(getattr(layer, name).state_dict())
+        for mine, theirs in zip(("norm1", "norm2", "norm3")[: len(norms)], norms, strict=True):
+            if getattr(layer, theirs).bias is None:
+                raise ValueError(
+                    f"layer.{theirs}: LayerNorm without bias has no attnlab equivalent"
+                )
+            getattr(new, mine).load_state_dict(getattr(layer, theirs).state_dict())
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`EncoderLayer` (Vaswani et al. 2017, sec. 3.1: N = 6 in the paper).
+
+    Args:
+        num_layers: N.
+        d_model, num_heads, d_ff, **layer_options: as :class:`EncoderLayer`; every layer gets
+            the same options (a ``positional`` module is shared, it holds no weights).
+        final_norm: a LayerNorm after the last layer; default ``norm_first`` (pre-LN needs it,
+            post-LN already ends in one). torch.nn.Transformer always has it.
+
+    Shape: ``forward(x (B, T, d_model)) -> (out (B, T, d_model), [weights (B, H, T, T)] * N or
+    None)``.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        final_norm: bool | None = None,
+        **layer_options,
+    ) -> None:
+        super().__init__()
+        check_positive_int(num_layers, "num_layers")
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, **layer_options) for _ in range(num_layers)
+        )
+        first = self.layers[0]
+        if final_norm is None:
+            final_norm = first.norm_first
+        factory = {"device": first.norm1.weight.device, "dtype": first.norm1.weight.dtype}
+        self.norm = first._norm(d_model, factory) if final_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        offset: int = 0,
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        """Run the layers in order; see :meth:`EncoderLayer.forward` for the arguments."""
+        all_weights = [] if need_weights else None
+        for layer in self.layers:
+            x, weights = layer(
+                x, mask=mask, is_causal=is_causal, need_weights=need_weights, offset=offset
+            )
+            if all_weights is not None:
+                all_weights.append(weights)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, all_weights
+
+    @classmethod
+    def from_torch(cls, encoder: nn.TransformerEncoder) -> Encoder:
+        """Weight-exact copy of a ``torch.nn.TransformerEncoder`` (its ``norm`` included)."""
+        if not isinstance(encoder, nn.TransformerEncoder):
+            raise TypeError(
+                f"encoder: expected torch.nn.TransformerEncoder, got {type(encoder).__name__}"
+            )
+        return _stack_from(cls, EncoderLayer, encoder)
+
+
+class Decoder(nn.Module):
+    """A stack of :class:`DecoderLayer` (Vaswani et al. 2017, sec. 3.1).
+
+    Args: as :class:`Encoder`, with ``cross_attention`` among the layer options (False for a
+    decoder-only language model).
+
+    Shape: ``forward(x (B, T, d_model), memory (B, S, d_model)) -> (out, self_weights,
+    cross_weights)``, the weights being lists of N tensors, or None.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        final_norm: bool | None = None,
+        **layer_options,
+    ) -> None:
+        super().__init__()
+        check_positive_int(num_layers, "num_layers")
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, **layer_options) for _ in range(num_layers)
+        )
+        first = self.layers[0]
+        if final_norm is None:
+            final_norm = first.norm_first
+        factory = {"device": first.norm1.weight.device, "dtype": first.norm1.weight.dtype}
+        self.norm = first._norm(d_model, factory) if final_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = True,
+        need_weights: bool = False,
+        offset: int = 0,
+    ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
+        """Run the layers in order; see :meth:`DecoderLayer.forward` for the arguments."""
+        self_all = [] if need_weights else None
+        cross_all = [] if need_weights and self.layers[0].has_cross_attention else None
+        for layer in self.layers:
+            x, self_weights, cross_weights = layer(
+                x,
+                memory,
+                self_mask=self_mask,
+                memory_mask=memory_mask,
+                is_causal=is_causal,
+                need_weights=need_weights,
+                offset=offset,
+            )
+            if self_all is not None:
+                self_all.append(self_weights)
+            if cross_all is not None:
+                cross_all.append(cross_weights)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, self_all, cross_all
+
+    @classmethod
+    def from_torch(cls, decoder: nn.TransformerDecoder) -> Decoder:
+        """Weight-exact copy of a ``torch.nn.TransformerDecoder`` (its ``norm`` included)."""
+        if not isinstance(decoder, nn.TransformerDecoder):
+            raise TypeError(
+                f"decoder: expected torch.nn.TransformerDecoder, got {type(decoder).__name__}"
+            )
+        return _stack_from(cls, DecoderLayer, decoder)
+
+
+def _stack_from(cls: type, layer_cls: type, torch_stack: nn.Module) -> nn.Module:
+    """``from_torch`` for a stack: the same layers, weight-exact, and its final norm if any."""
+    kwargs = [_torch_layer_kwargs(layer) for layer in torch_stack.layers]
+    if any(k != kwargs[0] for k in kwargs):
+        raise ValueError("layers: the torch stack's layers differ in their options")
+    norm = torch_stack.norm
+    if norm is not None and not (isinstance(norm, nn.LayerNorm) and norm.bias is not None):
+        raise ValueError(f"norm: {norm!r} has no attnlab equivalent (LayerNorm with bias only)")
+    stack = cls(len(kwargs), final_norm=norm is not None, **kwargs[0])
+    for mine, theirs in zip(stack.layers, torch_stack.layers, strict=True):
+        mine.load_state_dict(layer_cls.from_torch(theirs).state_dict())
+    if norm is not None:
+        if stack.norm.eps != norm.eps:
+            stack.norm.eps = norm.eps
+        stack.norm.load_state_dict(norm.state_dict())
+    return stack.train(torch_stack.training)
