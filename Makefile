@@ -24,6 +24,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py
+	$(PY) benchmarks/model.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

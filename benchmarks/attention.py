@@ -64,9 +64,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +76,17 @@ from torch.profiler import ProfilerActivity, profile
 
 import attnlab
 from attnlab.masks import key_mask, padding_mask
+from common import (
+    Row,
+    check_target,
+    cpu_model,
+    gemm_times,
+    interleaved,
+    ops_in,
+    print_table,
+    summary,
+    time_row,
+)
 
 D_MODEL = 512
 NUM_HEADS = 8
@@ -127,132 +137,6 @@ QUICK = Plan(
     gemm_reps=5,
     mem_n=4096,
 )
-
-
-@dataclass
-class Row:
-    """One line of the table (and of the JSON)."""
-
-    key: str
-    label: str
-    unit: str
-    attnlab: float
-    attnlab_best: float
-    baseline_name: str
-    baseline: float
-    baseline_best: float
-    ratio: float
-    ratio_best: float
-    target: str | None = None
-    passed: bool | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def check_target(
-    ratio: float, target: float | None, higher_is_better: bool
-) -> tuple[str | None, bool | None]:
-    """The target as text and whether ``ratio`` meets it (``None``: informational row)."""
-    if target is None:
-        return None, None
-    if higher_is_better:
-        return f">= {target:.2f}", ratio >= target
-    return f"<= {target:.2f}", ratio <= target
-
-
-# -- timing ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Keep the garbage collector from running inside timed regions."""
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def interleaved(
-    fns: dict[str, Callable[[], object]], reps: int, warmup: int, block: int = 1
-) -> dict[str, list[float]]:
-    """Time each callable ``reps`` times, interleaved and with a rotating order; seconds.
-
-    With ``block > 1`` each turn runs a contender ``block`` times back to back (each call timed),
-    so that one contender's memory traffic does not evict the next one's working set: this is
-    how a kernel runs in a real loop, and how the GEMM peak it is compared with is measured.
-    """
-    names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    with gc_paused():
-        for i in range(max(reps // block, 1)):
-            shift = i % len(names)
-            for name in names[shift:] + names[:shift]:
-                fn = fns[name]
-                for _ in range(block):
-                    start = time.perf_counter()
-                    fn()
-                    samples[name].append(time.perf_counter() - start)
-    return samples
-
-
-def summary(samples: list[float]) -> dict[str, Any]:
-    return {
-        "median_s": statistics.median(samples),
-        "min_s": min(samples),
-        "reps": len(samples),
-        "samples_s": [round(s, 7) for s in samples],
-    }
-
-
-def time_row(
-    key: str,
-    label: str,
-    samples: dict[str, list[float]],
-    ours: str,
-    base: str,
-    target: float | None,
-    details: dict[str, Any],
-) -> Row:
-    """A row comparing two timed contenders (milliseconds, ratio ours / base)."""
-    a, b = samples[ours], samples[base]
-    paired = statistics.median(x / y for x, y in zip(a, b, strict=True))
-    med_a, med_b = statistics.median(a), statistics.median(b)
-    ratio = med_a / med_b
-    text, ok = check_target(ratio, target, higher_is_better=False)
-    details = {
-        **details,
-        ours: summary(a),
-        base: summary(b),
-        "paired_ratio_median": paired,
-    }
-    return Row(
-        key=key,
-        label=label,
-        unit="ms",
-        attnlab=med_a * 1e3,
-        attnlab_best=min(a) * 1e3,
-        baseline_name=base,
-        baseline=med_b * 1e3,
-        baseline_best=min(b) * 1e3,
-        ratio=ratio,
-        ratio_best=min(a) / min(b),
-        target=text,
-        passed=ok,
-        details=details,
-    )
-
-
-def ops_in(fn: Callable[[], object]) -> list[str]:
-    """Names of the aten ops one call of ``fn`` runs (to show which kernels are taken)."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    return sorted({e.name for e in prof.events() if e.name.startswith("aten::")})
 
 
 # -- 1. multi-head attention -----------------------------------------------------------------
@@ -396,14 +280,6 @@ def bench_eval(plan: Plan) -> list[Row]:
 # -- 2. attention throughput -----------------------------------------------------------------
 
 
-def gemm_times(n: int, reps: int) -> list[float]:
-    gen = torch.Generator().manual_seed(SEED)
-    a = torch.randn(n, n, generator=gen)
-    b = torch.randn(n, n, generator=gen)
-    c = torch.empty(n, n)
-    return interleaved({"mm": lambda: torch.mm(a, b, out=c)}, reps, warmup=2)["mm"]
-
-
 def naive_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     return torch.matmul(torch.softmax(scores, dim=-1), v)
@@ -417,7 +293,7 @@ def sdpa_inputs(n: int) -> tuple[Tensor, Tensor, Tensor]:
 
 def bench_throughput(plan: Plan) -> tuple[list[Row], dict[str, Any]]:
     gemm_flops = 2 * plan.gemm_n**3
-    before = gemm_times(plan.gemm_n, plan.gemm_reps)
+    before = gemm_times(plan.gemm_n, plan.gemm_reps, SEED)
     timed: dict[int, dict[str, list[float]]] = {}
     for n in plan.sdpa_ns:
         q, k, v = sdpa_inputs(n)
@@ -441,7 +317,7 @@ def bench_throughput(plan: Plan) -> tuple[list[Row], dict[str, Any]]:
         }
         timed[n] = interleaved(fns, plan.sdpa_reps[n], plan.warmup, block=3)
         del q, k, v
-    after = gemm_times(plan.gemm_n, plan.gemm_reps)
+    after = gemm_times(plan.gemm_n, plan.gemm_reps, SEED)
     gemm_all = before + after
     peak = gemm_flops / min(gemm_all) / 1e9
     gemm = {
@@ -647,59 +523,6 @@ def bench_memory(plan: Plan, threads: int, method: str) -> Row:
 
 
 # -- report ----------------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    try:
-        done = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10)
-        for line in done.stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return platform.processor() or platform.machine()
-
-
-def fmt(value: float) -> str:
-    if value >= 100:
-        return f"{value:.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
-def print_table(rows: list[Row]) -> None:
-    headers = [
-        "measurement",
-        "unit",
-        "attnlab med (best)",
-        "baseline med (best)",
-        "ratio",
-        "(best)",
-        "target",
-        "result",
-    ]
-    table = []
-    for r in rows:
-        result = "info" if r.passed is None else ("PASS" if r.passed else "FAIL")
-        table.append(
-            [
-                r.label,
-                r.unit,
-                f"{fmt(r.attnlab)} ({fmt(r.attnlab_best)})",
-                f"{fmt(r.baseline)} ({fmt(r.baseline_best)})",
-                f"{r.ratio:.3f}",
-                f"({r.ratio_best:.3f})",
-                r.target or "-",
-                result,
-            ]
-        )
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    print(line)
-    print("-" * len(line))
-    for row in table:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

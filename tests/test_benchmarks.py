@@ -39,3 +39,36 @@ def test_attention_benchmark_quick_run(tmp_path: Path) -> None:
     memory = next(m for m in report["measurements"] if m["key"].startswith("mem"))
     assert memory["ratio"] < 0.1
     assert "ratio" in done.stdout
+
+
+def test_model_benchmark_quick_run(tmp_path: Path) -> None:
+    out = tmp_path / "model.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "model.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["quick"] is True
+    rows = {m["key"]: m for m in report["measurements"]}
+    assert set(rows) == {"train", "train_padded", "mfu_attnlab", "mfu_torch"}
+    for key in ("train", "train_padded"):
+        row = rows[key]
+        assert row["attnlab"] > 0 and row["baseline"] > 0, key
+        assert abs(row["attnlab"] / row["baseline"] - row["ratio"]) < 1e-9, key
+        # The two models hold the same weights and compute the same loss (dropout off).
+        assert row["details"]["eval_loss_abs_diff"] < 1e-4, key
+    assert rows["train"]["details"]["pad_fraction"] == 0.0
+    assert 0.1 < rows["train_padded"]["details"]["pad_fraction"] < 0.3
+    # The analytic FLOPs of a step, recomputed here from the closed form by component.
+    flops = rows["mfu_attnlab"]["details"]["step_flops"]
+    d, f, n, layers, vocab, batch = 256, 1024, 64, 3, 8000, 32
+    encoder = layers * (4 * n * d * d + 2 * n * d * f + 2 * n * n * d)
+    decoder = layers * (8 * n * d * d + 4 * n * n * d + 2 * n * d * f)
+    assert flops["encoder"] == 2 * batch * encoder
+    assert flops["decoder"] == 2 * batch * decoder
+    assert flops["logits"] == 2 * batch * n * d * vocab
+    assert flops["training_step"] == 3 * (flops["encoder"] + flops["decoder"] + flops["logits"])
+    assert "ratio" in done.stdout

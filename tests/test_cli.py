@@ -61,3 +61,37 @@ def test_console_script_and_module_entry_points() -> None:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "attnlab" in done.stdout
+
+
+def test_config_lists_presets_with_exact_parameter_counts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from attnlab import TransformerConfig, count_parameters
+
+    assert main(["config"]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line}
+    for name in TransformerConfig.preset_names():
+        config = TransformerConfig.preset(name)
+        encoder_count = int(lines[name][-1].replace(",", ""))
+        assert encoder_count == count_parameters(config, "encoder")
+    # The paper's base model: 63,082,496 parameters at a 37,000-token shared vocabulary.
+    assert lines["paper-base"][6] == "63,082,496"
+    # all-MiniLM-L6 has no decoder: no encoder-decoder or LM count.
+    assert lines["minilm-l6"][6:8] == ["-", "-"]
+
+
+def test_config_json_round_trips(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from attnlab import TransformerConfig
+
+    assert main(["config", "small", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert TransformerConfig.from_dict(data) == TransformerConfig.preset("small")
+
+
+def test_config_unknown_preset_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["config", "paper-huge"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'paper-huge'" in capsys.readouterr().err

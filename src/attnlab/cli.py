@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -11,6 +12,7 @@ import torch
 from . import __version__
 from .attention import MultiHeadAttention
 from .masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
+from .model import TransformerConfig, count_parameters
 from .positional import SinusoidalPositionalEncoding
 
 
@@ -98,6 +100,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if diff < 1e-5 else 1
 
 
+MODEL_TYPES = ("transformer", "lm", "encoder")
+
+
+def _parameter_count(config: TransformerConfig, model_type: str) -> int | None:
+    layers = {
+        "transformer": config.num_encoder_layers and config.num_decoder_layers,
+        "lm": config.num_decoder_layers,
+        "encoder": config.num_encoder_layers,
+    }[model_type]
+    return count_parameters(config, model_type) if layers else None
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    if args.preset is None:
+        names = TransformerConfig.preset_names()
+        head = f"{'preset':<12}{'d_model':>8}{'heads':>6}{'d_ff':>6}{'N enc/dec':>11}{'vocab':>7}"
+        print(head + "".join(f"{t:>13}" for t in MODEL_TYPES))
+        for name in names:
+            c = TransformerConfig.preset(name)
+            counts = [_parameter_count(c, t) for t in MODEL_TYPES]
+            layers = f"{c.num_encoder_layers}/{c.num_decoder_layers}"
+            print(
+                f"{name:<12}{c.d_model:>8}{c.num_heads:>6}{c.d_ff:>6}{layers:>11}"
+                f"{c.vocab_size:>7}"
+                + "".join(f"{'-' if n is None else f'{n:,}':>13}" for n in counts)
+            )
+        print("\nParameters by model type; `attnlab config NAME` prints one preset in full.")
+        return 0
+    config = TransformerConfig.preset(args.preset)
+    text = json.dumps(config.to_dict(), indent=2)
+    if args.json:
+        print(text)
+        return 0
+    print(f"preset {args.preset!r}:\n{text}")
+    for model_type in MODEL_TYPES:
+        count = _parameter_count(config, model_type)
+        if count is not None:
+            print(f"{model_type:>12}: {count:,} parameters")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnlab",
@@ -128,6 +171,25 @@ def build_parser() -> argparse.ArgumentParser:
     masks.add_argument("--max-len", type=int, default=None, help="pad to this length")
     masks.add_argument("--causal", action="store_true", help="also apply the look-ahead mask")
     masks.set_defaults(func=cmd_masks)
+
+    config = sub.add_parser(
+        "config",
+        help="list the model presets with their parameter counts, or print one",
+        description=(
+            "Without NAME, list the presets of attnlab.TransformerConfig with their exact "
+            "parameter counts for each model type (encoder-decoder, decoder-only LM, "
+            "encoder-only). With NAME, print that preset's fields."
+        ),
+    )
+    config.add_argument(
+        "preset",
+        nargs="?",
+        choices=TransformerConfig.preset_names(),
+        metavar="NAME",
+        help=f"a preset: {', '.join(TransformerConfig.preset_names())}",
+    )
+    config.add_argument("--json", action="store_true", help="print only the config as JSON")
+    config.set_defaults(func=cmd_config)
     return parser
 
 

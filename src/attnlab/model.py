@@ -416,6 +416,15 @@ def _padding_key_mask(ids: Tensor, pad_id: int) -> Tensor | None:
     return None if bool(real.all()) else key_mask(real)
 
 
+def _causal_key_mask(ids: Tensor, pad_id: int) -> Tensor | None:
+    """Key mask for causal self-attention: None when the look-ahead mask already hides every
+    pad from every real token, i.e. when pads only trail (right padding) or are absent; then
+    attention keeps its causal fast path. Pad positions' own outputs are never used."""
+    real = ids != pad_id
+    pad_before_real = (~real[:, :-1] & real[:, 1:]).any()
+    return key_mask(real) if bool(pad_before_real) else None
+
+
 def _check_same_batch(src_ids: Tensor, tgt_ids: object) -> None:
     if isinstance(tgt_ids, Tensor) and tgt_ids.dim() == 2 and tgt_ids.shape[0] != src_ids.shape[0]:
         raise ValueError(
@@ -669,8 +678,9 @@ class Transformer(_Pretrained):
     def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         """Logits ``(B, T, target vocab)`` for target ids ``(B, T)`` given the memory.
 
-        ``memory_mask`` is the source's key mask (:meth:`source_mask`); padded target tokens are
-        masked as keys of the decoder's self-attention.
+        ``memory_mask`` is the source's key mask (:meth:`source_mask`). Padded target tokens are
+        masked as keys of the decoder's self-attention (trailing pads are already hidden from
+        every real token by the look-ahead mask, and need no extra mask).
         """
         logits, _, _ = self._decode(tgt_ids, memory, memory_mask, need_weights=False)
         return logits
@@ -694,7 +704,7 @@ class Transformer(_Pretrained):
         y, self_weights, cross_weights = self.decoder(
             y,
             memory,
-            self_mask=_padding_key_mask(tgt_ids, self.config.pad_id),
+            self_mask=_causal_key_mask(tgt_ids, self.config.pad_id),
             memory_mask=memory_mask,
             need_weights=need_weights,
         )
@@ -722,7 +732,8 @@ class TransformerLM(_Pretrained):
     """Decoder-only Transformer: causal self-attention layers without cross-attention.
 
     Uses ``num_decoder_layers``; the pre-softmax projection is tied to the embedding when
-    ``tie_output``. Padded tokens (``pad_id``) are masked as keys.
+    ``tie_output``. Padded tokens (``pad_id``) are masked as keys (trailing ones by the
+    look-ahead mask alone).
 
     Shape: ``forward(ids (B, T)) -> logits (B, T, vocab_size)``.
     """
@@ -749,7 +760,7 @@ class TransformerLM(_Pretrained):
 
     def _run(self, ids: Tensor, need_weights: bool) -> tuple[Tensor, list[Tensor] | None]:
         x = self.embed(ids)
-        mask = _padding_key_mask(ids, self.config.pad_id)
+        mask = _causal_key_mask(ids, self.config.pad_id)
         x, weights, _ = self.decoder(x, self_mask=mask, need_weights=need_weights)
         return self.lm_head(x), weights
 

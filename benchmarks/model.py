@@ -1,0 +1,413 @@
+"""Benchmark a Transformer training step: attnlab vs torch.nn.Transformer, side by side in one run.
+
+What is measured (fp32 on CPU, ``torch.set_num_threads(--threads)``):
+
+Both models have d_model 256, 4 heads, 3 encoder + 3 decoder layers, d_ff 1024, dropout 0.1
+(on residuals, embeddings, attention weights and inside the FFN: torch.nn.Transformer's
+places), an 8,000-token shared embedding scaled by sqrt(d_model) plus the sinusoidal encoding,
+and the pre-softmax projection tied to it. The torch side is ``nn.Embedding`` +
+``nn.Transformer(batch_first=True)`` + ``nn.Linear``; the attnlab side is
+``attnlab.Transformer`` whose stacks are ``Encoder.from_torch`` / ``Decoder.from_torch`` of the
+torch ones (so it also has torch's final LayerNorms) and whose embedding is a copy of torch's:
+the same weights and the same arithmetic, which the script checks (equal loss in eval mode).
+
+A step: forward on a batch of 32 sentence pairs x 64 tokens (source and target), label-smoothed
+cross-entropy (0.1), backward, Adam(0.9, 0.98, 1e-9). torch gets ``tgt_mask`` (causal) with
+``tgt_is_causal=True``; attnlab's decoder is causal by construction. Rows:
+
+1. tokens/s (source + target tokens per second), unpadded batch. Target: attnlab / torch >= 1.0.
+2. the same with ~20% padding at the end of each sentence (informational): torch gets
+   ``src_key_padding_mask``, ``tgt_key_padding_mask`` and ``memory_key_padding_mask``, attnlab
+   builds its masks from the pad id.
+3. model FLOP utilisation (informational): analytic FLOPs of a training step (``3 x`` the
+   forward's matmul FLOPs: projections, attention scores and sums, FFN, logits; see
+   ``step_flops``) per second, over the fp32 GEMM peak (``torch.mm`` of 2048 x 2048 matrices)
+   measured in the same run, for both models.
+
+Timing: warm-up steps, then the two models' steps interleaved (order rotated each repetition),
+medians compared with medians and best with best; the garbage collector is off while timing.
+
+Run::
+
+    .venv/bin/python benchmarks/model.py            # full run, about 2 minutes on 2 cores
+    .venv/bin/python benchmarks/model.py --quick    # smoke run
+    .venv/bin/python benchmarks/model.py --profile  # also print where the time goes
+
+It prints a table and writes JSON (default ``benchmarks/results/model.json``); the exit code is
+0 unless ``--check`` is given and a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
+
+import attnlab
+from attnlab.layers import Decoder, Encoder
+from common import Row, check_target, cpu_model, gemm_times, interleaved, print_table, summary
+
+VOCAB = 8000
+D_MODEL = 256
+NUM_HEADS = 4
+NUM_LAYERS = 3
+D_FF = 1024
+DROPOUT = 0.1
+BATCH = 32
+LENGTH = 64
+PAD_FRACTION = 0.2
+PAD_ID = 0
+SEED = 0
+GEMM_N = 2048
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "model.json"
+TARGET_TOKENS = 1.0  # attnlab / torch tokens per second, at least
+
+
+@dataclass(frozen=True)
+class Plan:
+    warmup: int
+    reps: int
+    gemm_reps: int
+
+
+FULL = Plan(warmup=3, reps=30, gemm_reps=10)
+QUICK = Plan(warmup=1, reps=3, gemm_reps=3)
+
+
+# -- the two models ----------------------------------------------------------------------------
+
+
+class TorchTransformer(nn.Module):
+    """torch.nn.Transformer with the same embeddings and output layer as attnlab's model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, D_MODEL)
+        nn.init.normal_(self.embed.weight, std=D_MODEL**-0.5)
+        self.position = attnlab.SinusoidalPositionalEncoding(D_MODEL)
+        self.transformer = nn.Transformer(
+            D_MODEL,
+            NUM_HEADS,
+            NUM_LAYERS,
+            NUM_LAYERS,
+            D_FF,
+            dropout=DROPOUT,
+            batch_first=True,
+        )
+        self.head = nn.Linear(D_MODEL, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def embed_ids(self, ids: Tensor) -> Tensor:
+        x = self.position(self.embed(ids) * math.sqrt(D_MODEL))
+        return F.dropout(x, DROPOUT, self.training)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        src_pad, tgt_pad = src == PAD_ID, tgt == PAD_ID  # torch: True = ignore
+        pads = bool(src_pad.any() or tgt_pad.any())
+        y = self.transformer(
+            self.embed_ids(src),
+            self.embed_ids(tgt),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad if pads else None,
+            tgt_key_padding_mask=tgt_pad if pads else None,
+            memory_key_padding_mask=src_pad if pads else None,
+        )
+        return self.head(y)
+
+
+def make_models() -> tuple[attnlab.Transformer, TorchTransformer]:
+    """Both models with identical weights (attnlab's stacks converted from torch's)."""
+    torch.manual_seed(SEED)
+    theirs = TorchTransformer()
+    config = attnlab.TransformerConfig.preset(
+        "small",
+        vocab_size=VOCAB,
+        d_model=D_MODEL,
+        num_heads=NUM_HEADS,
+        d_ff=D_FF,
+        num_encoder_layers=NUM_LAYERS,
+        num_decoder_layers=NUM_LAYERS,
+        dropout=DROPOUT,
+        attention_dropout=DROPOUT,
+        activation_dropout=DROPOUT,
+        pad_id=PAD_ID,
+    )
+    ours = attnlab.Transformer(config)
+    ours.encoder = Encoder.from_torch(theirs.transformer.encoder)
+    ours.decoder = Decoder.from_torch(theirs.transformer.decoder)
+    with torch.no_grad():
+        ours.src_embed.token.weight.copy_(theirs.embed.weight)  # shared and tied
+    return ours.train(), theirs.train()
+
+
+def make_batch(padded: bool) -> tuple[Tensor, Tensor]:
+    """Source (B, T) and target (B, T + 1) ids; with ``padded``, each sentence ends in pads
+    (lengths uniform in [T (1 - 2 f), T], so about a fraction f of the tokens are pads)."""
+    gen = torch.Generator().manual_seed(SEED)
+    src = torch.randint(PAD_ID + 1, VOCAB, (BATCH, LENGTH), generator=gen)
+    tgt = torch.randint(PAD_ID + 1, VOCAB, (BATCH, LENGTH + 1), generator=gen)
+    if padded:
+        low = int(LENGTH * (1 - 2 * PAD_FRACTION))
+        for ids in (src, tgt):
+            lengths = torch.randint(low, LENGTH + 1, (BATCH,), generator=gen)
+            positions = torch.arange(ids.shape[1])
+            ids[positions[None, :] >= lengths[:, None]] = PAD_ID
+    return src, tgt
+
+
+def loss_of(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
+    logits = model(src, tgt[:, :-1])  # (B, T, V), teacher forcing
+    return F.cross_entropy(
+        logits.reshape(-1, VOCAB),
+        tgt[:, 1:].reshape(-1),
+        ignore_index=PAD_ID,
+        label_smoothing=0.1,
+    )
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, src: Tensor, tgt: Tensor):
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(model, src, tgt).backward()
+        optimizer.step()
+
+    return step
+
+
+def adam(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+
+# -- analytic FLOPs ----------------------------------------------------------------------------
+
+
+def step_flops(src_len: int, tgt_len: int, batch: int) -> dict[str, int]:
+    """Matmul FLOPs (2 per multiply-add) of one training step, by component.
+
+    Forward per sequence: the encoder's Q, K, V and output projections ``4 S d^2`` and FFN
+    ``2 S d d_ff`` multiply-adds per layer, attention ``2 S^2 d`` (QK^T and the weighted sum);
+    the decoder adds cross-attention (``2 T d^2`` for Q and W_O, ``2 S d^2`` for K and V,
+    ``2 T S d``), its causal self-attention counted as the full ``2 T^2 d`` that the kernel
+    computes; the logits ``T d V``. Backward is counted as twice the forward, the usual
+    approximation (two matmuls per forward matmul).
+    """
+    d, f, s, t = D_MODEL, D_FF, src_len, tgt_len
+    encoder = NUM_LAYERS * (4 * s * d * d + 2 * s * d * f + 2 * s * s * d)
+    decoder = NUM_LAYERS * (
+        4 * t * d * d  # self-attention projections
+        + 2 * t * t * d  # self-attention scores and sum
+        + 2 * t * d * d  # cross-attention Q and W_O
+        + 2 * s * d * d  # cross-attention K and V (on the memory)
+        + 2 * t * s * d  # cross-attention scores and sum
+        + 2 * t * d * f  # FFN
+    )
+    logits = t * d * VOCAB
+    forward = {"encoder": encoder, "decoder": decoder, "logits": logits}
+    flops = {name: 2 * macs * batch for name, macs in forward.items()}
+    flops["forward"] = sum(flops.values())
+    flops["training_step"] = 3 * flops["forward"]
+    return flops
+
+
+# -- measurement -------------------------------------------------------------------------------
+
+
+def check_same_model(ours: nn.Module, theirs: nn.Module, src: Tensor, tgt: Tensor) -> float:
+    """|loss difference| of the two models in eval mode (dropout off) on one batch."""
+    ours.eval()
+    theirs.eval()
+    with torch.no_grad():
+        diff = abs(loss_of(ours, src, tgt).item() - loss_of(theirs, src, tgt).item())
+    ours.train()
+    theirs.train()
+    return diff
+
+
+def profile_step(step: Callable[[], None], rows: int = 12) -> str:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            step()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, Any]]:
+    ours, theirs = make_models()
+    src, tgt = make_batch(padded)
+    loss_diff = check_same_model(ours, theirs, src, tgt)
+    steps = {
+        "attnlab": train_step(ours, adam(ours), src, tgt),
+        "torch": train_step(theirs, adam(theirs), src, tgt),
+    }
+    samples = interleaved(steps, plan.reps, plan.warmup)
+    tokens = src.numel() + tgt.numel() - BATCH  # the target's last token is only a label
+    real = int((src != PAD_ID).sum() + (tgt[:, :-1] != PAD_ID).sum())
+    rate = {name: tokens / statistics.median(s) for name, s in samples.items()}
+    best = {name: tokens / min(s) for name, s in samples.items()}
+    ratio = rate["attnlab"] / rate["torch"]
+    text, ok = check_target(ratio, None if padded else TARGET_TOKENS, higher_is_better=True)
+    details: dict[str, Any] = {
+        "tokens_per_step": tokens,
+        "real_tokens_per_step": real,
+        "pad_fraction": 1 - real / tokens,
+        "eval_loss_abs_diff": loss_diff,
+        "attnlab": summary(samples["attnlab"]),
+        "torch": summary(samples["torch"]),
+    }
+    if show_profile:
+        for name, step in steps.items():
+            print(f"\nprofile, {name}, {'padded' if padded else 'unpadded'} (3 steps):")
+            print(profile_step(step))
+    row = Row(
+        key="train_padded" if padded else "train",
+        label=f"train step tokens/s{' (20% padding, info)' if padded else ''}",
+        unit="tok/s",
+        attnlab=rate["attnlab"],
+        attnlab_best=best["attnlab"],
+        baseline_name="torch.nn.Transformer",
+        baseline=rate["torch"],
+        baseline_best=best["torch"],
+        ratio=ratio,
+        ratio_best=best["attnlab"] / best["torch"],
+        target=text,
+        passed=ok,
+        details=details,
+    )
+    return row, samples
+
+
+def utilisation_rows(samples: dict[str, list[float]], gemm: dict[str, Any]) -> list[Row]:
+    """Model FLOP utilisation of each model: analytic FLOP/s over the measured GEMM rate."""
+    flops = step_flops(LENGTH, LENGTH, BATCH)["training_step"]
+    rows = []
+    for name in ("attnlab", "torch"):
+        med = flops / statistics.median(samples[name]) / 1e9
+        top = flops / min(samples[name]) / 1e9
+        rows.append(
+            Row(
+                key=f"mfu_{name}",
+                label=f"model FLOP utilisation ({name}, info)",
+                unit="GFLOP/s",
+                attnlab=med,
+                attnlab_best=top,
+                baseline_name=f"fp32 GEMM (mm {GEMM_N})",
+                baseline=gemm["median_gflops"],
+                baseline_best=gemm["peak_gflops"],
+                ratio=med / gemm["median_gflops"],
+                ratio_best=top / gemm["peak_gflops"],
+                details={"step_flops": step_flops(LENGTH, LENGTH, BATCH)},
+            )
+        )
+    return rows
+
+
+def measure_gemm(plan: Plan, before: list[float], after: list[float]) -> dict[str, Any]:
+    flops = 2 * GEMM_N**3
+    both = before + after
+    return {
+        "n": GEMM_N,
+        "flops": flops,
+        "peak_gflops": flops / min(both) / 1e9,
+        "median_gflops": flops / statistics.median(both) / 1e9,
+        "before": summary(before),
+        "after": summary(after),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few repetitions (smoke run)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
+    parser.add_argument(
+        "--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads"
+    )
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler tables")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # torch's notes about its nested-tensor fast path (taken by the eval-mode check) are noise.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.nn\.modules\.")
+    torch.set_num_threads(args.threads)
+    plan = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    print(
+        f"attnlab {attnlab.__version__} vs torch {torch.__version__}; threads={args.threads}; "
+        f"cpu: {cpu_model()}; {'quick' if args.quick else 'full'} run",
+        flush=True,
+    )
+    before = gemm_times(GEMM_N, plan.gemm_reps, SEED)
+    row, samples = bench(plan, padded=False, show_profile=args.profile)
+    padded_row, _ = bench(plan, padded=True, show_profile=False)
+    gemm = measure_gemm(plan, before, gemm_times(GEMM_N, plan.gemm_reps, SEED))
+    rows = [row, padded_row, *utilisation_rows(samples, gemm)]
+    wall = time.perf_counter() - started
+
+    print()
+    print_table(rows)
+    print()
+    for r in rows[:2]:
+        print(
+            f"{r.label}: padding {r.details['pad_fraction']:.1%}; |loss attnlab - loss torch| "
+            f"in eval mode {r.details['eval_loss_abs_diff']:.2e}"
+        )
+    print(
+        f"GEMM peak {gemm['peak_gflops']:.0f} GFLOP/s (median {gemm['median_gflops']:.0f}); "
+        f"a training step is {step_flops(LENGTH, LENGTH, BATCH)['training_step'] / 1e9:.1f} "
+        f"GFLOP (analytic)"
+    )
+    targets = [r for r in rows if r.passed is not None]
+    failed = [r for r in targets if not r.passed]
+    print(f"targets met: {len(targets) - len(failed)}/{len(targets)}; wall time {wall:.1f} s")
+
+    report = {
+        "benchmark": "model",
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "torch_version": torch.__version__,
+        "attnlab_version": attnlab.__version__,
+        "python_version": platform.python_version(),
+        "threads": args.threads,
+        "cpu": {"model": cpu_model(), "machine": platform.machine()},
+        "plan": asdict(plan),
+        "dims": {
+            "vocab": VOCAB,
+            "d_model": D_MODEL,
+            "num_heads": NUM_HEADS,
+            "layers": NUM_LAYERS,
+            "d_ff": D_FF,
+            "dropout": DROPOUT,
+            "batch": BATCH,
+            "length": LENGTH,
+        },
+        "gemm": gemm,
+        "wall_time_s": wall,
+        "all_targets_met": not failed,
+        "measurements": [asdict(r) for r in rows],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 1 if args.check and failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
