@@ -145,7 +145,8 @@ def test_sentence_embeddings_match_sentence_transformers(st_model, model, batch)
         ours = model.embed_sentences(ids, mask)
     assert ours.shape == expected.shape == (len(SENTENCES), 384)
     diff = (ours - expected).abs().max().item()
-    # Measured: max abs diff 4.5e-7 (torch 2.13 CPU, sentence-transformers 6.2, 2 threads).
+    # Measured: max abs diff 1.6e-7 (torch 2.13 CPU, transformers 5.24, sentence-transformers 6.2,
+    # 2 threads); cosine similarities 2.1e-7; norms within 6e-8 of 1.
     assert diff <= ATOL, f"max abs diff {diff:.3g}"
 
     # Unit norm (normalize=True, as the model's Normalize module).
@@ -166,14 +167,16 @@ def test_pooling_without_normalize_is_the_masked_mean(model, hf_model, batch) ->
     hidden = _hf_run(hf_model, ids, mask).last_hidden_state
     weights = mask.unsqueeze(-1).float()
     expected = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+    # Measured: 1.0e-6.
     assert (pooled - expected).abs().max().item() <= ATOL
 
 
 def test_truncation_past_max_seq_length_matches(st_model, model, tokenizer) -> None:
     """A text longer than 256 tokens: both sides cut it at the same place."""
-    text = " ".join(f"word{i} and more" for i in range(120))  # ~480 word pieces
+    text = " ".join(f"word{i} and more" for i in range(120))
     texts = [text, "short"]
     encodings = tokenizer.encode_batch(texts)
+    assert encodings[0].overflowing  # really cut
     ids = torch.tensor([e.ids for e in encodings])
     mask = torch.tensor([e.attention_mask for e in encodings])
     assert ids.shape == (2, 256)
@@ -182,6 +185,7 @@ def test_truncation_past_max_seq_length_matches(st_model, model, tokenizer) -> N
     expected = st_model.encode(texts, convert_to_tensor=True)
     with torch.no_grad():
         ours = model.embed_sentences(ids, mask)
+    # Measured: 1.6e-7.
     assert (ours - expected).abs().max().item() <= ATOL
 
 
@@ -195,7 +199,7 @@ def test_hidden_states_match_bert_model(model, hf_model, batch) -> None:
         ours = model(ids, mask)
     real = mask.bool()
     assert ours.shape == expected.shape
-    # Measured: 1.9e-6 at real tokens.
+    # Measured: 3.2e-6 at real tokens.
     assert (ours[real] - expected[real]).abs().max().item() <= ATOL
     # Padded positions (which no one should read) attend to the real keys in both, so they
     # agree too, though less tightly: measured 5.9e-5.
@@ -236,8 +240,9 @@ def test_sentence_pairs_with_token_types_match_bert_model(
         ours = model(ids, mask, token_type_ids=types)
         untyped = model(ids, mask)
     real = mask.bool()
+    # Measured: 4.1e-6.
     assert (ours[real] - expected[real]).abs().max().item() <= ATOL
-    # The token types are used: ignoring them changes the second segment by far more than ATOL.
+    # The token types are used: ignoring them changes the second segment (measured: by 0.28).
     second = real & (types == 1)
     assert (untyped[second] - ours[second]).abs().max().item() > 1e-2
 
@@ -263,7 +268,7 @@ def test_attention_weights_match_bert_model(model, hf_model, batch) -> None:
         assert bool((w_ours[pad_keys] == 0).all()), layer
         sums = w_ours.sum(dim=-1)
         assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5, rtol=0), layer
-    # Measured: 7e-7.
+    # Measured: 2.6e-6.
     assert worst <= ATOL
 
 
@@ -281,7 +286,7 @@ def test_padding_does_not_leak(model, batch, tokenizer) -> None:
             assert torch.equal(alone[0], ids[i, :n])
             single = model.embed_sentences(alone)
             worst = max(worst, (single[0] - batched[i]).abs().max().item())
-    # Measured: 3e-7.
+    # Measured: 1.9e-7.
     assert worst <= 1e-6
 
 
@@ -292,6 +297,7 @@ def test_padding_content_is_ignored(model, batch) -> None:
     with torch.no_grad():
         clean = model.embed_sentences(ids, mask)
         dirty = model.embed_sentences(garbage, mask)
+    # Measured: 0.0 (masked keys get weight exactly 0, masked rows are not pooled).
     assert (clean - dirty).abs().max().item() <= 1e-6
 
 
@@ -452,30 +458,42 @@ def test_wrong_shape_is_named(tmp_path, bert_state, name) -> None:
     assert str(path) in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(RuntimeError, AssertionError),
-    reason="src bug: a wrong-shaped key/value projection is reported under the query's name, "
-    "or as a bare torch.cat RuntimeError naming neither file nor key",
-)
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "columns"])
 def test_wrong_shape_of_key_projection_is_named(tmp_path, bert_state, rows) -> None:
     name = "encoder.layer.1.attention.self.key.weight"
     weight = bert_state[name]
     state = {**bert_state, name: weight[:-1] if rows else weight[:, :-1]}
     directory, _ = _write_weights(tmp_path, state)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=f"{name}: shape") as info:
         load_bert(directory)
-    assert name in str(info.value)
+    assert "query" not in str(info.value)
 
 
-@pytest.mark.parametrize("keep", [0, 7, 1000, 90_000_000], ids=["empty", "header", "cut", "end"])
+def test_integer_weight_is_refused(tmp_path, bert_state) -> None:
+    name = "encoder.layer.0.output.dense.bias"
+    state = {**bert_state, name: bert_state[name].long()}
+    directory, path = _write_weights(tmp_path, state)
+    with pytest.raises(ValueError, match=f"{name}: dtype torch.int64, expected floating") as info:
+        load_bert(directory)
+    assert str(path) in str(info.value)
+
+
+def test_weight_with_and_without_prefix_is_refused(tmp_path, bert_state) -> None:
+    name = "encoder.layer.0.output.dense.bias"
+    state = {**bert_state, f"bert.{name}": torch.zeros_like(bert_state[name])}
+    directory, path = _write_weights(tmp_path, state)
+    with pytest.raises(ValueError, match=r"both with and without the 'bert\.' prefix") as info:
+        load_bert(directory)
+    assert name in str(info.value) and str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("keep", [0, 7, 1000, -1], ids=["empty", "header", "cut", "last-byte"])
 def test_truncated_weights_are_named(tmp_path, keep) -> None:
     directory = _copy(tmp_path)
     path = directory / "model.safetensors"
     data = path.read_bytes()
-    assert len(data) > keep
     path.write_bytes(data[:keep])
+    assert path.stat().st_size < len(data)
     with pytest.raises(ValueError, match="not a readable safetensors file") as info:
         load_bert(directory)
     assert str(path) in str(info.value)

@@ -137,7 +137,17 @@ def load_bert(
         stored = load_file(weights_path)
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{weights_path}: not a readable safetensors file: {e}") from None
+    names = [k.removeprefix("bert.") for k in stored]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(
+            f"{weights_path}: weights stored both with and without the 'bert.' prefix: "
+            f"{duplicates[:5]}"
+        )
     stored = {k.removeprefix("bert."): v for k, v in stored.items()}
+    for name, tensor in stored.items():
+        if not tensor.dtype.is_floating_point and name not in _IGNORED_NAMES:
+            raise ValueError(f"{weights_path}: {name}: dtype {tensor.dtype}, expected floating")
 
     model = TransformerEncoder(config)
     state = model.state_dict()
@@ -148,13 +158,18 @@ def load_bert(
         missing = [p for p in parts if p not in stored]
         if missing:
             raise ValueError(f"{weights_path}: missing weight {missing[0]!r}")
-        tensor = torch.cat([stored[p] for p in parts]) if len(parts) > 1 else stored[parts[0]]
-        if tensor.shape != state[ours].shape:
-            raise ValueError(
-                f"{weights_path}: {parts[0]}: shape {tuple(tensor.shape)}, but config.json "
-                f"implies {tuple(state[ours].shape)}"
-            )
-        converted[ours] = tensor
+        expected = state[ours].shape
+        if len(parts) > 1:  # query, key, value: each a third of the fused projection's rows
+            expected = (expected[0] // len(parts), *expected[1:])
+        for part in parts:
+            if stored[part].shape != expected:
+                raise ValueError(
+                    f"{weights_path}: {part}: shape {tuple(stored[part].shape)}, but config.json "
+                    f"implies {tuple(expected)}"
+                )
+        converted[ours] = (
+            torch.cat([stored[p] for p in parts]) if len(parts) > 1 else stored[parts[0]]
+        )
         used.update(parts)
     unknown = [
         k
