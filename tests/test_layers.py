@@ -131,8 +131,8 @@ def test_encoder_layer_matches_torch(norm_first: bool, activation: str, batch_fi
     assert not ours.training and ours.norm_first is norm_first
     x = torch.randn(B, S, D)
     real = lengths_real(SRC_LENGTHS, S)
-    # With grad enabled torch takes its Python path; under no_grad (eval) its fused kernel.
-    # A single layer computes every position in both, so all positions are compared.
+    # With grad enabled torch takes its Python path; under no_grad (eval, batch_first) its fused
+    # kernel. A single layer computes every position in both, so all positions are compared.
     expected = seq_first(ref(seq_first(x, batch_first), src_key_padding_mask=~real), batch_first)
     with torch.no_grad():
         fused = seq_first(

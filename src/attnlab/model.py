@@ -280,8 +280,7 @@ def count_parameters(config: TransformerConfig, model_type: str = "transformer")
     paper's figure is rounded, and the exact vocabulary and bias use are not stated.
     """
     _check_model_type(model_type)
-    if not isinstance(config, TransformerConfig):
-        raise TypeError(f"config: expected a TransformerConfig, got {type(config).__name__}")
+    _check_config(config, _MODEL_TYPES[model_type])
     d, d_ff = config.d_model, config.d_ff
     bias = int(config.bias)
     kv = (config.num_kv_heads or config.num_heads) * config.head_dim
@@ -297,11 +296,12 @@ def count_parameters(config: TransformerConfig, model_type: str = "transformer")
     if model_type == "encoder":
         layers = config.num_encoder_layers * (attention + ffn + 2 * norm)
         return embeddings(config.vocab_size, config.type_vocab_size) + layers + final_norm
-    target = config.target_vocab_size
-    head = 0 if config.tie_output else target * d
     if model_type == "lm":
+        head = 0 if config.tie_output else config.vocab_size * d
         layers = config.num_decoder_layers * (attention + ffn + 2 * norm)
         return embeddings(config.vocab_size) + layers + final_norm + head
+    target = config.target_vocab_size
+    head = 0 if config.tie_output else target * d
     source = embeddings(config.vocab_size)
     tgt = embeddings(target)
     if config.share_embeddings:  # the token matrix is counted once
@@ -473,11 +473,18 @@ def _atomic_write(path: Path, write: Any) -> None:
     os.close(handle)
     try:
         write(temp)
+        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give what open() would
         os.replace(temp, path)
     except BaseException:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_config(directory: str | os.PathLike) -> tuple[str, TransformerConfig]:
@@ -520,6 +527,9 @@ def _load_weights(model: nn.Module, path: Path) -> None:
         stored = load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{path}: not a readable safetensors file (truncated?): {e}") from None
+    dtypes = {t.dtype for t in stored.values() if t.dtype.is_floating_point}
+    if len(dtypes) == 1:  # build in the precision it was saved in (a float64 model stays one)
+        model.to(dtypes.pop())
     expected = _unique_state(model)
     missing = [k for k in expected if k not in stored]
     unknown = [k for k in stored if k not in expected]
@@ -550,6 +560,7 @@ class _Pretrained(nn.Module):
     """save_pretrained / from_pretrained, shared by the three models."""
 
     model_type: ClassVar[str]
+    uses_layers: ClassVar[tuple[str, ...]]  # the config's layer counts the model builds
     config: TransformerConfig
 
     def num_parameters(self) -> int:
@@ -582,7 +593,8 @@ class _Pretrained(nn.Module):
         *,
         device: torch.device | str | None = None,
     ) -> _Pretrained:
-        """Load a model written by :meth:`save_pretrained`, in eval mode.
+        """Load a model written by :meth:`save_pretrained`, in eval mode, in the precision its
+        weights were saved in, on ``device`` (default CPU).
 
         Errors name the file and, for weights, the key: a missing or truncated file, another
         model type, unknown or missing weights, wrong shapes.
@@ -616,13 +628,20 @@ class _Pretrained(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
 
 
-def _check_config(config: object, cls: type, needs: tuple[str, ...]) -> TransformerConfig:
+def _check_config(config: object, cls: type[_Pretrained]) -> TransformerConfig:
+    """Validate ``config`` for building ``cls``: the layers it uses exist, and a single-stack
+    model has one vocabulary."""
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"config: expected a TransformerConfig, got {type(config).__name__}")
     config.validate()
-    for name in needs:
+    for name in cls.uses_layers:
         if getattr(config, name) < 1:
             raise ValueError(f"{name}: {cls.__name__} needs at least one layer, got 0")
+    if cls.model_type != "transformer" and config.tgt_vocab_size not in (None, config.vocab_size):
+        raise ValueError(
+            f"tgt_vocab_size: {cls.__name__} has one vocabulary (vocab_size={config.vocab_size}); "
+            f"leave tgt_vocab_size None, got {config.tgt_vocab_size}"
+        )
     return config
 
 
@@ -644,12 +663,11 @@ class Transformer(_Pretrained):
     """
 
     model_type = "transformer"
+    uses_layers = ("num_encoder_layers", "num_decoder_layers")
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.config = _check_config(
-            config, type(self), ("num_encoder_layers", "num_decoder_layers")
-        )
+        self.config = _check_config(config, type(self))
         c = config
         options = _layer_options(c)
         self.src_embed = Embeddings(c, c.vocab_size, name="src_ids")
@@ -739,10 +757,11 @@ class TransformerLM(_Pretrained):
     """
 
     model_type = "lm"
+    uses_layers = ("num_decoder_layers",)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.config = _check_config(config, type(self), ("num_decoder_layers",))
+        self.config = _check_config(config, type(self))
         c = config
         self.embed = Embeddings(c, c.vocab_size, name="ids")
         self.decoder = Decoder(
@@ -789,10 +808,11 @@ class TransformerEncoder(_Pretrained):
     """
 
     model_type = "encoder"
+    uses_layers = ("num_encoder_layers",)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.config = _check_config(config, type(self), ("num_encoder_layers",))
+        self.config = _check_config(config, type(self))
         c = config
         self.embed = Embeddings(c, c.vocab_size, token_types=c.type_vocab_size, name="input_ids")
         self.encoder = Encoder(
