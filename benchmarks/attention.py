@@ -53,19 +53,16 @@ exit code is 0 unless ``--check`` is given and a target is missed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import math
-import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +75,11 @@ import attnlab
 from attnlab.masks import key_mask, padding_mask
 from common import (
     Row,
+    base_parser,
     check_target,
     cpu_model,
+    finish,
+    gemm_summary,
     gemm_times,
     interleaved,
     ops_in,
@@ -292,7 +292,6 @@ def sdpa_inputs(n: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def bench_throughput(plan: Plan) -> tuple[list[Row], dict[str, Any]]:
-    gemm_flops = 2 * plan.gemm_n**3
     before = gemm_times(plan.gemm_n, plan.gemm_reps, SEED)
     timed: dict[int, dict[str, list[float]]] = {}
     for n in plan.sdpa_ns:
@@ -318,16 +317,8 @@ def bench_throughput(plan: Plan) -> tuple[list[Row], dict[str, Any]]:
         timed[n] = interleaved(fns, plan.sdpa_reps[n], plan.warmup, block=3)
         del q, k, v
     after = gemm_times(plan.gemm_n, plan.gemm_reps, SEED)
-    gemm_all = before + after
-    peak = gemm_flops / min(gemm_all) / 1e9
-    gemm = {
-        "n": plan.gemm_n,
-        "flops": gemm_flops,
-        "peak_gflops": peak,
-        "median_gflops": gemm_flops / statistics.median(gemm_all) / 1e9,
-        "before": summary(before),
-        "after": summary(after),
-    }
+    gemm = gemm_summary(plan.gemm_n, before, after)
+    peak = gemm["peak_gflops"]
 
     q, k, v = sdpa_inputs(256)
     with torch.inference_mode():
@@ -526,13 +517,7 @@ def bench_memory(plan: Plan, threads: int, method: str) -> Row:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions, smaller n")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
-    parser.add_argument(
-        "--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads"
-    )
-    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser = base_parser(__doc__, DEFAULT_OUT, "fewer repetitions, smaller n")
     parser.add_argument(
         "--mem-method",
         choices=("profiler", "rss"),
@@ -590,34 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         f"GEMM peak {gemm['peak_gflops']:.0f} GFLOP/s (mm {gemm['n']}, best of "
         f"{gemm['before']['reps'] + gemm['after']['reps']}; median {gemm['median_gflops']:.0f})"
     )
-    targets = [r for r in rows if r.passed is not None]
-    failed = [r for r in targets if not r.passed]
-    print(f"targets met: {len(targets) - len(failed)}/{len(targets)}; wall time {wall:.1f} s")
-
-    report = {
-        "benchmark": "attention",
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "quick": args.quick,
-        "torch_version": torch.__version__,
-        "attnlab_version": attnlab.__version__,
-        "python_version": platform.python_version(),
-        "threads": args.threads,
-        "cpu": {
-            "model": cpu_model(),
-            "processor": platform.processor(),
-            "machine": platform.machine(),
-            "logical_cpus": os.cpu_count(),
-        },
-        "plan": asdict(plan),
-        "gemm": gemm,
-        "wall_time_s": wall,
-        "all_targets_met": not failed,
-        "measurements": [asdict(r) for r in rows],
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 1 if args.check and failed else 0
+    return finish("attention", args, plan, rows, wall, {"gemm": gemm})
 
 
 if __name__ == "__main__":

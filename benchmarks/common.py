@@ -6,18 +6,25 @@ absolute times on a shared machine mean little.
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import gc
+import json
+import os
 import platform
 import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+import attnlab
 
 
 @dataclass
@@ -206,3 +213,69 @@ def print_table(rows: list[Row]) -> None:
     print("-" * len(line))
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def gemm_summary(n: int, before: list[float], after: list[float]) -> dict[str, Any]:
+    """The GEMM rate from ``gemm_times`` samples taken before and after the measurements: the
+    peak (best sample) and the median rate, in GFLOP/s."""
+    flops = 2 * n**3
+    both = before + after
+    return {
+        "n": n,
+        "flops": flops,
+        "peak_gflops": flops / min(both) / 1e9,
+        "median_gflops": flops / statistics.median(both) / 1e9,
+        "before": summary(before),
+        "after": summary(after),
+    }
+
+
+def finish(
+    benchmark: str,
+    args: Any,
+    plan: Any,
+    rows: list[Row],
+    wall: float,
+    extra: dict[str, Any],
+) -> int:
+    """Print the targets line, write the JSON report to ``args.out``, return the exit code
+    (1 only with ``args.check`` and a missed target)."""
+    targets = [r for r in rows if r.passed is not None]
+    failed = [r for r in targets if not r.passed]
+    print(f"targets met: {len(targets) - len(failed)}/{len(targets)}; wall time {wall:.1f} s")
+    report = {
+        "benchmark": benchmark,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "torch_version": torch.__version__,
+        "attnlab_version": attnlab.__version__,
+        "python_version": platform.python_version(),
+        "threads": args.threads,
+        "cpu": {
+            "model": cpu_model(),
+            "processor": platform.processor(),
+            "machine": platform.machine(),
+            "logical_cpus": os.cpu_count(),
+        },
+        "plan": asdict(plan),
+        **extra,
+        "wall_time_s": wall,
+        "all_targets_met": not failed,
+        "measurements": [asdict(r) for r in rows],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 1 if args.check and failed else 0
+
+
+def base_parser(doc: str, default_out: Path, quick_help: str) -> argparse.ArgumentParser:
+    """The options every benchmark script has: --quick, --out, --threads, --check."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", type=Path, default=default_out, help="JSON output path")
+    parser.add_argument(
+        "--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads"
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    return parser

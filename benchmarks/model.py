@@ -40,16 +40,12 @@ It prints a table and writes JSON (default ``benchmarks/results/model.json``); t
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import os
-import platform
 import statistics
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +56,18 @@ from torch.profiler import ProfilerActivity, profile
 
 import attnlab
 from attnlab.layers import Decoder, Encoder
-from common import Row, check_target, cpu_model, gemm_times, interleaved, print_table, summary
+from common import (
+    Row,
+    base_parser,
+    check_target,
+    cpu_model,
+    finish,
+    gemm_summary,
+    gemm_times,
+    interleaved,
+    print_table,
+    summary,
+)
 
 VOCAB = 8000
 D_MODEL = 256
@@ -317,28 +324,9 @@ def utilisation_rows(samples: dict[str, list[float]], gemm: dict[str, Any]) -> l
     return rows
 
 
-def measure_gemm(plan: Plan, before: list[float], after: list[float]) -> dict[str, Any]:
-    flops = 2 * GEMM_N**3
-    both = before + after
-    return {
-        "n": GEMM_N,
-        "flops": flops,
-        "peak_gflops": flops / min(both) / 1e9,
-        "median_gflops": flops / statistics.median(both) / 1e9,
-        "before": summary(before),
-        "after": summary(after),
-    }
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few repetitions (smoke run)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
-    parser.add_argument(
-        "--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads"
-    )
+    parser = base_parser(__doc__, DEFAULT_OUT, "a few repetitions (smoke run)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler tables")
-    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     return parser.parse_args(argv)
 
 
@@ -357,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     before = gemm_times(GEMM_N, plan.gemm_reps, SEED)
     row, samples = bench(plan, padded=False, show_profile=args.profile)
     padded_row, _ = bench(plan, padded=True, show_profile=False)
-    gemm = measure_gemm(plan, before, gemm_times(GEMM_N, plan.gemm_reps, SEED))
+    gemm = gemm_summary(GEMM_N, before, gemm_times(GEMM_N, plan.gemm_reps, SEED))
     rows = [row, padded_row, *utilisation_rows(samples, gemm)]
     wall = time.perf_counter() - started
 
@@ -374,39 +362,17 @@ def main(argv: list[str] | None = None) -> int:
         f"a training step is {step_flops(LENGTH, LENGTH, BATCH)['training_step'] / 1e9:.1f} "
         f"GFLOP (analytic)"
     )
-    targets = [r for r in rows if r.passed is not None]
-    failed = [r for r in targets if not r.passed]
-    print(f"targets met: {len(targets) - len(failed)}/{len(targets)}; wall time {wall:.1f} s")
-
-    report = {
-        "benchmark": "model",
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "quick": args.quick,
-        "torch_version": torch.__version__,
-        "attnlab_version": attnlab.__version__,
-        "python_version": platform.python_version(),
-        "threads": args.threads,
-        "cpu": {"model": cpu_model(), "machine": platform.machine()},
-        "plan": asdict(plan),
-        "dims": {
-            "vocab": VOCAB,
-            "d_model": D_MODEL,
-            "num_heads": NUM_HEADS,
-            "layers": NUM_LAYERS,
-            "d_ff": D_FF,
-            "dropout": DROPOUT,
-            "batch": BATCH,
-            "length": LENGTH,
-        },
-        "gemm": gemm,
-        "wall_time_s": wall,
-        "all_targets_met": not failed,
-        "measurements": [asdict(r) for r in rows],
+    dims = {
+        "vocab": VOCAB,
+        "d_model": D_MODEL,
+        "num_heads": NUM_HEADS,
+        "layers": NUM_LAYERS,
+        "d_ff": D_FF,
+        "dropout": DROPOUT,
+        "batch": BATCH,
+        "length": LENGTH,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 1 if args.check and failed else 0
+    return finish("model", args, plan, rows, wall, {"dims": dims, "gemm": gemm})
 
 
 if __name__ == "__main__":

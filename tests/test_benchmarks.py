@@ -14,16 +14,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_attention_benchmark_quick_run(tmp_path: Path) -> None:
-    out = tmp_path / "attention.json"
+def run_quick(script: str, tmp_path: Path) -> tuple[dict, str]:
+    """Run ``benchmarks/<script>.py --quick``; its JSON report and what it printed."""
+    out = tmp_path / f"{script}.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "attention.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text()), done.stdout
+
+
+def test_attention_benchmark_quick_run(tmp_path: Path) -> None:
+    report, printed = run_quick("attention", tmp_path)
     assert report["quick"] is True
     assert report["gemm"]["peak_gflops"] > 0
     keys = {m["key"] for m in report["measurements"]}
@@ -38,19 +43,11 @@ def test_attention_benchmark_quick_run(tmp_path: Path) -> None:
     # The flash path never materialises the n x n scores: far below the naive peak.
     memory = next(m for m in report["measurements"] if m["key"].startswith("mem"))
     assert memory["ratio"] < 0.1
-    assert "ratio" in done.stdout
+    assert "ratio" in printed
 
 
 def test_model_benchmark_quick_run(tmp_path: Path) -> None:
-    out = tmp_path / "model.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "model.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(out.read_text())
+    report, printed = run_quick("model", tmp_path)
     assert report["quick"] is True
     rows = {m["key"]: m for m in report["measurements"]}
     assert set(rows) == {"train", "train_padded", "mfu_attnlab", "mfu_torch"}
@@ -71,4 +68,4 @@ def test_model_benchmark_quick_run(tmp_path: Path) -> None:
     assert flops["decoder"] == 2 * batch * decoder
     assert flops["logits"] == 2 * batch * n * d * vocab
     assert flops["training_step"] == 3 * (flops["encoder"] + flops["decoder"] + flops["logits"])
-    assert "ratio" in done.stdout
+    assert "ratio" in printed

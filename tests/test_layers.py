@@ -789,13 +789,13 @@ BAD = [
         "encoder-from-layer",
         lambda: Encoder.from_torch(nn.TransformerEncoderLayer(D, H, FF)),
         TypeError,
-        r"^encoder: expected torch.nn.TransformerEncoder, got TransformerEncoderLayer",
+        r"^stack: expected torch.nn.TransformerEncoder, got TransformerEncoderLayer",
     ),
     (
         "decoder-from-transformer",
         lambda: Decoder.from_torch(quietly(nn.Transformer, D, H, 1, 1, FF)),
         TypeError,
-        r"^decoder: expected torch.nn.TransformerDecoder, got Transformer",
+        r"^stack: expected torch.nn.TransformerDecoder, got Transformer",
     ),
     (
         "from_torch-silu",
@@ -832,5 +832,5 @@ def test_bad_arguments_raise_naming_the_argument(call, exc, pattern):
 def test_from_torch_stack_with_differing_layers_is_refused():
     ref = quietly(nn.TransformerEncoder, nn.TransformerEncoderLayer(D, H, FF), 2)
     ref.layers[1] = nn.TransformerEncoderLayer(D, H, FF, activation="gelu")
-    with pytest.raises(ValueError, match=r"^layers: the torch stack's layers differ"):
+    with pytest.raises(ValueError, match=r"^stack: the torch stack's layers differ"):
         Encoder.from_torch(ref)

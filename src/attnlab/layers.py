@@ -464,19 +464,11 @@ def _copy_torch_layer(
             getattr(new, mine).load_state_dict(getattr(layer, theirs).state_dict())
 
 
-class Encoder(nn.Module):
-    """A stack of :class:`EncoderLayer` (Vaswani et al. 2017, sec. 3.1: N = 6 in the paper).
+class _Stack(nn.Module):
+    """N identical layers and an optional final LayerNorm; what Encoder and Decoder share."""
 
-    Args:
-        num_layers: N.
-        d_model, num_heads, d_ff, **layer_options: as :class:`EncoderLayer`; every layer gets
-            the same options (a ``positional`` module is shared, it holds no weights).
-        final_norm: a LayerNorm after the last layer; default ``norm_first`` (pre-LN needs it,
-            post-LN already ends in one). torch.nn.Transformer always has it.
-
-    Shape: ``forward(x (B, T, d_model)) -> (out (B, T, d_model), [weights (B, H, T, T)] * N or
-    None)``.
-    """
+    layer_class: type[_Block]
+    torch_class: type[nn.Module]
 
     def __init__(
         self,
@@ -490,14 +482,63 @@ class Encoder(nn.Module):
     ) -> None:
         super().__init__()
         check_positive_int(num_layers, "num_layers")
+        layer = self.layer_class
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, **layer_options) for _ in range(num_layers)
+            layer(d_model, num_heads, d_ff, **layer_options) for _ in range(num_layers)
         )
         first = self.layers[0]
         if final_norm is None:
             final_norm = first.norm_first
         factory = {"device": first.norm1.weight.device, "dtype": first.norm1.weight.dtype}
         self.norm = first._norm(d_model, factory) if final_norm else None
+
+    @classmethod
+    def from_torch(cls, stack: nn.Module) -> _Stack:
+        """Weight-exact copy of the torch stack (``torch.nn.TransformerEncoder`` for
+        :class:`Encoder`, ``TransformerDecoder`` for :class:`Decoder`), its ``norm`` included;
+        batch-first, in the same train/eval mode."""
+        if not isinstance(stack, cls.torch_class):
+            raise TypeError(
+                f"stack: expected torch.nn.{cls.torch_class.__name__}, got {type(stack).__name__}"
+            )
+        kwargs = [_torch_layer_kwargs(layer) for layer in stack.layers]
+        for i, k in enumerate(kwargs):
+            differ = sorted(name for name in k if k[name] != kwargs[0][name])
+            if differ:
+                raise ValueError(
+                    f"stack: the torch stack's layers differ in their options: layer {i} has "
+                    f"other {differ} than layer 0 (attnlab stacks hold identical layers)"
+                )
+        norm = stack.norm
+        if norm is not None and not (isinstance(norm, nn.LayerNorm) and norm.bias is not None):
+            raise ValueError(f"norm: {norm!r} has no attnlab equivalent (LayerNorm with bias only)")
+        new = cls(len(kwargs), final_norm=norm is not None, **kwargs[0])
+        for mine, theirs in zip(new.layers, stack.layers, strict=True):
+            mine.load_state_dict(cls.layer_class.from_torch(theirs).state_dict())
+        if norm is not None:
+            new.norm.eps = norm.eps
+            new.norm.load_state_dict(norm.state_dict())
+        return new.train(stack.training)
+
+
+class Encoder(_Stack):
+    """A stack of :class:`EncoderLayer` (Vaswani et al. 2017, sec. 3.1: N = 6 in the paper).
+
+    Args:
+        num_layers: N.
+        d_model, num_heads, d_ff, **layer_options: as :class:`EncoderLayer`; every layer gets
+            the same options (a ``positional`` module is shared, it holds no weights).
+        final_norm: a LayerNorm after the last layer; default ``norm_first`` (pre-LN needs it,
+            post-LN already ends in one). torch.nn.Transformer always has it.
+
+    Shape: ``forward(x (B, T, d_model)) -> (out (B, T, d_model), [weights (B, H, T, T)] * N or
+    None)``.
+
+    ``Encoder.from_torch(torch.nn.TransformerEncoder)`` copies torch's stack exactly.
+    """
+
+    layer_class = EncoderLayer
+    torch_class = nn.TransformerEncoder
 
     def forward(
         self,
@@ -520,17 +561,8 @@ class Encoder(nn.Module):
             x = self.norm(x)
         return x, all_weights
 
-    @classmethod
-    def from_torch(cls, encoder: nn.TransformerEncoder) -> Encoder:
-        """Weight-exact copy of a ``torch.nn.TransformerEncoder`` (its ``norm`` included)."""
-        if not isinstance(encoder, nn.TransformerEncoder):
-            raise TypeError(
-                f"encoder: expected torch.nn.TransformerEncoder, got {type(encoder).__name__}"
-            )
-        return _stack_from(cls, EncoderLayer, encoder)
 
-
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """A stack of :class:`DecoderLayer` (Vaswani et al. 2017, sec. 3.1).
 
     Args: as :class:`Encoder`, with ``cross_attention`` among the layer options (False for a
@@ -538,28 +570,12 @@ class Decoder(nn.Module):
 
     Shape: ``forward(x (B, T, d_model), memory (B, S, d_model)) -> (out, self_weights,
     cross_weights)``, the weights being lists of N tensors, or None.
+
+    ``Decoder.from_torch(torch.nn.TransformerDecoder)`` copies torch's stack exactly.
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        *,
-        final_norm: bool | None = None,
-        **layer_options,
-    ) -> None:
-        super().__init__()
-        check_positive_int(num_layers, "num_layers")
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, **layer_options) for _ in range(num_layers)
-        )
-        first = self.layers[0]
-        if final_norm is None:
-            final_norm = first.norm_first
-        factory = {"device": first.norm1.weight.device, "dtype": first.norm1.weight.dtype}
-        self.norm = first._norm(d_model, factory) if final_norm else None
+    layer_class = DecoderLayer
+    torch_class = nn.TransformerDecoder
 
     def forward(
         self,
@@ -592,30 +608,3 @@ class Decoder(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return x, self_all, cross_all
-
-    @classmethod
-    def from_torch(cls, decoder: nn.TransformerDecoder) -> Decoder:
-        """Weight-exact copy of a ``torch.nn.TransformerDecoder`` (its ``norm`` included)."""
-        if not isinstance(decoder, nn.TransformerDecoder):
-            raise TypeError(
-                f"decoder: expected torch.nn.TransformerDecoder, got {type(decoder).__name__}"
-            )
-        return _stack_from(cls, DecoderLayer, decoder)
-
-
-def _stack_from(cls: type, layer_cls: type, torch_stack: nn.Module) -> nn.Module:
-    """``from_torch`` for a stack: the same layers, weight-exact, and its final norm if any."""
-    kwargs = [_torch_layer_kwargs(layer) for layer in torch_stack.layers]
-    if any(k != kwargs[0] for k in kwargs):
-        raise ValueError("layers: the torch stack's layers differ in their options")
-    norm = torch_stack.norm
-    if norm is not None and not (isinstance(norm, nn.LayerNorm) and norm.bias is not None):
-        raise ValueError(f"norm: {norm!r} has no attnlab equivalent (LayerNorm with bias only)")
-    stack = cls(len(kwargs), final_norm=norm is not None, **kwargs[0])
-    for mine, theirs in zip(stack.layers, torch_stack.layers, strict=True):
-        mine.load_state_dict(layer_cls.from_torch(theirs).state_dict())
-    if norm is not None:
-        if stack.norm.eps != norm.eps:
-            stack.norm.eps = norm.eps
-        stack.norm.load_state_dict(norm.state_dict())
-    return stack.train(torch_stack.training)

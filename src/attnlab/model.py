@@ -409,10 +409,9 @@ def _layer_options(config: TransformerConfig) -> dict[str, Any]:
     }
 
 
-def _padding_key_mask(ids: Tensor, pad_id: int) -> Tensor | None:
-    """``(B, 1, 1, T)`` key mask of the non-pad tokens, or None when nothing is padded (so that
-    attention keeps its unmasked fast path)."""
-    real = ids != pad_id
+def _key_mask_or_none(real: Tensor) -> Tensor | None:
+    """``(B, 1, 1, T)`` key mask of the real tokens ``real`` ``(B, T)``, or None when nothing is
+    padded (so that attention keeps its unmasked fast path)."""
     return None if bool(real.all()) else key_mask(real)
 
 
@@ -682,16 +681,21 @@ class Transformer(_Pretrained):
 
     def source_mask(self, src_ids: Tensor) -> Tensor | None:
         """``(B, 1, 1, S)`` key mask of the source's non-pad tokens, or None without padding."""
-        return _padding_key_mask(src_ids, self.config.pad_id)
+        return _key_mask_or_none(src_ids != self.config.pad_id)
 
     def encode(self, src_ids: Tensor) -> Tensor:
         """The encoder's output ("memory") ``(B, S, d_model)`` for source ids ``(B, S)``."""
-        memory, _ = self._encode(src_ids, need_weights=False)
+        memory, _, _ = self._encode(src_ids, need_weights=False)
         return memory
 
-    def _encode(self, src_ids: Tensor, need_weights: bool) -> tuple[Tensor, list[Tensor] | None]:
-        x = self.src_embed(src_ids)
-        return self.encoder(x, mask=self.source_mask(src_ids), need_weights=need_weights)
+    def _encode(
+        self, src_ids: Tensor, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None, list[Tensor] | None]:
+        """``(memory, source key mask, encoder weights)``."""
+        x = self.src_embed(src_ids)  # checks src_ids
+        mask = self.source_mask(src_ids)
+        memory, weights = self.encoder(x, mask=mask, need_weights=need_weights)
+        return memory, mask, weights
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         """Logits ``(B, T, target vocab)`` for target ids ``(B, T)`` given the memory.
@@ -730,19 +734,17 @@ class Transformer(_Pretrained):
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher-forced logits ``(B, T, target vocab)``."""
-        memory = self.encode(src_ids)
+        memory, mask, _ = self._encode(src_ids, need_weights=False)
         _check_same_batch(src_ids, tgt_ids)
-        return self.decode(tgt_ids, memory, self.source_mask(src_ids))
+        return self.decode(tgt_ids, memory, mask)
 
     @torch.no_grad()
     def attention(self, src_ids: Tensor, tgt_ids: Tensor) -> AttentionMaps:
         """The attention weights of every layer and head (for pictures): encoder self, decoder
         self and cross-attention, each ``(B, H, T_q, T_k)``."""
-        memory, encoder = self._encode(src_ids, need_weights=True)
+        memory, mask, encoder = self._encode(src_ids, need_weights=True)
         _check_same_batch(src_ids, tgt_ids)
-        _, decoder, cross = self._decode(
-            tgt_ids, memory, self.source_mask(src_ids), need_weights=True
-        )
+        _, decoder, cross = self._decode(tgt_ids, memory, mask, need_weights=True)
         return AttentionMaps(encoder=encoder, decoder=decoder, cross=cross)
 
 
@@ -850,8 +852,7 @@ class TransformerEncoder(_Pretrained):
     ) -> tuple[Tensor, Tensor, list[Tensor] | None]:
         real = self._attention_mask(input_ids, attention_mask)
         x = self.embed(input_ids, token_type_ids=token_type_ids)
-        mask = None if bool(real.all()) else key_mask(real)
-        x, weights = self.encoder(x, mask=mask, need_weights=need_weights)
+        x, weights = self.encoder(x, mask=_key_mask_or_none(real), need_weights=need_weights)
         return x, real, weights
 
     def forward(
