@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_positive_int
+from ._ops import dropout
 from .masks import causal_mask, check_attention_mask, combine_masks
 from .positional import ALiBi, AttentionPositional, RotaryEmbedding
 
@@ -117,8 +118,11 @@ def scaled_dot_product_attention(
             mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype, device=q.device
         )
 
+    # With dropout on CPU torch's SDPA takes its unfused math path (with bernoulli_ dropout);
+    # the explicit path computes the same with attnlab's faster dropout (see _ops.dropout).
+    explicit = return_weights or (dropout_p > 0.0 and q.device.type == "cpu")
     # torch's is_causal is aligned top-left; it agrees with ours only for square scores.
-    torch_causal = is_causal and mask is None and t_q == t_k and not return_weights
+    torch_causal = is_causal and mask is None and t_q == t_k and not explicit
     if is_causal and not torch_causal:
         mask = combine_masks(mask, causal_mask(t_q, t_k, device=q.device))
 
@@ -132,12 +136,12 @@ def scaled_dot_product_attention(
             keep_rows = has_key
             mask = mask | ~has_key if mask.dtype == torch.bool else mask.masked_fill(~has_key, 0.0)
 
-    if return_weights:
+    if explicit:
         out, weights = _attention_with_weights(q, k, v, mask, dropout_p, scale)
         if keep_rows is not None:
             out = out.masked_fill(~keep_rows, 0.0)
             weights = weights.masked_fill(~keep_rows, 0.0)
-        return out, weights
+        return (out, weights) if return_weights else out
 
     extra = {}
     if k.shape[1] != heads:
@@ -171,8 +175,7 @@ def _attention_with_weights(
         else:
             scores = scores + mask
     weights = torch.softmax(scores, dim=-1)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
+    weights = dropout(weights, dropout_p, training=True)  # the caller passes 0 in evaluation
     return torch.matmul(weights, v), weights  # (B, H, T_q, Dv)
 
 

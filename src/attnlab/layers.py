@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_positive_int
+from ._ops import dropout
 from .attention import MultiHeadAttention
 from .positional import AttentionPositional
 
@@ -106,7 +107,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
-        h = F.dropout(h, self.activation_dropout, self.training)
+        h = dropout(h, self.activation_dropout, self.training)
         return self.linear2(h)  # (..., d_model)
 
 
@@ -157,9 +158,9 @@ class _Block(nn.Module):
         """``x + Dropout(sublayer(...))`` with the LayerNorm before (pre-LN) or after (post-LN)."""
         if self.norm_first:
             out, weights = sublayer(norm(x))
-            return x + F.dropout(out, self.dropout, self.training), weights
+            return x + dropout(out, self.dropout, self.training), weights
         out, weights = sublayer(x)
-        return norm(x + F.dropout(out, self.dropout, self.training)), weights
+        return norm(x + dropout(out, self.dropout, self.training)), weights
 
     def _check_x(self, x: Tensor, name: str = "x") -> None:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._ops import dropout
 from .layers import ACTIVATIONS, Decoder, Encoder
 from .masks import key_mask
 from .positional import (
@@ -368,7 +369,7 @@ class Embeddings(nn.Module):
             raise ValueError("token_type_ids: this model has no token types (type_vocab_size=0)")
         if self.norm is not None:
             x = self.norm(x)
-        return F.dropout(x, self.dropout, self.training)
+        return dropout(x, self.dropout, self.training)
 
 
 def check_ids(ids: object, vocab_size: int, name: str) -> None:
