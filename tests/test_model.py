@@ -1119,3 +1119,61 @@ def test_a_float64_model_loads_back_in_float64(tmp_path: Path, model_type: str):
     assert {p.dtype for p in loaded.parameters()} == {torch.float64}
     with torch.no_grad():
         assert torch.equal(loaded(*inputs(model_type)), model(*inputs(model_type)))
+
+
+def test_whole_transformer_matches_torch_nn_transformer_with_the_same_embeddings():
+    """attnlab.Transformer with torch's stacks (from_torch) and torch's embedding matrix equals
+    nn.Embedding + sinusoidal encoding + nn.Transformer + tied nn.Linear: logits in eval mode
+    with padded sources and targets, and every gradient in training mode (dropout 0)."""
+    import math
+
+    from attnlab import Decoder, Encoder, SinusoidalPositionalEncoding
+
+    torch.manual_seed(0)
+    d, vocab = 32, 50
+    ref = nn.Transformer(d, 4, 2, 2, 64, dropout=0.0, batch_first=True)
+    embed = nn.Embedding(vocab, d)
+    position = SinusoidalPositionalEncoding(d)
+    config = TransformerConfig.preset(
+        "tiny", vocab_size=vocab, d_model=d, d_ff=64, dropout=0.0, max_len=64
+    )
+    ours = Transformer(config)
+    ours.encoder = Encoder.from_torch(ref.encoder)
+    ours.decoder = Decoder.from_torch(ref.decoder)
+    with torch.no_grad():
+        ours.src_embed.token.weight.copy_(embed.weight)
+
+    def reference(src: Tensor, tgt: Tensor) -> Tensor:
+        src_pad, tgt_pad = src == 0, tgt == 0  # torch: True = ignore
+        y = ref(
+            position(embed(src) * math.sqrt(d)),
+            position(embed(tgt) * math.sqrt(d)),
+            tgt_mask=torch.ones(tgt.shape[1], tgt.shape[1], dtype=torch.bool).triu(1),
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+        )
+        return F.linear(y, embed.weight)
+
+    src = token_ids(3, 9, seed=1, vocab=vocab)
+    tgt = token_ids(3, 7, seed=2, vocab=vocab)
+    src[1, 6:] = 0
+    tgt[2, 4:] = 0
+    real = tgt != 0
+    ours.train()
+    ref.train()
+    ours_logits, ref_logits = ours(src, tgt), reference(src, tgt)
+    torch.testing.assert_close(ours_logits[real], ref_logits[real], rtol=0, atol=1e-5)
+    loss = lambda logits: F.cross_entropy(logits[real], tgt[real])  # noqa: E731
+    loss(ours_logits).backward()
+    loss(ref_logits).backward()
+    grads = [(ours.src_embed.token.weight, embed.weight)]
+    for stack in ("encoder", "decoder"):
+        mine = dict(getattr(ours, stack).named_parameters())
+        for name, param in getattr(ref, stack).named_parameters():
+            name = name.replace("in_proj_", "in_proj.").replace("multihead_attn", "cross_attn")
+            grads.append((mine[name.replace("linear", "ff.linear")], param))
+    assert len(grads) == 1 + len(list(ref.parameters()))
+    for a, b in grads:
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=0)

@@ -11,7 +11,9 @@ forward and backward.
 Speed: without ``return_weights`` / ``need_weights`` the work goes to
 ``torch.nn.functional.scaled_dot_product_attention`` (on CPU its flash kernel, which never
 materialises the ``T_q x T_k`` score matrix); asking for the weights takes an explicit path that
-computes the same numbers and returns them.
+computes the same numbers and returns them. Attention dropout on CPU also takes the explicit
+path: torch's SDPA has no fused CPU kernel with dropout either (it falls back to its math path,
+which materialises the scores too), and attnlab's dropout draws its mask faster.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def scaled_dot_product_attention(
             broadcastable to ``(B, H, T_q, T_k)``.
         is_causal: also apply the look-ahead mask, aligned bottom-right: query ``i`` sees keys
             ``j <= i + T_k - T_q`` (see :func:`attnlab.masks.causal_mask`).
-        dropout_p: dropout on the attention weights (pass 0 in evaluation).
+        dropout_p: dropout on the attention weights (pass 0 in evaluation); on CPU it takes
+            the explicit path, with :func:`attnlab._ops.dropout`.
         scale: score scale; default ``1 / sqrt(Dh)`` (the paper's, T3).
         return_weights: also return the weights; uses the explicit path.
 
