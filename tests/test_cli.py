@@ -19,6 +19,10 @@ def test_demo_runs_and_reports_parity(capsys: pytest.CaptureFixture[str]) -> Non
     assert difference < 1e-5
     # The demo's weights show exact zeros on the padded keys of sentence 2.
     assert "0.000  0.000" in printed
+    # The model section: the paper's parameter count, and no cross-attention to padding.
+    assert "paper-base: N=6, d_model=512, d_ff=2048, h=8: 63,082,496 parameters" in printed
+    assert "logits (2, 5, 1000)" in printed
+    assert "weight on sentence 2's padded source tokens: 0.0\n" in printed
 
 
 def test_masks_prints_the_causal_padding_grid(capsys: pytest.CaptureFixture[str]) -> None:
