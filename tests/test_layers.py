@@ -91,6 +91,21 @@ def quietly(call, *args, **kwargs):
         return call(*args, **kwargs)
 
 
+def torch_transformer(seed: int, **options) -> nn.Transformer:
+    """A 2 + 2 layer torch.nn.Transformer with random weights and biases (see ``prepare``)."""
+    torch.manual_seed(0)
+    ref = quietly(
+        nn.Transformer,
+        D,
+        H,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=FF,
+        **options,
+    )
+    return prepare(ref, seed=seed)
+
+
 def torch_encoder_layer(norm_first: bool, activation: str, batch_first: bool, **kw):
     return nn.TransformerEncoderLayer(
         D,
@@ -229,19 +244,9 @@ def test_full_torch_transformer_stacks(norm_first: bool, activation: str, batch_
     nested-tensor path (zeros at padded source positions), so the memory is compared at real
     positions; the decoder's output is comparable everywhere because padded memory positions
     are masked out of cross-attention in both."""
-    torch.manual_seed(0)
-    ref = quietly(
-        nn.Transformer,
-        D,
-        H,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=FF,
-        activation=activation,
-        batch_first=batch_first,
-        norm_first=norm_first,
-    )
-    ref = prepare(ref, seed=5).eval()
+    ref = torch_transformer(
+        seed=5, activation=activation, batch_first=batch_first, norm_first=norm_first
+    ).eval()
     encoder, decoder = Encoder.from_torch(ref.encoder), Decoder.from_torch(ref.decoder)
     src, tgt = torch.randn(B, S, D), torch.randn(B, T, D)
     src_real = lengths_real(SRC_LENGTHS, S)
@@ -378,21 +383,14 @@ def test_decoder_layer_gradients_match_torch(norm_first: bool, activation: str):
 
 
 def _transformer_grads(dtype: torch.dtype, norm_first: bool, activation: str, atol: float):
-    torch.manual_seed(0)
-    ref = quietly(
-        nn.Transformer,
-        D,
-        H,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=FF,
+    ref = torch_transformer(
+        seed=11,
         dropout=0.0,
         activation=activation,
         batch_first=True,
         norm_first=norm_first,
         dtype=dtype,
-    )
-    ref = prepare(ref, seed=11).train()
+    ).train()
     encoder, decoder = Encoder.from_torch(ref.encoder), Decoder.from_torch(ref.decoder)
     assert encoder.norm.weight.dtype == dtype
     src_real = lengths_real(SRC_LENGTHS, S)
