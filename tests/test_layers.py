@@ -106,8 +106,9 @@ def torch_transformer(seed: int, **options) -> nn.Transformer:
     return prepare(ref, seed=seed)
 
 
-def torch_encoder_layer(norm_first: bool, activation: str, batch_first: bool, **kw):
-    return nn.TransformerEncoderLayer(
+def torch_layer(cls: type, norm_first: bool, activation: str, batch_first: bool, **kw):
+    """A torch.nn.Transformer{Encoder,Decoder}Layer of the tests' widths."""
+    return cls(
         D,
         H,
         FF,
@@ -117,19 +118,14 @@ def torch_encoder_layer(norm_first: bool, activation: str, batch_first: bool, **
         batch_first=batch_first,
         **kw,
     )
+
+
+def torch_encoder_layer(norm_first: bool, activation: str, batch_first: bool, **kw):
+    return torch_layer(nn.TransformerEncoderLayer, norm_first, activation, batch_first, **kw)
 
 
 def torch_decoder_layer(norm_first: bool, activation: str, batch_first: bool, **kw):
-    return nn.TransformerDecoderLayer(
-        D,
-        H,
-        FF,
-        dropout=kw.pop("dropout", 0.1),
-        activation=activation,
-        norm_first=norm_first,
-        batch_first=batch_first,
-        **kw,
-    )
+    return torch_layer(nn.TransformerDecoderLayer, norm_first, activation, batch_first, **kw)
 
 
 # -- forward parity, eval mode ---------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+from torch import Tensor
+
 
 def check_positive_int(value: object, name: str) -> None:
     """Raise ValueError unless ``value`` is an int >= 1 (bools are not counts)."""
@@ -13,3 +17,26 @@ def check_offset(offset: object, name: str = "offset") -> None:
     """Raise ValueError unless ``offset`` is an int >= 0."""
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"{name}: expected a non-negative int, got {offset!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_rate(value: object, name: str) -> float:
+    """Return ``value`` as a float, or raise ValueError unless it is a number in [0, 1)."""
+    if not (_is_number(value) and 0 <= value < 1):
+        raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_positive_number(value: object, name: str) -> float:
+    """Return ``value`` as a float, or raise ValueError unless it is a finite number > 0."""
+    if not (_is_number(value) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def shape_of(value: object) -> object:
+    """What to print for an argument expected to be a tensor: its shape, else its type."""
+    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, shape_of
 from ._ops import dropout
 from .masks import causal_mask, check_attention_mask, combine_masks
 from .positional import ALiBi, AttentionPositional, RotaryEmbedding
@@ -44,14 +44,10 @@ def _torch_sdpa_has_gqa() -> bool:
 _SDPA_GQA = _torch_sdpa_has_gqa()
 
 
-def _shape(t: object) -> object:
-    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-
-
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 4:
-            raise ValueError(f"{name}: expected a 4-D tensor (B, H, T, Dh), got {_shape(t)}")
+            raise ValueError(f"{name}: expected a 4-D tensor (B, H, T, Dh), got {shape_of(t)}")
         if not t.dtype.is_floating_point:
             raise TypeError(f"{name}: expected a floating dtype, got {t.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
@@ -341,7 +337,9 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, x: Tensor, context: Tensor | None, value: Tensor | None) -> None:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x: expected shape (B, T_q, d_model={self.d_model}), got {_shape(x)}")
+            raise ValueError(
+                f"x: expected shape (B, T_q, d_model={self.d_model}), got {shape_of(x)}"
+            )
         if x.shape[1] == 0:
             raise ValueError(f"x: empty sequence (T_q = 0) in shape {tuple(x.shape)}")
         if context is None:
@@ -357,7 +355,7 @@ class MultiHeadAttention(nn.Module):
             if t is None:
                 continue
             if not isinstance(t, Tensor) or t.dim() != 3 or t.shape[-1] != width:
-                raise ValueError(f"{name}: expected shape (B, T_k, {width}), got {_shape(t)}")
+                raise ValueError(f"{name}: expected shape (B, T_k, {width}), got {shape_of(t)}")
             if t.shape[0] != x.shape[0]:
                 raise ValueError(
                     f"{name}: batch size {t.shape[0]} differs from x's {x.shape[0]} "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,13 @@ def bert_config(data: dict[str, Any], *, source: str = "config") -> TransformerC
         )
     vocab = get("vocab_size")
     special = {}
-    for ours, theirs in (("pad_id", "pad_token_id"), ("bos_id", "bos_token_id")):
+    for ours, theirs in (
+        ("pad_id", "pad_token_id"),
+        ("bos_id", "bos_token_id"),
+        ("eos_id", "eos_token_id"),
+    ):
         if isinstance(data.get(theirs), int) and 0 <= data[theirs] < vocab:
             special[ours] = data[theirs]
-    if isinstance(data.get("eos_token_id"), int) and 0 <= data["eos_token_id"] < vocab:
-        special["eos_id"] = data["eos_token_id"]
     try:
         return TransformerConfig.preset(
             "minilm-l6",
@@ -137,8 +140,8 @@ def load_bert(
         stored = load_file(weights_path)
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{weights_path}: not a readable safetensors file: {e}") from None
-    names = [k.removeprefix("bert.") for k in stored]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    counts = Counter(k.removeprefix("bert.") for k in stored)
+    duplicates = sorted(name for name, count in counts.items() if count > 1)
     if duplicates:
         raise ValueError(
             f"{weights_path}: weights stored both with and without the 'bert.' prefix: "

@@ -21,14 +21,13 @@ Masks follow :mod:`attnlab.masks` (bool ``True`` = may attend).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, check_positive_number, check_rate, shape_of
 from ._ops import dropout
 from .attention import MultiHeadAttention
 from .positional import AttentionPositional
@@ -42,27 +41,10 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
-def _check_rate(value: object, name: str) -> float:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1):
-        raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
-    return float(value)
-
-
 def _check_activation(activation: object) -> str:
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
     return str(activation)
-
-
-def _check_eps(eps: object) -> float:
-    if not (
-        isinstance(eps, (int, float))
-        and not isinstance(eps, bool)
-        and math.isfinite(eps)
-        and eps > 0
-    ):
-        raise ValueError(f"layer_norm_eps: expected a positive number, got {eps!r}")
-    return float(eps)
 
 
 class FeedForward(nn.Module):
@@ -97,7 +79,7 @@ class FeedForward(nn.Module):
         check_positive_int(d_model, "d_model")
         check_positive_int(d_ff, "d_ff")
         self.activation = _check_activation(activation)
-        self.activation_dropout = _check_rate(activation_dropout, "activation_dropout")
+        self.activation_dropout = check_rate(activation_dropout, "activation_dropout")
         factory = {"device": device, "dtype": dtype}
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
@@ -132,12 +114,12 @@ class _Block(nn.Module):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_positive_int(num_heads, "num_heads")
-        self.dropout = _check_rate(dropout, "dropout")
-        self.attention_dropout = _check_rate(attention_dropout, "attention_dropout")
+        self.dropout = check_rate(dropout, "dropout")
+        check_rate(attention_dropout, "attention_dropout")  # self_attn holds it
         if not isinstance(norm_first, bool):
             raise TypeError(f"norm_first: expected a bool, got {norm_first!r}")
         self.norm_first = norm_first
-        self.layer_norm_eps = _check_eps(layer_norm_eps)
+        self.layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.d_model = d_model
         self._ff_options = {
             "activation": activation,
@@ -164,8 +146,9 @@ class _Block(nn.Module):
 
     def _check_x(self, x: Tensor, name: str = "x") -> None:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{name}: expected shape (B, T, d_model={self.d_model}), got {shape}")
+            raise ValueError(
+                f"{name}: expected shape (B, T, d_model={self.d_model}), got {shape_of(x)}"
+            )
 
 
 class EncoderLayer(_Block):

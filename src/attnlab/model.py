@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import check_positive_number, check_rate, shape_of
 from ._ops import dropout
 from .layers import ACTIVATIONS, Decoder, Encoder
 from .masks import key_mask
@@ -203,18 +204,18 @@ class TransformerConfig:
                         f"{name}: {getattr(self, name)} is not a token id of {vocab}={size}"
                     )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, name)
-            if not (_is_number(value) and 0 <= value < 1):
-                raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
-        for name in ("norm_first", "share_embeddings", "tie_output", "scale_embeddings"):
+            check_rate(getattr(self, name), name)
+        for name in (
+            "norm_first",
+            "share_embeddings",
+            "tie_output",
+            "scale_embeddings",
+            "embedding_norm",
+            "bias",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected a bool, got {getattr(self, name)!r}")
-        for name in ("embedding_norm", "bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected a bool, got {getattr(self, name)!r}")
-        eps = self.layer_norm_eps
-        if not (_is_number(eps) and math.isfinite(eps) and eps > 0):
-            raise ValueError(f"layer_norm_eps: expected a positive number, got {eps!r}")
+        check_positive_number(self.layer_norm_eps, "layer_norm_eps")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"activation: expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
@@ -253,10 +254,6 @@ class TransformerConfig:
         if unknown:
             raise ValueError(f"unknown config fields {unknown}")
         return cls(**data)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_int(config: TransformerConfig, name: str, *, minimum: int) -> None:
@@ -719,10 +716,9 @@ class Transformer(_Pretrained):
             and memory.shape[0] == batch
             and memory.shape[2] == d_model
         ):
-            shape = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
             raise ValueError(
                 f"memory: expected shape (B={batch}, S, d_model={d_model}) for tgt_ids of shape "
-                f"{tuple(tgt_ids.shape)}, got {shape}"
+                f"{tuple(tgt_ids.shape)}, got {shape_of(memory)}"
             )
         y, self_weights, cross_weights = self.decoder(
             y,
@@ -827,14 +823,9 @@ class TransformerEncoder(_Pretrained):
         if attention_mask is None:
             return input_ids != self.config.pad_id
         if not isinstance(attention_mask, Tensor) or attention_mask.shape != input_ids.shape:
-            shape = (
-                tuple(attention_mask.shape)
-                if isinstance(attention_mask, Tensor)
-                else type(attention_mask).__name__
-            )
             raise ValueError(
                 f"attention_mask: expected shape {tuple(input_ids.shape)} like input_ids, got "
-                f"{shape}"
+                f"{shape_of(attention_mask)}"
             )
         if attention_mask.dtype != torch.bool:
             if attention_mask.dtype.is_floating_point or not bool(

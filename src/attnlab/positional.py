@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_offset, check_positive_int
+from ._checks import check_offset, check_positive_int, shape_of
 
 __all__ = [
     "ALiBi",
@@ -32,8 +32,7 @@ __all__ = [
 
 def _check_embeddings(x: Tensor, d_model: int) -> None:
     if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != d_model:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"x: expected shape (..., T, d_model={d_model}), got {shape}")
+        raise ValueError(f"x: expected shape (..., T, d_model={d_model}), got {shape_of(x)}")
     if x.shape[-2] == 0:
         raise ValueError(f"x: empty sequence (T = 0) in shape {tuple(x.shape)}")
 
@@ -192,8 +191,9 @@ class RotaryEmbedding(AttentionPositional):
     def rotate(self, x: Tensor, *, offset: int = 0) -> Tensor:
         """Rotate ``x`` ``(..., T, head_dim)`` as the positions ``offset .. offset + T - 1``."""
         if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[-1] != self.head_dim:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x: expected shape (..., T, head_dim={self.head_dim}), got {shape}")
+            raise ValueError(
+                f"x: expected shape (..., T, head_dim={self.head_dim}), got {shape_of(x)}"
+            )
         angle = self.angles(x.shape[-2], offset, device=x.device)
         cos = torch.cos(angle).to(x.dtype)  # (T, Dh/2)
         sin = torch.sin(angle).to(x.dtype)
