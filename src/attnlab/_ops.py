@@ -14,8 +14,9 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     The same distribution as ``torch.nn.functional.dropout``, drawn differently on CPU: torch's
     CPU dropout fills its mask with ``bernoulli_``, which draws one element at a time, while
     ``torch.rand`` + ``ge_`` is vectorised (``benchmarks/model.py --profile`` shows the two
-    side by side in a training step, and the step's tokens/s against torch). The mask keeps an element when a float32 uniform in [0, 1) is >= p, so the
-    drop rate is p to within 2^-24. On other devices it is F.dropout (CUDA's is fused).
+    side by side in a training step, and the step's tokens/s against torch). The mask keeps
+    an element when a float32 uniform in [0, 1) is >= p, so the drop rate is p to within
+    2^-24. On other devices it is F.dropout (CUDA's is fused).
     """
     if not training or p == 0.0:
         return x
