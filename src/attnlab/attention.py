@@ -29,7 +29,7 @@ from ._ops import dropout
 from .masks import causal_mask, check_attention_mask, combine_masks
 from .positional import ALiBi, AttentionPositional, RotaryEmbedding
 
-__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
+__all__ = ["KVCache", "MultiHeadAttention", "scaled_dot_product_attention"]
 
 
 def _torch_sdpa_has_gqa() -> bool:
@@ -117,6 +117,8 @@ def scaled_dot_product_attention(
             mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype, device=q.device
         )
 
+    if is_causal and t_q == 1:
+        is_causal = False  # bottom-right aligned, the one query is the last: it sees every key
     # With dropout on CPU torch's SDPA takes its unfused math path (with bernoulli_ dropout);
     # the explicit path computes the same with attnlab's faster dropout (see _ops.dropout).
     explicit = return_weights or (dropout_p > 0.0 and q.device.type == "cpu")
@@ -176,6 +178,146 @@ def _attention_with_weights(
     weights = torch.softmax(scores, dim=-1)
     weights = dropout(weights, dropout_p, training=True)  # the caller passes 0 in evaluation
     return torch.matmul(weights, v), weights  # (B, H, T_q, Dv)
+
+
+class KVCache:
+    """Keys and values of one attention module, kept between steps of incremental decoding.
+
+    Decoding one token at a time, the keys and values of earlier positions never change: a
+    cache keeps them so that each step projects only its new token (an n-token output then
+    costs O(n) projections instead of O(n^2) re-running the whole prefix).
+
+    * Self-attention (``cross=False``): buffers of ``capacity`` positions are allocated on first
+      use; each step writes its keys and values in place at ``[length, length + T)`` and
+      attends to the view ``[:length + T]``. Nothing is concatenated. Keys are stored after the
+      positional transform of their own positions (RoPE), so they are rotated once. Writing past
+      ``capacity`` reallocates to twice the size (one copy), so size it to the longest output.
+    * Cross-attention (``cross=True``): the keys and values of the encoder output, projected
+      once per source (:meth:`MultiHeadAttention.memory_cache`) and reused by every step.
+
+    Attributes:
+        keys, values: ``(B, H_kv, capacity, Dh)`` buffers (None before first use); only
+            ``[:, :, :length]`` holds data. :attr:`k` and :attr:`v` are those views.
+        length: positions filled; the position of the next token.
+        cross: whether it holds cross-attention keys.
+
+    Beam search reorders the rows with :meth:`select`.
+    """
+
+    def __init__(self, capacity: int | None = None, *, cross: bool = False) -> None:
+        if cross:
+            if capacity is not None:
+                raise ValueError(
+                    "capacity: a cross-attention cache holds the whole memory; leave it None"
+                )
+        else:
+            check_positive_int(capacity, "capacity")
+        self.cross = bool(cross)
+        self._capacity = capacity
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions the buffers hold before they must grow."""
+        return self.keys.shape[2] if self.keys is not None else (self._capacity or 0)
+
+    @property
+    def batch_size(self) -> int | None:
+        return None if self.keys is None else self.keys.shape[0]
+
+    @property
+    def k(self) -> Tensor | None:
+        """The cached keys ``(B, H_kv, length, Dh)``, or None when empty."""
+        return None if self.keys is None else self.keys[:, :, : self.length]
+
+    @property
+    def v(self) -> Tensor | None:
+        """The cached values ``(B, H_kv, length, Dv)``, or None when empty."""
+        return None if self.values is None else self.values[:, :, : self.length]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffers (allocated capacity, not only the filled part)."""
+        return sum(t.numel() * t.element_size() for t in (self.keys, self.values) if t is not None)
+
+    def __repr__(self) -> str:
+        kind = "cross" if self.cross else "self"
+        if self.keys is None:
+            return f"KVCache({kind}, empty, capacity={self.capacity})"
+        b, h, _, d = self.keys.shape
+        return (
+            f"KVCache({kind}, batch={b}, kv_heads={h}, head_dim={d}, length={self.length}, "
+            f"capacity={self.capacity}, dtype={self.keys.dtype}, device={self.keys.device})"
+        )
+
+    def reset(self) -> None:
+        """Forget every position (keeps the buffers of a self-attention cache)."""
+        self.length = 0
+        if self.cross:
+            self.keys = self.values = None
+
+    def set(self, k: Tensor, v: Tensor) -> None:
+        """Store the memory's keys ``(B, H_kv, S, Dh)`` and values (cross-attention)."""
+        if not self.cross:
+            raise ValueError("cache: set() is for cross-attention caches; use append()")
+        self.keys, self.values, self.length = k, v, k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write a step's keys ``(B, H_kv, T, Dh)`` and values at ``[length, length + T)``;
+        return every cached key and value so far, ``(B, H_kv, length + T, Dh)`` views."""
+        if self.cross:
+            raise ValueError("cache: a cross-attention cache is filled once; use set()")
+        batch, heads, t, _ = k.shape
+        if self.keys is None:
+            size = max(self._capacity, t)
+            self.keys = k.new_empty(batch, heads, size, k.shape[3])
+            self.values = v.new_empty(batch, heads, size, v.shape[3])
+        elif (
+            (batch, heads) != tuple(self.keys.shape[:2])
+            or k.shape[3] != self.keys.shape[3]
+            or v.shape[3] != self.values.shape[3]
+            or k.dtype != self.keys.dtype
+            or k.device != self.keys.device
+        ):
+            raise ValueError(
+                f"cache: holds keys {tuple(self.keys.shape[:2])} x {self.keys.shape[3]} "
+                f"({self.keys.dtype}, {self.keys.device}); got {tuple(k.shape)} ({k.dtype}, "
+                f"{k.device}): a cache serves one module and one batch"
+            )
+        end = self.length + t
+        if end > self.keys.shape[2]:
+            self._grow(max(end, 2 * self.keys.shape[2]))
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def _grow(self, size: int) -> None:
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_empty(*old.shape[:2], size, old.shape[3])
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+
+    def select(self, index: Tensor) -> None:
+        """Keep the rows ``index`` ``(B',)`` in that order (beam search: the beams each new beam
+        extends; dropping finished sentences). A same-size reorder copies only the filled part,
+        in place."""
+        if self.keys is None:
+            return
+        if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype != torch.long:
+            raise ValueError(f"index: expected a 1-D int64 tensor of rows, got {shape_of(index)}")
+        index = index.to(self.keys.device)
+        if self.cross:
+            self.keys, self.values = self.keys[index], self.values[index]
+        elif index.shape[0] == self.keys.shape[0]:
+            end = self.length
+            self.keys[:, :, :end] = self.keys[index, :, :end]
+            self.values[:, :, :end] = self.values[index, :, :end]
+        else:
+            self.keys, self.values = self.keys[index], self.values[index]
 
 
 class MultiHeadAttention(nn.Module):
@@ -315,33 +457,54 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Input projections: q ``(B, T_q, E)``, k and v ``(B, T_k, kv_dim)``."""
         e, kv = self.d_model, self.kv_dim
-        if self.in_proj is None:
-            assert context is not None
-            return (
-                self.q_proj(x),
-                self.k_proj(context),
-                self.v_proj(context if value is None else value),
-            )
-        if context is None:
+        if context is None and self.in_proj is not None:
             return self.in_proj(x).split((e, kv, kv), dim=-1)  # one GEMM for q, k, v
-        w, b = self.in_proj.weight, self.in_proj.bias
-        w_q, w_kv = w[:e], w[e:]
-        b_q, b_kv = (None, None) if b is None else (b[:e], b[e:])
-        q = F.linear(x, w_q, b_q)
-        if value is None:
-            k, v = F.linear(context, w_kv, b_kv).split((kv, kv), dim=-1)  # one GEMM for k, v
-        else:
-            k = F.linear(context, w_kv[:kv], None if b_kv is None else b_kv[:kv])
-            v = F.linear(value, w_kv[kv:], None if b_kv is None else b_kv[kv:])
-        return q, k, v
+        return (self._project_queries(x), *self._project_memory(context, value))
 
-    def _check_inputs(self, x: Tensor, context: Tensor | None, value: Tensor | None) -> None:
+    def _project_queries(self, x: Tensor) -> Tensor:
+        if self.in_proj is None:
+            return self.q_proj(x)
+        e, b = self.d_model, self.in_proj.bias
+        return F.linear(x, self.in_proj.weight[:e], None if b is None else b[:e])
+
+    def _project_memory(self, context: Tensor, value: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Keys and values ``(B, T_k, kv_dim)`` of the cross-attention input."""
+        if self.in_proj is None:
+            return self.k_proj(context), self.v_proj(context if value is None else value)
+        e, kv = self.d_model, self.kv_dim
+        w, b = self.in_proj.weight[e:], self.in_proj.bias
+        b = None if b is None else b[e:]
+        if value is None:
+            return F.linear(context, w, b).split((kv, kv), dim=-1)  # one GEMM for k, v
+        return (
+            F.linear(context, w[:kv], None if b is None else b[:kv]),
+            F.linear(value, w[kv:], None if b is None else b[kv:]),
+        )
+
+    def _heads(self, t: Tensor, heads: int) -> Tensor:
+        """``(B, T, heads * Dh) -> (B, heads, T, Dh)``."""
+        return t.view(t.shape[0], t.shape[1], heads, self.head_dim).transpose(1, 2)
+
+    def memory_cache(self, context: Tensor, value: Tensor | None = None) -> KVCache:
+        """Project the cross-attention input once: a filled cross-attention :class:`KVCache`
+        for ``context`` ``(B, S, kdim)`` (and ``value`` ``(B, S, vdim)`` when it differs), which
+        :meth:`forward` then uses instead of a context at every decoding step."""
+        self._check_context(context, value, None)
+        k, v = self._project_memory(context, value)
+        cache = KVCache(cross=True)
+        cache.set(self._heads(k, self.num_kv_heads), self._heads(v, self.num_kv_heads))
+        return cache
+
+    def _check_queries(self, x: Tensor) -> None:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected shape (B, T_q, d_model={self.d_model}), got {shape_of(x)}"
             )
         if x.shape[1] == 0:
             raise ValueError(f"x: empty sequence (T_q = 0) in shape {tuple(x.shape)}")
+
+    def _check_inputs(self, x: Tensor, context: Tensor | None, value: Tensor | None) -> None:
+        self._check_queries(x)
         if context is None:
             if value is not None:
                 raise ValueError("value: given without context; pass context (the keys) too")
@@ -351,19 +514,23 @@ class MultiHeadAttention(nn.Module):
                     f"d_model={self.d_model} (self-attention is impossible)"
                 )
             return
+        self._check_context(context, value, x)
+
+    def _check_context(self, context: Tensor, value: Tensor | None, x: Tensor | None) -> None:
+        """Check the keys' (and values') input, and against the queries ``x`` when given."""
         for name, t, width in (("context", context, self.kdim), ("value", value, self.vdim)):
             if t is None:
                 continue
             if not isinstance(t, Tensor) or t.dim() != 3 or t.shape[-1] != width:
                 raise ValueError(f"{name}: expected shape (B, T_k, {width}), got {shape_of(t)}")
-            if t.shape[0] != x.shape[0]:
+            if x is not None and t.shape[0] != x.shape[0]:
                 raise ValueError(
                     f"{name}: batch size {t.shape[0]} differs from x's {x.shape[0]} "
                     f"(x {tuple(x.shape)}, {name} {tuple(t.shape)})"
                 )
             if t.shape[1] == 0:
                 raise ValueError(f"{name}: empty sequence (T_k = 0) in shape {tuple(t.shape)}")
-            if t.dtype != x.dtype:
+            if x is not None and t.dtype != x.dtype:
                 raise TypeError(f"{name}: dtype {t.dtype} differs from x's {x.dtype}")
         if value is None and self.vdim != self.kdim:
             raise ValueError(
@@ -373,6 +540,35 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"value: length {value.shape[1]} differs from context's {context.shape[1]} "
                 f"(context {tuple(context.shape)}, value {tuple(value.shape)})"
+            )
+
+    def _check_cache(self, cache: object, x: Tensor, context: Tensor | None, offset: int) -> None:
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache: expected an attnlab KVCache, got {type(cache).__name__}")
+        if cache.cross:
+            if cache.keys is None:
+                raise ValueError(
+                    "cache: an empty cross-attention cache; build it with memory_cache(context)"
+                )
+            if context is not None:
+                raise ValueError(
+                    "context: the cross-attention cache already holds the memory's keys and "
+                    "values; pass context=None with it"
+                )
+        elif context is not None:
+            raise ValueError(
+                "cache: a self-attention cache was given with a context; cross-attention takes "
+                "KVCache(cross=True) from memory_cache(context)"
+            )
+        elif offset not in (0, cache.length):
+            raise ValueError(
+                f"offset: with a cache the positions continue from cache.length={cache.length}; "
+                f"got offset={offset}"
+            )
+        if cache.batch_size is not None and cache.batch_size != x.shape[0]:
+            raise ValueError(
+                f"cache: holds {cache.batch_size} rows, x has batch size {x.shape[0]} "
+                f"(x {tuple(x.shape)})"
             )
 
     def forward(
@@ -386,6 +582,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         average_weights: bool = False,
         offset: int = 0,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself, or to ``context`` (cross-attention).
 
@@ -394,32 +591,61 @@ class MultiHeadAttention(nn.Module):
             context: keys' (and values') input ``(B, T_k, kdim)``; ``None`` for self-attention.
             value: values' input ``(B, T_k, vdim)`` when it differs from ``context``.
             mask: attention mask (:mod:`attnlab.masks`), broadcastable to ``(B, H, T_q, T_k)``.
-            is_causal: add the look-ahead mask (decoder self-attention).
+            is_causal: add the look-ahead mask (decoder self-attention), aligned bottom-right
+                (the last query sees every key).
             need_weights: also return the attention weights.
             average_weights: return their mean over heads, ``(B, T_q, T_k)``.
             offset: absolute position of the first element, for ``positional`` (RoPE, ALiBi).
+            cache: incremental decoding (:class:`KVCache`). A self-attention cache appends this
+                step's keys and values and attends to all of them (``T_k = cache.length``
+                after the call; positions continue from the cache's length); a cross-attention
+                cache from :meth:`memory_cache` replaces ``context``, which must be None.
 
         Returns:
             ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B, H, T_q, T_k)``
             (or ``(B, T_q, T_k)`` averaged), or ``None`` without ``need_weights``.
         """
-        self._check_inputs(x, context, value)
+        cross_cache = isinstance(cache, KVCache) and cache.cross
+        if cross_cache:
+            self._check_queries(x)
+            if value is not None:
+                raise ValueError("value: the cross-attention cache already holds the values")
+        else:
+            self._check_inputs(x, context, value)
+        if cache is not None:
+            self._check_cache(cache, x, context, offset)
         if average_weights and not need_weights:
             raise ValueError("average_weights: only meaningful with need_weights=True")
         batch, t_q, _ = x.shape
-        q, k, v = self._project(x, context, value)
-        t_k = k.shape[1]
-        heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
-        q = q.view(batch, t_q, heads, head_dim).transpose(1, 2)  # (B, H, T_q, Dh)
-        k = k.view(batch, t_k, kv_heads, head_dim).transpose(1, 2)  # (B, H_kv, T_k, Dh)
-        v = v.view(batch, t_k, kv_heads, head_dim).transpose(1, 2)  # (B, H_kv, T_k, Dh)
-        if self.positional is not None and context is None:
-            if mask is not None:  # check the caller's mask before a bias is merged into it
-                mask = check_attention_mask(
-                    mask, batch=batch, heads=self.num_heads, t_q=t_q, t_k=t_k, dtype=x.dtype
-                )
-            q, k, bias = self.positional.adjust(q, k, q_offset=offset, k_offset=offset)
-            mask = combine_masks(mask, bias)
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        if cross_cache:
+            q = self._heads(self._project_queries(x), heads)  # (B, H, T_q, Dh)
+            k, v = cache.k, cache.v  # (B, H_kv, S, Dh)
+        else:
+            q, k, v = self._project(x, context, value)
+            q = self._heads(q, heads)  # (B, H, T_q, Dh)
+            k = self._heads(k, kv_heads)  # (B, H_kv, T_k, Dh)
+            v = self._heads(v, kv_heads)
+        self_cache = cache is not None and not cross_cache
+        positional = self.positional if context is None and not cross_cache else None
+        # Positions: x starts at `start`; the keys start at `key_start` (0 with a cache).
+        start, key_start = (cache.length, 0) if self_cache else (offset, offset)
+        if positional is not None:
+            q = positional.encode(q, offset=start)
+            k = positional.encode(k, offset=start)  # a cache stores them encoded
+        if self_cache:
+            k, v = cache.append(k, v)  # every key so far: (B, H_kv, length, Dh)
+        t_k = k.shape[2]
+        if positional is not None:
+            bias = positional.score_bias(
+                t_q, t_k, q_offset=start, k_offset=key_start, dtype=x.dtype, device=x.device
+            )
+            if bias is not None:
+                if mask is not None:  # check the caller's mask before the bias is merged into it
+                    mask = check_attention_mask(
+                        mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=x.dtype
+                    )
+                mask = combine_masks(mask, bias)
 
         result = scaled_dot_product_attention(
             q,

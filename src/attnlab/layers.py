@@ -29,10 +29,10 @@ from torch import Tensor, nn
 
 from ._checks import check_positive_int, check_positive_number, check_rate, shape_of
 from ._ops import dropout
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention
 from .positional import AttentionPositional
 
-__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
+__all__ = ["Decoder", "DecoderCache", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
@@ -346,11 +346,13 @@ class DecoderLayer(_Block):
         is_causal: bool = True,
         need_weights: bool = False,
         offset: int = 0,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Args:
         x: decoder input ``(B, T, d_model)``.
-        memory: the encoder's output ``(B, S, d_model)``; required with cross-attention,
-            refused without it.
+        memory: the encoder's output ``(B, S, d_model)``; required with cross-attention
+            (unless ``cross_cache`` holds it), refused without it.
         self_mask: extra self-attention mask, broadcastable to ``(B, H, T, T)`` (e.g. the
             target's :func:`attnlab.masks.key_mask`).
         memory_mask: cross-attention mask broadcastable to ``(B, H, T, S)`` (the source's
@@ -358,13 +360,20 @@ class DecoderLayer(_Block):
         is_causal: the look-ahead mask on self-attention (sec. 3.2.3); on by default.
         need_weights: also return the attention weights.
         offset: position of ``x[:, 0]``, for RoPE / ALiBi.
+        self_cache: a self-attention :class:`attnlab.KVCache` for incremental decoding: ``x``
+            holds the new positions only, which continue from the cache's length.
+        cross_cache: the memory's keys and values (``cross_attn.memory_cache(memory)``), used
+            instead of ``memory``.
         """
         self._check_x(x)
         if self.cross_attn is None:
-            if memory is not None or memory_mask is not None:
+            if memory is not None or memory_mask is not None or cross_cache is not None:
                 raise ValueError(
                     "memory: this layer has no cross-attention (cross_attention=False)"
                 )
+        elif cross_cache is not None:
+            if memory is not None:
+                raise ValueError("memory: cross_cache already holds it; pass one of the two")
         elif memory is None:
             raise ValueError("memory: required, the encoder output (B, S, d_model)")
         else:
@@ -372,11 +381,18 @@ class DecoderLayer(_Block):
 
         def attend_self(h: Tensor) -> tuple[Tensor, Tensor | None]:
             return self.self_attn(
-                h, mask=self_mask, is_causal=is_causal, need_weights=need_weights, offset=offset
+                h,
+                mask=self_mask,
+                is_causal=is_causal,
+                need_weights=need_weights,
+                offset=offset,
+                cache=self_cache,
             )
 
         def attend_memory(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            return self.cross_attn(h, memory, mask=memory_mask, need_weights=need_weights)
+            return self.cross_attn(
+                h, memory, mask=memory_mask, need_weights=need_weights, cache=cross_cache
+            )
 
         x, self_weights = self._residual(x, self.norm1, attend_self)
         cross_weights = None
@@ -571,11 +587,24 @@ class Decoder(_Stack):
         is_causal: bool = True,
         need_weights: bool = False,
         offset: int = 0,
+        cache: DecoderCache | None = None,
     ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
-        """Run the layers in order; see :meth:`DecoderLayer.forward` for the arguments."""
+        """Run the layers in order; see :meth:`DecoderLayer.forward` for the arguments.
+
+        With ``cache`` (:meth:`new_cache`), ``x`` holds only the new positions; each layer
+        appends their keys and values, cross-attention uses the cached memory, and
+        ``memory_mask`` defaults to the cache's.
+        """
         self_all = [] if need_weights else None
         cross_all = [] if need_weights and self.layers[0].has_cross_attention else None
-        for layer in self.layers:
+        none = [None] * len(self.layers)
+        caches: list[tuple[KVCache | None, KVCache | None]] = list(zip(none, none, strict=True))
+        if cache is not None:
+            self._check_cache(cache)
+            caches = list(zip(cache.self_attn, cache.cross_attn or none, strict=True))
+            if memory_mask is None:
+                memory_mask = cache.memory_mask
+        for layer, (self_cache, cross_cache) in zip(self.layers, caches, strict=True):
             x, self_weights, cross_weights = layer(
                 x,
                 memory,
@@ -584,6 +613,8 @@ class Decoder(_Stack):
                 is_causal=is_causal,
                 need_weights=need_weights,
                 offset=offset,
+                self_cache=self_cache,
+                cross_cache=cross_cache,
             )
             if self_all is not None:
                 self_all.append(self_weights)
@@ -592,3 +623,117 @@ class Decoder(_Stack):
         if self.norm is not None:
             x = self.norm(x)
         return x, self_all, cross_all
+
+    def new_cache(
+        self,
+        capacity: int,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> DecoderCache:
+        """An empty :class:`DecoderCache` for incremental decoding.
+
+        Args:
+            capacity: positions each self-attention cache preallocates (the longest output).
+            memory: the encoder output ``(B, S, d_model)``, required with cross-attention:
+                every layer projects its keys and values now, once per source.
+            memory_mask: the source's key mask ``(B, 1, 1, S)``, kept with the cache.
+        """
+        check_positive_int(capacity, "capacity")
+        cross = None
+        if self.layers[0].has_cross_attention:
+            if memory is None:
+                raise ValueError("memory: required, the encoder output (B, S, d_model)")
+            self.layers[0]._check_x(memory, "memory")
+            cross = [layer.cross_attn.memory_cache(memory) for layer in self.layers]
+        elif memory is not None or memory_mask is not None:
+            raise ValueError("memory: this decoder has no cross-attention")
+        self_attn = [KVCache(capacity) for _ in self.layers]
+        return DecoderCache(self_attn, cross, memory_mask=memory_mask)
+
+    def _check_cache(self, cache: object) -> None:
+        if not isinstance(cache, DecoderCache):
+            raise TypeError(
+                f"cache: expected a DecoderCache (Decoder.new_cache), got {type(cache).__name__}"
+            )
+        if len(cache.self_attn) != len(self.layers):
+            raise ValueError(
+                f"cache: holds {len(cache.self_attn)} layers, the decoder has {len(self.layers)}"
+            )
+        if (cache.cross_attn is None) == self.layers[0].has_cross_attention:
+            raise ValueError("cache: made for a decoder with other cross-attention")
+
+
+class DecoderCache:
+    """What a :class:`Decoder` keeps between steps of incremental decoding.
+
+    Attributes:
+        self_attn: one self-attention :class:`attnlab.KVCache` per layer.
+        cross_attn: one cross-attention cache per layer, holding the memory's keys and values
+            (projected once per source), or None for a decoder without cross-attention.
+        memory_mask: the source's key mask ``(B, 1, 1, S)``, or None.
+        real: ``(B, length)`` bool, True where a cached position holds a real token; None while
+            every position does. Models set it when a step contains padding (a left-padded
+            prompt), so later steps mask those keys.
+
+    Beam search and batch pruning reorder it with :meth:`select`.
+    """
+
+    def __init__(
+        self,
+        self_attn: list[KVCache],
+        cross_attn: list[KVCache] | None = None,
+        *,
+        memory_mask: Tensor | None = None,
+    ) -> None:
+        self.self_attn = list(self_attn)
+        self.cross_attn = None if cross_attn is None else list(cross_attn)
+        self.memory_mask = memory_mask
+        self.real: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Positions decoded so far (the position of the next token)."""
+        return self.self_attn[0].length
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the key/value buffers."""
+        return sum(c.nbytes for c in self.self_attn + (self.cross_attn or []))
+
+    def __repr__(self) -> str:
+        cross = "none" if self.cross_attn is None else f"{self.cross_attn[0].length} positions"
+        return (
+            f"DecoderCache(layers={len(self.self_attn)}, length={self.length}, "
+            f"capacity={self.self_attn[0].capacity}, cross={cross}, "
+            f"padded={self.real is not None}, nbytes={self.nbytes})"
+        )
+
+    def track_padding(self, real: Tensor) -> Tensor | None:
+        """Record which of the next ``T`` positions hold real tokens (``real`` ``(B, T)`` bool);
+        return the flags of every position so far ``(B, length + T)``, or None while all are
+        real. Call before the step that appends them."""
+        if self.real is None:
+            if bool(real.all()):
+                return None
+            self.real = real.new_ones(real.shape[0], self.length)
+        self.real = torch.cat([self.real, real], dim=1)  # a (B, T) bool row: negligible
+        return self.real
+
+    def select(self, index: Tensor, *, cross: bool = True) -> None:
+        """Keep the rows ``index`` ``(B',)`` in that order, in every cache and mask.
+
+        ``cross=False`` leaves the cross-attention caches and memory mask as they are: right
+        when ``index`` only permutes rows that share a source (the beams of one sentence), so
+        the memory's rows are already the same.
+        """
+        for c in self.self_attn:
+            c.select(index)
+        if self.real is not None:
+            self.real = self.real[index.to(self.real.device)]
+        if not cross:
+            return
+        for c in self.cross_attn or []:
+            c.select(index)
+        mask = self.memory_mask
+        if mask is not None and mask.shape[0] > 1:
+            self.memory_mask = mask[index.to(mask.device)]

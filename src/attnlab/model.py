@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from ._checks import check_positive_number, check_rate, shape_of
 from ._ops import dropout
-from .layers import ACTIVATIONS, Decoder, Encoder
+from .layers import ACTIVATIONS, Decoder, DecoderCache, Encoder
 from .masks import key_mask
 from .positional import (
     ALiBi,
@@ -344,14 +344,24 @@ class Embeddings(nn.Module):
         self.dropout = config.dropout
 
     def forward(
-        self, ids: Tensor, *, offset: int = 0, token_type_ids: Tensor | None = None
+        self,
+        ids: Tensor,
+        *,
+        offset: int = 0,
+        positions: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
     ) -> Tensor:
+        """``ids`` ``(B, T)`` at positions ``offset ..``, or at ``positions`` ``(B, T)`` (int64)
+        when rows differ (left-padded decoder input)."""
         check_ids(ids, self.vocab_size, self.name)
         x = self.token(ids)  # (B, T, d_model)
         if self.scale != 1.0:
             x = x * self.scale
         if self.position is not None:
-            x = self.position(x, offset=offset)
+            if positions is None:
+                x = self.position(x, offset=offset)
+            else:
+                x = x + self._position_table(positions, x.dtype)
         if self.token_type is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
@@ -367,6 +377,50 @@ class Embeddings(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return dropout(x, self.dropout, self.training)
+
+    def _position_table(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
+        """The encodings of ``positions`` ``(B, T)``: ``(B, T, d_model)``."""
+        length = int(positions.max()) + 1
+        if isinstance(self.position, SinusoidalPositionalEncoding):
+            table = self.position.table(length, dtype=dtype).to(positions.device)
+        else:
+            table = self.position.table(length)  # checks max_len
+        return table[positions]
+
+
+def _decoder_input(
+    embed: Embeddings, ids: Tensor, pad_id: int, cache: DecoderCache | None
+) -> tuple[Tensor, Tensor | None]:
+    """Embed decoder ids; return them with the self-attention key mask (None when no pad
+    precedes a real token: the look-ahead mask then hides every pad from every real token).
+
+    Positions count real tokens only, so a left-padded row is encoded as it would be without
+    its padding (for RoPE and ALiBi, which see relative positions, that holds by itself). With
+    a ``cache`` the ids continue its positions and the cache remembers which are pads.
+    """
+    check_ids(ids, embed.vocab_size, embed.name)
+    real = ids != pad_id
+    if cache is None:
+        self_mask = _causal_key_mask(ids, pad_id)
+        if self_mask is None:
+            return embed(ids), None
+        return embed(ids, positions=_real_positions(real, None)), self_mask
+    before = cache.real.sum(dim=1) if cache.real is not None else None
+    length = cache.length
+    flags = cache.track_padding(real)
+    if flags is None:
+        return embed(ids, offset=length), None
+    if before is None:
+        before = torch.full((ids.shape[0],), length, dtype=torch.long, device=ids.device)
+    return embed(ids, positions=_real_positions(real, before)), key_mask(flags)
+
+
+def _real_positions(real: Tensor, before: Tensor | None) -> Tensor:
+    """Position of each slot of ``real`` ``(B, T)``: the real tokens before it in its row (plus
+    ``before`` ``(B,)``); a pad shares the position of the next real token."""
+    flags = real.long()
+    positions = flags.cumsum(dim=1) - flags
+    return positions if before is None else positions + before[:, None]
 
 
 def check_ids(ids: object, vocab_size: int, name: str) -> None:
@@ -695,37 +749,72 @@ class Transformer(_Pretrained):
         memory, weights = self.encoder(x, mask=mask, need_weights=need_weights)
         return memory, mask, weights
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        *,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
         """Logits ``(B, T, target vocab)`` for target ids ``(B, T)`` given the memory.
 
         ``memory_mask`` is the source's key mask (:meth:`source_mask`). Padded target tokens are
         masked as keys of the decoder's self-attention (trailing pads are already hidden from
         every real token by the look-ahead mask, and need no extra mask).
+
+        Incremental decoding: with ``cache`` (:meth:`new_cache`, which holds the memory and
+        its mask), ``tgt_ids`` are the next positions only (usually one token per row); their
+        keys and values join the cache. The logits equal those of the whole prefix at once.
         """
-        logits, _, _ = self._decode(tgt_ids, memory, memory_mask, need_weights=False)
+        logits, _, _ = self._decode(tgt_ids, memory, memory_mask, need_weights=False, cache=cache)
         return logits
 
-    def _decode(
-        self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None, need_weights: bool
-    ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
-        y = self.tgt_embed(tgt_ids)  # checks tgt_ids
-        batch, d_model = tgt_ids.shape[0], self.config.d_model
+    def new_cache(
+        self, memory: Tensor, memory_mask: Tensor | None = None, *, capacity: int
+    ) -> DecoderCache:
+        """A :class:`attnlab.layers.DecoderCache` for decoding against ``memory`` ``(B, S,
+        d_model)`` (from :meth:`encode`) with its ``memory_mask``: each decoder layer projects
+        the memory's keys and values here, once. ``capacity``: target positions to preallocate."""
+        self._check_memory(memory, None)
+        return self.decoder.new_cache(capacity, memory, memory_mask)
+
+    def _check_memory(self, memory: object, tgt_ids: Tensor | None) -> None:
+        d_model = self.config.d_model
+        batch = "B" if tgt_ids is None else f"B={tgt_ids.shape[0]}"
         if not (
             isinstance(memory, Tensor)
             and memory.dim() == 3
-            and memory.shape[0] == batch
+            and (tgt_ids is None or memory.shape[0] == tgt_ids.shape[0])
             and memory.shape[2] == d_model
         ):
+            given = "" if tgt_ids is None else f" for tgt_ids of shape {tuple(tgt_ids.shape)}"
             raise ValueError(
-                f"memory: expected shape (B={batch}, S, d_model={d_model}) for tgt_ids of shape "
-                f"{tuple(tgt_ids.shape)}, got {shape_of(memory)}"
+                f"memory: expected shape ({batch}, S, d_model={d_model}){given}, got "
+                f"{shape_of(memory)}"
             )
+
+    def _decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        need_weights: bool,
+        cache: DecoderCache | None = None,
+    ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
+        if cache is None:
+            check_ids(tgt_ids, self.tgt_embed.vocab_size, "tgt_ids")
+            self._check_memory(memory, tgt_ids)
+        elif memory is not None:
+            raise ValueError("memory: the cache holds the memory (new_cache); pass memory=None")
+        y, self_mask = _decoder_input(self.tgt_embed, tgt_ids, self.config.pad_id, cache)
         y, self_weights, cross_weights = self.decoder(
             y,
             memory,
-            self_mask=_causal_key_mask(tgt_ids, self.config.pad_id),
+            self_mask=self_mask,
             memory_mask=memory_mask,
             need_weights=need_weights,
+            cache=cache,
         )
         return self.lm_head(y), self_weights, cross_weights
 
@@ -776,16 +865,26 @@ class TransformerLM(_Pretrained):
         if c.tie_output:
             self.lm_head.weight = self.embed.token.weight
 
-    def _run(self, ids: Tensor, need_weights: bool) -> tuple[Tensor, list[Tensor] | None]:
-        x = self.embed(ids)
-        mask = _causal_key_mask(ids, self.config.pad_id)
-        x, weights, _ = self.decoder(x, self_mask=mask, need_weights=need_weights)
+    def _run(
+        self, ids: Tensor, need_weights: bool, cache: DecoderCache | None = None
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        x, mask = _decoder_input(self.embed, ids, self.config.pad_id, cache)
+        x, weights, _ = self.decoder(x, self_mask=mask, need_weights=need_weights, cache=cache)
         return self.lm_head(x), weights
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """Next-token logits ``(B, T, vocab_size)``: position t sees ids[:, : t + 1]."""
-        logits, _ = self._run(ids, need_weights=False)
+    def forward(self, ids: Tensor, *, cache: DecoderCache | None = None) -> Tensor:
+        """Next-token logits ``(B, T, vocab_size)``: position t sees ids[:, : t + 1].
+
+        Pads (``pad_id``) are never attended to, and positions count real tokens only, so a
+        left-padded prompt gives the logits it would alone. With ``cache`` (:meth:`new_cache`)
+        ``ids`` continue the cached sequence (usually one token per row).
+        """
+        logits, _ = self._run(ids, need_weights=False, cache=cache)
         return logits
+
+    def new_cache(self, *, capacity: int) -> DecoderCache:
+        """An empty :class:`attnlab.layers.DecoderCache` preallocating ``capacity`` positions."""
+        return self.decoder.new_cache(capacity)
 
     @torch.no_grad()
     def attention(self, ids: Tensor) -> AttentionMaps:

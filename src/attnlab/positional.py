@@ -144,17 +144,44 @@ class LearnedPositionalEmbedding(nn.Module):
 class AttentionPositional(nn.Module):
     """Base of positional schemes that act inside attention (given to MultiHeadAttention).
 
-    Subclasses implement :meth:`adjust`, called on the per-head queries and keys of
-    self-attention before the scores are computed.
+    A scheme does up to two things: :meth:`encode` transforms the per-head queries or keys of
+    one stretch of positions (RoPE rotates them), and :meth:`score_bias` returns a bias added to
+    the scores (ALiBi). Keeping the two apart lets a KV cache encode each step's keys once, as
+    they are stored, while the bias spans every cached key.
     """
+
+    def encode(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """Queries or keys ``(..., T, head_dim)`` at positions ``offset .. offset + T - 1``;
+        unchanged by default."""
+        return x
+
+    def score_bias(
+        self,
+        t_q: int,
+        t_k: int,
+        *,
+        q_offset: int,
+        k_offset: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> Tensor | None:
+        """A float bias broadcastable to ``(B, H, t_q, t_k)``, or None (the default)."""
+        return None
 
     def adjust(
         self, q: Tensor, k: Tensor, *, q_offset: int, k_offset: int
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Return ``(q, k, bias)``: possibly transformed ``q`` ``(B, H, T_q, Dh)`` and ``k``
-        ``(B, H_kv, T_k, Dh)``, and an optional float bias broadcastable to
-        ``(B, H, T_q, T_k)`` added to the scores."""
-        raise NotImplementedError
+        """Return ``(q, k, bias)``: ``q`` ``(B, H, T_q, Dh)`` and ``k`` ``(B, H_kv, T_k, Dh)``
+        through :meth:`encode`, and :meth:`score_bias` for them."""
+        bias = self.score_bias(
+            q.shape[-2],
+            k.shape[-2],
+            q_offset=q_offset,
+            k_offset=k_offset,
+            dtype=q.dtype,
+            device=q.device,
+        )
+        return self.encode(q, offset=q_offset), self.encode(k, offset=k_offset), bias
 
 
 class RotaryEmbedding(AttentionPositional):
@@ -201,10 +228,8 @@ class RotaryEmbedding(AttentionPositional):
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
-    def adjust(
-        self, q: Tensor, k: Tensor, *, q_offset: int, k_offset: int
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        return self.rotate(q, offset=q_offset), self.rotate(k, offset=k_offset), None
+    def encode(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        return self.rotate(x, offset=offset)
 
 
 class ALiBi(AttentionPositional):
@@ -268,6 +293,19 @@ class ALiBi(AttentionPositional):
         slope = self.slope.to(work)[:, None, None]
         return (distance * -slope).to(dtype)[None]  # (1, H, T_q, T_k)
 
+    def score_bias(
+        self,
+        t_q: int,
+        t_k: int,
+        *,
+        q_offset: int,
+        k_offset: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        bias = self.bias(t_q, t_k, q_offset=q_offset, k_offset=k_offset, dtype=dtype)
+        return bias if device is None else bias.to(device)
+
     def adjust(
         self, q: Tensor, k: Tensor, *, q_offset: int, k_offset: int
     ) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -276,10 +314,7 @@ class ALiBi(AttentionPositional):
                 f"q: ALiBi was built for {self.num_heads} heads, got {q.shape[1]} in shape "
                 f"{tuple(q.shape)}"
             )
-        bias = self.bias(
-            q.shape[-2], k.shape[-2], q_offset=q_offset, k_offset=k_offset, dtype=q.dtype
-        )
-        return q, k, bias.to(q.device)
+        return super().adjust(q, k, q_offset=q_offset, k_offset=k_offset)
 
 
 def sinusoidal_table(length: int, d_model: int, *, base: float = 10000.0) -> Tensor:
