@@ -3,13 +3,15 @@
 The building blocks live one concept per module: :mod:`attnlab.masks` (the mask convention),
 :mod:`attnlab.attention` (eq. 1 and multi-head attention), :mod:`attnlab.positional`
 (sinusoidal, learned, rotary, ALiBi), :mod:`attnlab.layers` (encoder and decoder layers and
-stacks), :mod:`attnlab.model` (the models and their config), :mod:`attnlab.interop` (weights
-from torch.nn and Hugging Face BERT).
+stacks), :mod:`attnlab.model` (the models and their config), :mod:`attnlab.generate` (greedy, beam
+search and sampling on the KV cache), :mod:`attnlab.interop` (weights from torch.nn and Hugging
+Face BERT).
 """
 
-from . import layers, masks, positional
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
+from . import generate, layers, masks, positional
+from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from .generate import Generation, beam_search, greedy_search, sample
+from .layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
 from .model import (
     AttentionMaps,
@@ -33,10 +35,13 @@ __all__ = [
     "ALiBi",
     "AttentionMaps",
     "Decoder",
+    "DecoderCache",
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "Generation",
+    "KVCache",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "RotaryEmbedding",
@@ -46,9 +51,12 @@ __all__ = [
     "TransformerEncoder",
     "TransformerLM",
     "__version__",
+    "beam_search",
     "causal_mask",
     "combine_masks",
     "count_parameters",
+    "generate",
+    "greedy_search",
     "key_mask",
     "layers",
     "load_pretrained",
@@ -56,5 +64,6 @@ __all__ = [
     "padding_mask",
     "padding_mask_from_ids",
     "positional",
+    "sample",
     "scaled_dot_product_attention",
 ]

@@ -1,0 +1,568 @@
+"""Decoding: greedy search, beam search and sampling, on top of the KV cache.
+
+Every function takes a :class:`attnlab.Transformer` with source ids, or a
+:class:`attnlab.TransformerLM` with prompt ids, and returns a :class:`Generation`. Decoding is
+incremental: the source is encoded once, each decoder layer projects the memory's keys and
+values once (:meth:`attnlab.Transformer.new_cache`), and each step feeds one new token per row
+through the decoder (:class:`attnlab.KVCache`).
+
+* :func:`greedy_search`: the most probable next token at each step.
+* :func:`beam_search`: the paper's decoding (Vaswani et al. 2017, sec. 6.1): beam size 4,
+  length penalty ``alpha = 0.6`` (Wu et al. 2016, eq. 14: ``lp(Y) = ((5 + |Y|) / 6)^alpha``,
+  a hypothesis ranks by ``log P(Y | X) / lp(Y)``), maximum output length = input length + 50,
+  batched over sentences and beams.
+* :func:`sample`: ancestral sampling with temperature, top-k and top-p (nucleus, Holtzman et
+  al. 2020) filtering.
+
+Conventions: outputs never contain ``pad_id`` or ``bos_id`` (they are not generated); a row
+ends with ``eos_id`` or when it reaches its maximum length; a batch decodes exactly as its rows
+one at a time (each row has its own maximum length, rows that finish leave the batch). The
+model runs in eval mode (restored afterwards) without gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._checks import check_positive_int, check_positive_number
+from .layers import DecoderCache
+from .model import Transformer, TransformerLM
+
+__all__ = ["Generation", "beam_search", "greedy_search", "length_penalty", "sample"]
+
+#: Output length allowance over the source length (Vaswani et al. 2017, sec. 6.1).
+EXTRA_LENGTH = 50
+#: Default maximum of new tokens for a language model.
+LM_MAX_NEW_TOKENS = 50
+
+
+@dataclass
+class Generation:
+    """The output of a decoding function, one row per input.
+
+    Attributes:
+        sequences: ``(B, T)`` int64 generated ids (without BOS, without the prompt), ending
+            with ``eos_id`` when the row finished, then ``pad_id``.
+        lengths: ``(B,)`` tokens in each row, EOS included.
+        log_probs: ``(B,)`` float32 ``log P(sequence | input)`` under the model (the sum of
+            each chosen token's log-probability, before any temperature or filtering).
+        scores: ``(B,)`` what the search ranked by: ``log_probs / lp(length)`` for beam
+            search, ``log_probs`` otherwise.
+        finished: ``(B,)`` bool, True where the row ended with EOS (False: it reached its
+            maximum length).
+    """
+
+    sequences: Tensor
+    lengths: Tensor
+    log_probs: Tensor
+    scores: Tensor
+    finished: Tensor
+    eos_id: int
+
+    def tolist(self, *, keep_eos: bool = False) -> list[list[int]]:
+        """The generated ids of each row as lists, without padding (and without EOS unless
+        ``keep_eos``)."""
+        rows = []
+        for seq, length, done in zip(self.sequences, self.lengths, self.finished, strict=True):
+            n = int(length) - (1 if bool(done) and not keep_eos else 0)
+            rows.append(seq[:n].tolist())
+        return rows
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    """Wu et al. (2016), eq. 14: ``((5 + length) / 6) ** alpha``."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+# -- argument checks ---------------------------------------------------------------------------
+
+
+def _check_optional_count(value: object, name: str, minimum: int) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name}: expected {what} or None, got {value!r}")
+
+
+def _check_lengths(max_new_tokens: object, min_new_tokens: object) -> None:
+    _check_optional_count(max_new_tokens, "max_new_tokens", 1)
+    if (
+        not isinstance(min_new_tokens, int)
+        or isinstance(min_new_tokens, bool)
+        or min_new_tokens < 0
+    ):
+        raise ValueError(f"min_new_tokens: expected an int >= 0, got {min_new_tokens!r}")
+    if max_new_tokens is not None and min_new_tokens > max_new_tokens:
+        raise ValueError(
+            f"min_new_tokens: {min_new_tokens} exceeds max_new_tokens={max_new_tokens}"
+        )
+
+
+def _as_ids(inputs: object, name: str, pad_id: int, device: torch.device) -> Tensor:
+    """A ``(B, T)`` int64 tensor from a tensor or a list of id lists (right-padded)."""
+    if isinstance(inputs, Tensor):
+        if inputs.dim() == 1:
+            raise ValueError(
+                f"{name}: expected a (B, T) batch, got shape {tuple(inputs.shape)}; use "
+                f"ids[None] for one sequence"
+            )
+        if inputs.dim() != 2:
+            raise ValueError(f"{name}: expected shape (B, T), got {tuple(inputs.shape)}")
+        if inputs.dtype.is_floating_point or inputs.dtype.is_complex or inputs.dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer dtype, got {inputs.dtype}")
+        ids = inputs.to(device=device, dtype=torch.long)
+    elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+        rows = [list(row) for row in inputs] if inputs else []
+        if not rows:
+            raise ValueError(f"{name}: empty batch")
+        for i, row in enumerate(rows):
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in row):
+                raise TypeError(f"{name}: row {i} holds something other than int ids")
+        width = max(len(row) for row in rows)
+        ids = torch.full((len(rows), max(width, 1)), pad_id, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        ids = ids.to(device)
+    else:
+        raise TypeError(
+            f"{name}: expected a (B, T) integer tensor or a list of id lists, got "
+            f"{type(inputs).__name__}"
+        )
+    if ids.numel() == 0:
+        raise ValueError(f"{name}: empty batch or sequence, shape {tuple(ids.shape)}")
+    empty = (ids == pad_id).all(dim=1)
+    if bool(empty.any()):
+        row = int(empty.nonzero()[0])
+        raise ValueError(f"{name}: row {row} is empty (only pad_id={pad_id})")
+    return ids
+
+
+# -- the decoding session: one model, its cache, one step at a time ----------------------------
+
+
+class _Session:
+    """Incremental decoding of one batch: :meth:`step` feeds ids, returns next-token logits.
+
+    For a Transformer the first ids are BOS; for a language model, the prompt (left-padded,
+    its positions counting real tokens only, so each row decodes as it would alone).
+    """
+
+    def __init__(self, model: Transformer | TransformerLM, inputs: object) -> None:
+        if not isinstance(model, (Transformer, TransformerLM)):
+            raise TypeError(
+                f"model: expected an attnlab Transformer or TransformerLM, got "
+                f"{type(model).__name__}"
+            )
+        self.model = model
+        config = model.config
+        self.config = config
+        device = next(model.parameters()).device
+        pad = config.pad_id
+        if isinstance(model, Transformer):
+            self.source = _as_ids(inputs, "src_ids", pad, device)
+            self.input_lengths = (self.source != pad).sum(dim=1)
+            self.start = torch.full((self.source.shape[0], 1), config.bos_id, device=device)
+            self.prompt_length = 1
+            self.position_limit = config.max_len if config.positional == "learned" else None
+        else:
+            ids = _as_ids(inputs, "ids", pad, device)
+            self.input_lengths = (ids != pad).sum(dim=1)
+            self.start = _left_align(ids, pad)
+            self.prompt_length = self.start.shape[1]
+            limit = config.max_len if config.positional == "learned" else None
+            if limit is not None and int(self.input_lengths.max()) > limit:
+                raise ValueError(
+                    f"ids: a prompt of {int(self.input_lengths.max())} tokens exceeds the "
+                    f"model's max_len={limit} (learned positions)"
+                )
+            self.position_limit = limit
+        self.vocab_size = model.lm_head.out_features
+        self.cache: DecoderCache | None = None
+
+    def max_new_tokens(self, requested: int | None) -> Tensor:
+        """Each row's maximum output length ``(B,)``: ``requested``, or for a Transformer the
+        source length + 50 (for a language model 50); capped where learned positions end."""
+        if requested is not None:
+            limit = torch.full_like(self.input_lengths, requested)
+        elif isinstance(self.model, Transformer):
+            limit = self.input_lengths + EXTRA_LENGTH
+        else:
+            limit = torch.full_like(self.input_lengths, LM_MAX_NEW_TOKENS)
+        if self.position_limit is not None:
+            # Token n is predicted from the input at position n - 1 (after BOS at 0), or at
+            # P + n - 2 after a prompt of P tokens: keep that below max_len.
+            if isinstance(self.model, Transformer):
+                room = torch.full_like(limit, self.position_limit)
+            else:
+                room = self.position_limit - self.input_lengths + 1
+            limit = torch.minimum(limit, room)
+        return limit
+
+    def begin(self, rows_per_input: int, capacity: int) -> Tensor:
+        """Build the cache (``rows_per_input`` rows per input: beams); return the first ids."""
+        model = self.model
+        expand = torch.arange(self.start.shape[0], device=self.start.device)
+        expand = expand.repeat_interleave(rows_per_input)
+        if isinstance(model, Transformer):
+            memory = model.encode(self.source)
+            self.cache = model.new_cache(memory, model.source_mask(self.source), capacity=capacity)
+            if rows_per_input > 1:
+                self.cache.select(expand)
+        else:
+            self.cache = model.new_cache(capacity=capacity + self.prompt_length)
+        return self.start[expand]
+
+    def step(self, ids: Tensor) -> Tensor:
+        """Feed ``ids`` ``(N, T)``; the float32 log-probabilities of the next token ``(N, V)``."""
+        if isinstance(self.model, Transformer):
+            logits = self.model.decode(ids, cache=self.cache)
+        else:
+            logits = self.model(ids, cache=self.cache)
+        return F.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def banned(self) -> list[int]:
+        """Ids never generated: pad and BOS (unless one of them is EOS)."""
+        c = self.config
+        return sorted({c.pad_id, c.bos_id} - {c.eos_id})
+
+
+def _left_align(ids: Tensor, pad_id: int) -> Tensor:
+    """Move each row's real tokens to the end (left padding), keeping their order."""
+    real = ids != pad_id
+    # A stable sort of "is real" puts pads first and keeps the real tokens' order.
+    order = torch.sort(real.to(torch.int8), dim=1, stable=True).indices
+    return ids.gather(1, order)
+
+
+class _EvalMode:
+    """Run with the model in eval mode and without autograd; restore its mode afterwards."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.was_training = model, model.training
+        self.grad = torch.inference_mode()
+
+    def __enter__(self) -> None:
+        self.model.eval()
+        self.grad.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.grad.__exit__(*exc)
+        self.model.train(self.was_training)
+
+
+def _mask_ids(log_probs: Tensor, banned: list[int], eos_id: int, allow_eos: bool) -> Tensor:
+    if banned:
+        log_probs[:, banned] = -math.inf
+    if not allow_eos:
+        log_probs[:, eos_id] = -math.inf
+    return log_probs
+
+
+# -- greedy and sampling: one hypothesis per row -----------------------------------------------
+
+
+def _decode_rows(
+    model: Transformer | TransformerLM,
+    inputs: object,
+    choose: Callable[[Tensor], Tensor],
+    max_new_tokens: int | None,
+    min_new_tokens: int,
+) -> Generation:
+    """One token per row per step, chosen by ``choose(log_probs (N, V)) -> ids (N,)``; rows
+    that finish leave the batch (and the cache)."""
+    _check_lengths(max_new_tokens, min_new_tokens)
+    session = _Session(model, inputs)
+    eos = session.config.eos_id
+    with _EvalMode(model):
+        limit = session.max_new_tokens(max_new_tokens)
+        batch, width = limit.shape[0], int(limit.max())
+        device = limit.device
+        sequences = torch.full((batch, width), session.config.pad_id, device=device)
+        log_probs = torch.zeros(batch, device=device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        rows = torch.arange(batch, device=device)  # the inputs still decoding
+        ids = session.begin(1, width)
+        banned = session.banned()
+        for step in range(width):
+            scores = _mask_ids(session.step(ids), banned, eos, step >= min_new_tokens)
+            token = choose(scores)
+            log_probs[rows] += scores.gather(1, token[:, None]).squeeze(1)
+            sequences[rows, step] = token
+            lengths[rows] = step + 1
+            ended = token == eos
+            finished[rows] = ended
+            done = ended | (step + 1 >= limit[rows])
+            if bool(done.all()):
+                break
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(1)
+                rows, token = rows[keep], token[keep]
+                session.cache.select(keep)
+            ids = token[:, None]
+    return Generation(
+        sequences=sequences[:, : int(lengths.max())],
+        lengths=lengths,
+        log_probs=log_probs,
+        scores=log_probs.clone(),
+        finished=finished,
+        eos_id=eos,
+    )
+
+
+def greedy_search(
+    model: Transformer | TransformerLM,
+    inputs: Tensor | Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int | None = None,
+    min_new_tokens: int = 0,
+) -> Generation:
+    """Greedy decoding: at each step the most probable token.
+
+    Args:
+        model: a :class:`attnlab.Transformer` (``inputs`` are source ids) or a
+            :class:`attnlab.TransformerLM` (``inputs`` are prompts; the output continues them).
+        inputs: ``(B, S)`` ids padded with ``pad_id``, or a list of id lists.
+        max_new_tokens: the longest output; default the source length + 50 per row (the
+            paper's, sec. 6.1) for a Transformer, 50 for a language model. With learned
+            positions, outputs also stop where the model's ``max_len`` positions end.
+        min_new_tokens: EOS is not generated before this many tokens.
+
+    Returns: a :class:`Generation`; ``scores`` are the log-probabilities.
+    """
+    return _decode_rows(model, inputs, lambda lp: lp.argmax(dim=-1), max_new_tokens, min_new_tokens)
+
+
+def sample(
+    model: Transformer | TransformerLM,
+    inputs: Tensor | Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    max_new_tokens: int | None = None,
+    min_new_tokens: int = 0,
+) -> Generation:
+    """Ancestral sampling: draw each token from the model's distribution, reshaped.
+
+    The log-probabilities are divided by ``temperature`` (< 1 sharper, > 1 flatter), then only
+    the ``top_k`` most probable tokens are kept, then only the smallest set of most probable
+    tokens whose probability reaches ``top_p`` (nucleus sampling; the most probable token is
+    always kept); the token is drawn from what remains, renormalised.
+
+    Args: as :func:`greedy_search`, and
+        temperature: a number > 0.
+        top_k: keep the k most probable tokens (None: all).
+        top_p: in (0, 1] (None or 1: no nucleus filtering).
+        generator: a ``torch.Generator`` for reproducible draws (on the model's device).
+
+    Returns: a :class:`Generation`; ``log_probs`` and ``scores`` are the model's own
+    log-probabilities of the drawn tokens (temperature 1, unfiltered).
+    """
+    temperature = check_positive_number(temperature, "temperature")
+    _check_optional_count(top_k, "top_k", 1)
+    if top_p is not None and not (
+        isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and 0 < top_p <= 1
+    ):
+        raise ValueError(f"top_p: expected a number in (0, 1] or None, got {top_p!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
+
+    def choose(log_probs: Tensor) -> Tensor:
+        logits = log_probs / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        if top_p is not None and top_p < 1:
+            logits = _nucleus(logits, top_p)
+        probs = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _decode_rows(model, inputs, choose, max_new_tokens, min_new_tokens)
+
+
+def _nucleus(logits: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest set of most probable tokens whose probability reaches ``top_p``."""
+    ordered, order = logits.sort(dim=-1, descending=True)
+    probs = torch.softmax(ordered, dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # the mass of the more probable tokens
+    drop = before >= top_p  # already reached without this token (never the first)
+    ordered = ordered.masked_fill(drop, -math.inf)
+    return torch.full_like(logits, -math.inf).scatter(-1, order, ordered)
+
+
+# -- beam search -------------------------------------------------------------------------------
+
+
+def beam_search(
+    model: Transformer | TransformerLM,
+    inputs: Tensor | Sequence[Sequence[int]],
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_new_tokens: int | None = None,
+    min_new_tokens: int = 0,
+) -> Generation:
+    """Beam search with the length penalty of Wu et al. (2016), as the paper (sec. 6.1).
+
+    Each sentence keeps ``beam_size`` live hypotheses. At each step every live hypothesis is
+    extended by every token; of the ``2 x beam_size`` best extensions (by ``log P``), those
+    ending in EOS join the sentence's finished hypotheses (ranked by ``log P / lp``, where
+    ``lp = ((5 + length) / 6)^alpha`` and the length counts EOS) and the best ``beam_size``
+    others live on. A hypothesis reaching the maximum length finishes without EOS. A sentence
+    stops when it has ``beam_size`` finished hypotheses and no live one can still beat the
+    worst of them (a live hypothesis' score is at most ``log P / lp(max length)``: log P only
+    falls, and lp grows with length for ``alpha >= 0``), so the result is the best-scoring
+    hypothesis the beam reaches. Sentences that stop leave the batch.
+
+    Args: as :func:`greedy_search`, and
+        beam_size: hypotheses per sentence (4 in the paper; 1 is greedy search).
+        alpha: the length penalty's exponent (0.6 in the paper; 0: plain log-probability).
+
+    Returns: a :class:`Generation` with the best finished hypothesis of each sentence;
+    ``scores`` are ``log_probs / lp(lengths)``.
+    """
+    check_positive_int(beam_size, "beam_size")
+    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)) or not (
+        math.isfinite(alpha) and alpha >= 0
+    ):
+        raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
+    _check_lengths(max_new_tokens, min_new_tokens)
+    session = _Session(model, inputs)
+    with _EvalMode(model):
+        limit = session.max_new_tokens(max_new_tokens)
+        return _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens).run()
+
+
+class _BeamSearch:
+    """The state of a batched beam search; see :func:`beam_search`."""
+
+    def __init__(
+        self, session: _Session, limit: Tensor, beam: int, alpha: float, min_new_tokens: int
+    ) -> None:
+        self.session, self.limit, self.beam, self.alpha = session, limit, beam, alpha
+        self.min_new_tokens = min_new_tokens
+        self.eos = session.config.eos_id
+        batch, self.width = limit.shape[0], int(limit.max())
+        device = self.device = limit.device
+        # Finished hypotheses of every sentence, best first: (B, K) scores, (B, K, width) ids.
+        self.done_scores = torch.full((batch, beam), -math.inf, device=device)
+        self.done_log_probs = torch.zeros(batch, beam, device=device)
+        self.done_lengths = torch.zeros(batch, beam, dtype=torch.long, device=device)
+        self.done_ids = torch.full((batch, beam, self.width), session.config.pad_id, device=device)
+        self.done_eos = torch.zeros(batch, beam, dtype=torch.bool, device=device)
+
+    def run(self) -> Generation:
+        session, k, eos = self.session, self.beam, self.eos
+        batch, device = self.limit.shape[0], self.device
+        sentences = torch.arange(batch, device=device)  # the sentences still searching
+        # Live hypotheses: log P (n, K), ids so far (n, K, t). Only beam 0 is live at first.
+        live = torch.full((batch, k), -math.inf, device=device)
+        live[:, 0] = 0.0
+        history = torch.zeros(batch, k, 0, dtype=torch.long, device=device)
+        ids = session.begin(k, self.width)
+        banned = session.banned()
+        vocab = session.vocab_size
+        for step in range(self.width):
+            n = sentences.shape[0]
+            scores = session.step(ids)  # (n K, V)
+            scores = _mask_ids(scores, banned, eos, step >= self.min_new_tokens)
+            total = (live.view(n * k, 1) + scores).view(n, k * vocab)
+            top, index = total.topk(min(2 * k, k * vocab), dim=1)  # (n, 2K), best first
+            origin, token = index // vocab, index % vocab
+            length = step + 1
+            last = length >= self.limit[sentences]  # (n,): this step ends these sentences
+            ended = (token == eos) | last[:, None]
+            ended &= torch.isfinite(top)
+            extended = torch.cat([history.gather(1, _expand(origin, history)), token[..., None]], 2)
+            self._finish(sentences, top, extended, ended, token == eos, length)
+
+            # The best K extensions that did not end live on.
+            live_top = top.masked_fill(ended | (token == eos), -math.inf)
+            live, pick = live_top.topk(k, dim=1)  # (n, K)
+            origin = origin.gather(1, pick)
+            history = extended.gather(1, _expand(pick, extended))
+            token = token.gather(1, pick)
+
+            stop = last | self._settled(sentences, live)
+            if bool(stop.all()):
+                break
+            keep = (~stop).nonzero().squeeze(1)
+            rows = (keep[:, None] * k + origin[keep]).reshape(-1)  # cache rows to continue
+            pruned = keep.shape[0] < n
+            session.cache.select(rows, cross=pruned)
+            if pruned:
+                sentences, live, history, token = (
+                    sentences[keep],
+                    live[keep],
+                    history[keep],
+                    token[keep],
+                )
+            ids = token.reshape(-1, 1)
+        return self._result()
+
+    def _finish(
+        self,
+        sentences: Tensor,
+        log_probs: Tensor,
+        ids: Tensor,
+        ended: Tensor,
+        with_eos: Tensor,
+        length: int,
+    ) -> None:
+        """Merge the candidates that ``ended`` into the sentences' K best finished ones."""
+        if not bool(ended.any()):
+            return
+        penalty = length_penalty(length, self.alpha)
+        scores = torch.where(ended, log_probs / penalty, -math.inf)
+        n, c = scores.shape
+        padded = torch.full((n, c, self.width), self.session.config.pad_id, device=self.device)
+        padded[:, :, :length] = ids
+        all_scores = torch.cat([self.done_scores[sentences], scores], dim=1)
+        best, pick = all_scores.topk(self.beam, dim=1)
+        merged = {
+            "done_log_probs": (self.done_log_probs[sentences], log_probs),
+            "done_lengths": (
+                self.done_lengths[sentences],
+                torch.full_like(with_eos, length, dtype=torch.long),
+            ),
+            "done_ids": (self.done_ids[sentences], padded),
+            "done_eos": (self.done_eos[sentences], with_eos),
+        }
+        self.done_scores[sentences] = best
+        for name, (old, new) in merged.items():
+            both = torch.cat([old, new], dim=1)
+            getattr(self, name)[sentences] = both.gather(1, _expand(pick, both))
+
+    def _settled(self, sentences: Tensor, live: Tensor) -> Tensor:
+        """``(n,)`` True where no live hypothesis can still beat the K-th finished one."""
+        worst_done = self.done_scores[sentences, -1]
+        best_possible = live[:, 0] / length_penalty(
+            self.limit[sentences].to(live.dtype), self.alpha
+        )
+        beaten = torch.isfinite(worst_done) & (best_possible <= worst_done)
+        return beaten | torch.isneginf(live[:, 0])  # or nothing is left alive
+
+    def _result(self) -> Generation:
+        lengths = self.done_lengths[:, 0]
+        return Generation(
+            sequences=self.done_ids[:, 0, : int(lengths.max())],
+            lengths=lengths,
+            log_probs=self.done_log_probs[:, 0],
+            scores=self.done_scores[:, 0],
+            finished=self.done_eos[:, 0],
+            eos_id=self.eos,
+        )
+
+
+def _expand(index: Tensor, like: Tensor) -> Tensor:
+    """``index`` ``(n, m)`` broadcast over the trailing dimensions of ``like`` for gather."""
+    return index.view(*index.shape, *([1] * (like.dim() - 2))).expand(*index.shape, *like.shape[2:])
