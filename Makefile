@@ -25,6 +25,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py
 	$(PY) benchmarks/model.py
+	$(PY) benchmarks/decode.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

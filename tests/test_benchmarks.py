@@ -69,3 +69,22 @@ def test_model_benchmark_quick_run(tmp_path: Path) -> None:
     assert flops["logits"] == 2 * batch * n * d * vocab
     assert flops["training_step"] == 3 * (flops["encoder"] + flops["decoder"] + flops["logits"])
     assert "ratio" in printed
+
+
+def test_decode_benchmark_quick_run(tmp_path: Path) -> None:
+    report, printed = run_quick("decode", tmp_path)
+    assert report["quick"] is True
+    rows = {m["key"]: m for m in report["measurements"]}
+    assert set(rows) == {"greedy_B1", "greedy_B4", "latency_flatness", "beam4_B4"}
+    for key in ("greedy_B1", "greedy_B4", "beam4_B4"):
+        row = rows[key]
+        assert row["attnlab"] > 0 and row["baseline"] > 0, key
+        assert abs(row["attnlab"] / row["baseline"] - row["ratio"]) < 1e-9, key
+    # Cached decoding and torch's full re-decoding choose the same tokens.
+    for key in ("greedy_B1", "greedy_B4"):
+        assert rows[key]["details"]["same_tokens_as_torch"] is True, key
+        assert rows[key]["details"]["new_tokens"] == 40
+    steps = rows["latency_flatness"]["details"]["attnlab_step_ms"]
+    assert len(steps) == 40 and all(s > 0 for s in steps)
+    assert rows["latency_flatness"]["target"] == "<= 1.30"
+    assert "ratio" in printed

@@ -104,14 +104,31 @@ def scaled_dot_product_attention(
         ``out == weights @ v``. Rows with no allowed key are zero in both.
     """
     _check_qkv(q, k, v)
+    if scale is not None and not (
+        isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0
+    ):
+        raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
+    if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
+    return _attention(q, k, v, mask, is_causal, dropout_p, scale, return_weights)
+
+
+def _attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    is_causal: bool,
+    dropout_p: float,
+    scale: float | None,
+    return_weights: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`scaled_dot_product_attention` after its argument checks (MultiHeadAttention's
+    tensors are right by construction; a mask is still checked)."""
     batch, heads, t_q, head_dim = q.shape
     t_k = k.shape[2]
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
-    if not (isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0):
-        raise ValueError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
     if mask is not None:
         mask = check_attention_mask(
             mask, batch=batch, heads=heads, t_q=t_q, t_k=t_k, dtype=q.dtype, device=q.device
@@ -289,10 +306,10 @@ class KVCache:
         end = self.length + t
         if end > self.keys.shape[2]:
             self._grow(max(end, 2 * self.keys.shape[2]))
-        self.keys[:, :, self.length : end] = k
-        self.values[:, :, self.length : end] = v
+        self.keys.narrow(2, self.length, t).copy_(k)
+        self.values.narrow(2, self.length, t).copy_(v)
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        return self.keys.narrow(2, 0, end), self.values.narrow(2, 0, end)
 
     def _grow(self, size: int) -> None:
         for name in ("keys", "values"):
@@ -647,15 +664,8 @@ class MultiHeadAttention(nn.Module):
                     )
                 mask = combine_masks(mask, bias)
 
-        result = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            return_weights=need_weights,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        result = _attention(q, k, v, mask, is_causal, dropout_p, None, need_weights)
         out, weights = result if need_weights else (result, None)
         out = out.transpose(1, 2).reshape(batch, t_q, self.d_model)  # concat heads (B, T_q, E)
         out = self.out_proj(out)  # W^O

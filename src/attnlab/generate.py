@@ -257,12 +257,22 @@ class _EvalMode:
         self.model.train(self.was_training)
 
 
-def _mask_ids(log_probs: Tensor, banned: list[int], eos_id: int, allow_eos: bool) -> Tensor:
-    if banned:
-        log_probs[:, banned] = -math.inf
-    if not allow_eos:
-        log_probs[:, eos_id] = -math.inf
-    return log_probs
+class _Masker:
+    """Sets the log-probabilities of ids that must not come next to -inf, in place: pad and BOS
+    always, EOS before ``min_new_tokens``."""
+
+    def __init__(self, session: _Session, min_new_tokens: int) -> None:
+        device = session.start.device
+        self.banned = torch.tensor(session.banned(), dtype=torch.long, device=device)
+        self.eos = torch.tensor([session.config.eos_id], device=device)
+        self.min_new_tokens = min_new_tokens
+
+    def __call__(self, log_probs: Tensor, step: int) -> Tensor:
+        if self.banned.numel():
+            log_probs.index_fill_(1, self.banned, -math.inf)
+        if step < self.min_new_tokens:
+            log_probs.index_fill_(1, self.eos, -math.inf)
+        return log_probs
 
 
 # -- greedy and sampling: one hypothesis per row -----------------------------------------------
@@ -284,31 +294,40 @@ def _decode_rows(
         limit = session.max_new_tokens(max_new_tokens)
         batch, width = limit.shape[0], int(limit.max())
         device = limit.device
-        sequences = torch.full((batch, width), session.config.pad_id, device=device)
         log_probs = torch.zeros(batch, device=device)
         lengths = torch.zeros(batch, dtype=torch.long, device=device)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         rows = torch.arange(batch, device=device)  # the inputs still decoding
+        row_limit, row_log_probs = limit, log_probs.clone()  # of those rows
+        chosen: list[tuple[Tensor, Tensor]] = []  # (rows, tokens) of each step
         ids = session.begin(1, width)
-        banned = session.banned()
+        mask = _Masker(session, min_new_tokens)
         for step in range(width):
-            scores = _mask_ids(session.step(ids), banned, eos, step >= min_new_tokens)
+            scores = mask(session.step(ids), step)
             token = choose(scores)
-            log_probs[rows] += scores.gather(1, token[:, None]).squeeze(1)
-            sequences[rows, step] = token
-            lengths[rows] = step + 1
+            row_log_probs += scores.gather(1, token[:, None]).squeeze(1)
+            chosen.append((rows, token))
             ended = token == eos
-            finished[rows] = ended
-            done = ended | (step + 1 >= limit[rows])
-            if bool(done.all()):
-                break
+            done = ended | (row_limit <= step + 1)
             if bool(done.any()):
+                out = rows[done]
+                log_probs[out], lengths[out], finished[out] = (
+                    row_log_probs[done],
+                    step + 1,
+                    ended[done],
+                )
+                if bool(done.all()):
+                    break
                 keep = (~done).nonzero().squeeze(1)
                 rows, token = rows[keep], token[keep]
+                row_limit, row_log_probs = row_limit[keep], row_log_probs[keep]
                 session.cache.select(keep)
             ids = token[:, None]
+        sequences = torch.full((batch, int(lengths.max())), session.config.pad_id, device=device)
+        for step, (where, token) in enumerate(chosen):
+            sequences[where, step] = token
     return Generation(
-        sequences=sequences[:, : int(lengths.max())],
+        sequences=sequences,
         lengths=lengths,
         log_probs=log_probs,
         scores=log_probs.clone(),
@@ -469,12 +488,11 @@ class _BeamSearch:
         live[:, 0] = 0.0
         history = torch.zeros(batch, k, 0, dtype=torch.long, device=device)
         ids = session.begin(k, self.width)
-        banned = session.banned()
+        mask = _Masker(session, self.min_new_tokens)
         vocab = session.vocab_size
         for step in range(self.width):
             n = sentences.shape[0]
-            scores = session.step(ids)  # (n K, V)
-            scores = _mask_ids(scores, banned, eos, step >= self.min_new_tokens)
+            scores = mask(session.step(ids), step)  # (n K, V)
             total = (live.view(n * k, 1) + scores).view(n, k * vocab)
             top, index = total.topk(min(2 * k, k * vocab), dim=1)  # (n, 2K), best first
             origin, token = index // vocab, index % vocab

@@ -354,6 +354,12 @@ class Embeddings(nn.Module):
         """``ids`` ``(B, T)`` at positions ``offset ..``, or at ``positions`` ``(B, T)`` (int64)
         when rows differ (left-padded decoder input)."""
         check_ids(ids, self.vocab_size, self.name)
+        return self._embed(ids, offset, positions, token_type_ids)
+
+    def _embed(
+        self, ids: Tensor, offset: int, positions: Tensor | None, token_type_ids: Tensor | None
+    ) -> Tensor:
+        """:meth:`forward` for ids already checked."""
         x = self.token(ids)  # (B, T, d_model)
         if self.scale != 1.0:
             x = x * self.scale
@@ -391,28 +397,28 @@ class Embeddings(nn.Module):
 def _decoder_input(
     embed: Embeddings, ids: Tensor, pad_id: int, cache: DecoderCache | None
 ) -> tuple[Tensor, Tensor | None]:
-    """Embed decoder ids; return them with the self-attention key mask (None when no pad
-    precedes a real token: the look-ahead mask then hides every pad from every real token).
+    """Embed decoder ids (checked by the caller); return them with the self-attention key mask
+    (None when no pad precedes a real token: the look-ahead mask then hides every pad from
+    every real token).
 
     Positions count real tokens only, so a left-padded row is encoded as it would be without
     its padding (for RoPE and ALiBi, which see relative positions, that holds by itself). With
     a ``cache`` the ids continue its positions and the cache remembers which are pads.
     """
-    check_ids(ids, embed.vocab_size, embed.name)
     real = ids != pad_id
     if cache is None:
         self_mask = _causal_key_mask(ids, pad_id)
         if self_mask is None:
-            return embed(ids), None
-        return embed(ids, positions=_real_positions(real, None)), self_mask
+            return embed._embed(ids, 0, None, None), None
+        return embed._embed(ids, 0, _real_positions(real, None), None), self_mask
     before = cache.real.sum(dim=1) if cache.real is not None else None
     length = cache.length
     flags = cache.track_padding(real)
     if flags is None:
-        return embed(ids, offset=length), None
+        return embed._embed(ids, length, None, None), None
     if before is None:
         before = torch.full((ids.shape[0],), length, dtype=torch.long, device=ids.device)
-    return embed(ids, positions=_real_positions(real, before)), key_mask(flags)
+    return embed._embed(ids, 0, _real_positions(real, before), None), key_mask(flags)
 
 
 def _real_positions(real: Tensor, before: Tensor | None) -> Tensor:
@@ -433,7 +439,7 @@ def check_ids(ids: object, vocab_size: int, name: str) -> None:
         raise TypeError(f"{name}: expected an integer dtype, got {ids.dtype}")
     if ids.numel() == 0:
         raise ValueError(f"{name}: empty batch or sequence, shape {tuple(ids.shape)}")
-    low, high = int(ids.min()), int(ids.max())
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one pass, one sync
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size})")
@@ -802,8 +808,8 @@ class Transformer(_Pretrained):
         need_weights: bool,
         cache: DecoderCache | None = None,
     ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
+        check_ids(tgt_ids, self.tgt_embed.vocab_size, "tgt_ids")
         if cache is None:
-            check_ids(tgt_ids, self.tgt_embed.vocab_size, "tgt_ids")
             self._check_memory(memory, tgt_ids)
         elif memory is not None:
             raise ValueError("memory: the cache holds the memory (new_cache); pass memory=None")
@@ -868,6 +874,7 @@ class TransformerLM(_Pretrained):
     def _run(
         self, ids: Tensor, need_weights: bool, cache: DecoderCache | None = None
     ) -> tuple[Tensor, list[Tensor] | None]:
+        check_ids(ids, self.embed.vocab_size, "ids")
         x, mask = _decoder_input(self.embed, ids, self.config.pad_id, cache)
         x, weights, _ = self.decoder(x, self_mask=mask, need_weights=need_weights, cache=cache)
         return self.lm_head(x), weights
