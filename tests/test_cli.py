@@ -23,6 +23,11 @@ def test_demo_runs_and_reports_parity(capsys: pytest.CaptureFixture[str]) -> Non
     assert "paper-base: N=6, d_model=512, d_ff=2048, h=8: 63,082,496 parameters" in printed
     assert "logits (2, 5, 1000)" in printed
     assert "weight on sentence 2's padded source tokens: 0.0\n" in printed
+    # The decoding section: cached steps match recomputation, and both searches print.
+    cached = float(printed.split("max |cached - recomputed logits| = ")[1].split()[0])
+    assert cached < 1e-5
+    assert "DecoderCache(layers=2, length=6, capacity=8, cross=6 positions" in printed
+    assert "greedy: [[" in printed and "beam 4: [[" in printed
 
 
 def test_masks_prints_the_causal_padding_grid(capsys: pytest.CaptureFixture[str]) -> None:
