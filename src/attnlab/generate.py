@@ -10,14 +10,15 @@ through the decoder (:class:`attnlab.KVCache`).
 * :func:`beam_search`: the paper's decoding (Vaswani et al. 2017, sec. 6.1): beam size 4,
   length penalty ``alpha = 0.6`` (Wu et al. 2016, eq. 14: ``lp(Y) = ((5 + |Y|) / 6)^alpha``,
   a hypothesis ranks by ``log P(Y | X) / lp(Y)``), maximum output length = input length + 50,
-  batched over sentences and beams.
+  batched over sentences and beams; a sentence stops when every beam has finished.
 * :func:`sample`: ancestral sampling with temperature, top-k and top-p (nucleus, Holtzman et
   al. 2020) filtering.
 
 Conventions: outputs never contain ``pad_id`` or ``bos_id`` (they are not generated); a row
 ends with ``eos_id`` or when it reaches its maximum length; a batch decodes exactly as its rows
-one at a time (each row has its own maximum length, rows that finish leave the batch). The
-model runs in eval mode (restored afterwards) without gradients.
+one at a time (padding is moved out of the way, each row has its own maximum length, rows that
+finish leave the batch). The model runs in eval mode (every module's mode is restored
+afterwards) without gradients.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class _Session:
         device = next(model.parameters()).device
         pad = config.pad_id
         if isinstance(model, Transformer):
-            self.source = _as_ids(inputs, "src_ids", pad, device)
+            self.source = _pack(_as_ids(inputs, "src_ids", pad, device), pad, real_first=True)
             self.input_lengths = (self.source != pad).sum(dim=1)
             self.start = torch.full((self.source.shape[0], 1), config.bos_id, device=device)
             self.prompt_length = 1
@@ -174,7 +175,7 @@ class _Session:
         else:
             ids = _as_ids(inputs, "ids", pad, device)
             self.input_lengths = (ids != pad).sum(dim=1)
-            self.start = _left_align(ids, pad)
+            self.start = _pack(ids, pad, real_first=False)
             self.prompt_length = self.start.shape[1]
             limit = config.max_len if config.positional == "learned" else None
             if limit is not None and int(self.input_lengths.max()) > limit:
@@ -233,20 +234,24 @@ class _Session:
         return sorted({c.pad_id, c.bos_id} - {c.eos_id})
 
 
-def _left_align(ids: Tensor, pad_id: int) -> Tensor:
-    """Move each row's real tokens to the end (left padding), keeping their order."""
+def _pack(ids: Tensor, pad_id: int, *, real_first: bool) -> Tensor:
+    """Move each row's real tokens together, in their order: to the front (right padding: a
+    source then encodes as it would alone) or to the end (left padding: prompts then end
+    together, where decoding continues)."""
     real = ids != pad_id
-    # A stable sort of "is real" puts pads first and keeps the real tokens' order.
-    order = torch.sort(real.to(torch.int8), dim=1, stable=True).indices
+    key = real if not real_first else ~real
+    # A stable sort on "is pad" (or "is real") keeps the real tokens' order.
+    order = torch.sort(key.to(torch.int8), dim=1, stable=True).indices
     return ids.gather(1, order)
 
 
 class _EvalMode:
-    """Run with the model in eval mode and without autograd; restore its mode afterwards."""
+    """Run with the model in eval mode and without autograd; restore every module's mode."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.was_training = model, model.training
-        self.grad = torch.inference_mode()
+        self.modes = [(m, m.training) for m in model.modules()]
+        self.model = model
+        self.grad = torch.no_grad()
 
     def __enter__(self) -> None:
         self.model.eval()
@@ -254,7 +259,8 @@ class _EvalMode:
 
     def __exit__(self, *exc: object) -> None:
         self.grad.__exit__(*exc)
-        self.model.train(self.was_training)
+        for module, training in self.modes:
+            module.training = training
 
 
 class _Masker:
@@ -433,14 +439,14 @@ def beam_search(
     """Beam search with the length penalty of Wu et al. (2016), as the paper (sec. 6.1).
 
     Each sentence keeps ``beam_size`` live hypotheses. At each step every live hypothesis is
-    extended by every token; of the ``2 x beam_size`` best extensions (by ``log P``), those
-    ending in EOS join the sentence's finished hypotheses (ranked by ``log P / lp``, where
-    ``lp = ((5 + length) / 6)^alpha`` and the length counts EOS) and the best ``beam_size``
-    others live on. A hypothesis reaching the maximum length finishes without EOS. A sentence
-    stops when it has ``beam_size`` finished hypotheses and no live one can still beat the
-    worst of them (a live hypothesis' score is at most ``log P / lp(max length)``: log P only
-    falls, and lp grows with length for ``alpha >= 0``), so the result is the best-scoring
-    hypothesis the beam reaches. Sentences that stop leave the batch.
+    extended by every token and the extensions are ranked by ``log P``. Those among the best
+    ``beam_size`` that end in EOS are finished; the best ``beam_size`` that do not end in EOS
+    (looking as far as rank ``2 x beam_size``) live on. A hypothesis reaching the maximum
+    length finishes without EOS. A sentence stops when every beam has finished, i.e. once it
+    holds ``beam_size`` finished hypotheses, or at its maximum length; the answer is its best
+    finished hypothesis by ``log P / lp``, with ``lp = ((5 + length) / 6)^alpha`` (the length
+    counts EOS). So ``beam_size=1`` is greedy search, and a beam wider than the number of
+    possible outputs searches them all. Sentences that stop leave the batch.
 
     Args: as :func:`greedy_search`, and
         beam_size: hypotheses per sentence (4 in the paper; 1 is greedy search).
@@ -490,6 +496,7 @@ class _BeamSearch:
         ids = session.begin(k, self.width)
         mask = _Masker(session, self.min_new_tokens)
         vocab = session.vocab_size
+        rank = torch.arange(min(2 * k, k * vocab), device=device)[None, :]
         for step in range(self.width):
             n = sentences.shape[0]
             scores = mask(session.step(ids), step)  # (n K, V)
@@ -498,12 +505,12 @@ class _BeamSearch:
             origin, token = index // vocab, index % vocab
             length = step + 1
             last = length >= self.limit[sentences]  # (n,): this step ends these sentences
-            ended = (token == eos) | last[:, None]
+            ended = ((token == eos) & (rank < k)) | last[:, None]  # EOS counts in the top K
             ended &= torch.isfinite(top)
             extended = torch.cat([history.gather(1, _expand(origin, history)), token[..., None]], 2)
             self._finish(sentences, top, extended, ended, token == eos, length)
 
-            # The best K extensions that did not end live on.
+            # The best K extensions that did not end live on (EOS past rank K is dropped).
             live_top = top.masked_fill(ended | (token == eos), -math.inf)
             live, pick = live_top.topk(k, dim=1)  # (n, K)
             origin = origin.gather(1, pick)
@@ -561,13 +568,9 @@ class _BeamSearch:
             getattr(self, name)[sentences] = both.gather(1, _expand(pick, both))
 
     def _settled(self, sentences: Tensor, live: Tensor) -> Tensor:
-        """``(n,)`` True where no live hypothesis can still beat the K-th finished one."""
-        worst_done = self.done_scores[sentences, -1]
-        best_possible = live[:, 0] / length_penalty(
-            self.limit[sentences].to(live.dtype), self.alpha
-        )
-        beaten = torch.isfinite(worst_done) & (best_possible <= worst_done)
-        return beaten | torch.isneginf(live[:, 0])  # or nothing is left alive
+        """``(n,)`` True where every beam has finished (K finished hypotheses), or none is left
+        alive."""
+        return torch.isfinite(self.done_scores[sentences, -1]) | torch.isneginf(live[:, 0])
 
     def _result(self) -> Generation:
         lengths = self.done_lengths[:, 0]

@@ -811,8 +811,10 @@ class Transformer(_Pretrained):
         check_ids(tgt_ids, self.tgt_embed.vocab_size, "tgt_ids")
         if cache is None:
             self._check_memory(memory, tgt_ids)
-        elif memory is not None:
-            raise ValueError("memory: the cache holds the memory (new_cache); pass memory=None")
+        else:
+            self.decoder._check_cache(cache)
+            if memory is not None:
+                raise ValueError("memory: the cache holds the memory (new_cache); pass memory=None")
         y, self_mask = _decoder_input(self.tgt_embed, tgt_ids, self.config.pad_id, cache)
         y, self_weights, cross_weights = self.decoder(
             y,
@@ -875,6 +877,8 @@ class TransformerLM(_Pretrained):
         self, ids: Tensor, need_weights: bool, cache: DecoderCache | None = None
     ) -> tuple[Tensor, list[Tensor] | None]:
         check_ids(ids, self.embed.vocab_size, "ids")
+        if cache is not None:
+            self.decoder._check_cache(cache)
         x, mask = _decoder_input(self.embed, ids, self.config.pad_id, cache)
         x, weights, _ = self.decoder(x, self_mask=mask, need_weights=need_weights, cache=cache)
         return self.lm_head(x), weights
