@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -327,6 +328,28 @@ def _measure_model(config: TransformerConfig, src_len: int, tgt_len: int, batch:
         return measure(lambda: model(src, tgt)).flops
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import REPORT, explain
+
+    print(
+        f"Running the tutorial's claims{' (quick)' if args.quick else ''}; report and figures "
+        f"go to {args.out}/",
+        flush=True,
+    )
+
+    def show(section) -> None:
+        print(f"  {'PASS' if section.passed else 'FAIL'}  {section.key}: {section.title}")
+        for text, ok in section.checks:
+            if not ok:
+                print(f"        failed: {text}")
+
+    sections = explain(args.out, quick=args.quick, seed=args.seed, progress=show)
+    failed = [s.key for s in sections if not s.passed]
+    held = len(sections) - len(failed)
+    print(f"\n{held}/{len(sections)} claims held. Report: {Path(args.out) / REPORT}")
+    return 1 if failed else 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -420,6 +443,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flops.add_argument("--json", action="store_true", help="print one JSON object")
     flops.set_defaults(func=cmd_flops)
+
+    explain = sub.add_parser(
+        "explain",
+        help="run the tutorial's claims as experiments; write a Markdown report with figures",
+        description=(
+            "Run each claim of the tutorial (T3 scaling, T5/T6 heads and FLOPs, T7 order, "
+            "T10/T11 masks, T12 masking styles) and the paper's Table 1 on attnlab's modules, "
+            "check it, and write report.md with its figures into --out. Exits 1 if a claim "
+            "fails."
+        ),
+    )
+    explain.add_argument("--out", required=True, help="directory for report.md and the figures")
+    explain.add_argument(
+        "--quick", action="store_true", help="smaller experiments (Table 1 up to n = 1024)"
+    )
+    explain.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    explain.set_defaults(func=cmd_explain)
     return parser
 
 
