@@ -104,3 +104,87 @@ def test_config_unknown_preset_is_a_usage_error(capsys: pytest.CaptureFixture[st
         main(["config", "paper-huge"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'paper-huge'" in capsys.readouterr().err
+
+
+# -- attnlab viz -------------------------------------------------------------------------------
+
+
+def _png_ok(path) -> bool:
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    return image.shape[0] > 50 and image.shape[1] > 50 and image[..., :3].std() > 0.02
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory: pytest.TempPathFactory):
+    import torch
+
+    from attnlab import Transformer, TransformerConfig, TransformerEncoder, TransformerLM
+
+    root = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+    small = {"num_encoder_layers": 1, "num_decoder_layers": 1}
+    Transformer(TransformerConfig.preset("tiny", **small)).save_pretrained(root / "tr")
+    lm_config = TransformerConfig.preset("tiny", positional="learned", **small)
+    TransformerLM(lm_config).save_pretrained(root / "lm")
+    TransformerEncoder(TransformerConfig.preset("tiny", **small)).save_pretrained(root / "enc")
+    return root
+
+
+def test_viz_attention_of_each_model_type(saved_models, tmp_path, capsys) -> None:
+    out = tmp_path / "tr"
+    argv = ["viz", "attention", str(saved_models / "tr"), "--src-ids", "5 6 7 8"]
+    assert main([*argv, "--max-new-tokens", "4", "--out", str(out), "--dpi", "50"]) == 0
+    for kind in ("encoder", "decoder", "cross"):
+        assert _png_ok(out / f"{kind}.png"), kind
+    argv = ["viz", "attention", str(saved_models / "lm"), "--src-ids", "5,6,7"]
+    assert main([*argv, "--out", str(tmp_path / "lm"), "--dpi", "50", "--heads", "0,1"]) == 0
+    assert _png_ok(tmp_path / "lm" / "decoder.png")
+    assert not (tmp_path / "lm" / "cross.png").exists()
+    argv = ["viz", "attention", str(saved_models / "enc"), "--src-ids", "5 6"]
+    assert main([*argv, "--out", str(tmp_path / "enc"), "--dpi", "50"]) == 0
+    assert _png_ok(tmp_path / "enc" / "encoder.png")
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pe", "--d-model", "32", "--length", "20"],
+        ["masks", "--lengths", "3,2"],
+        ["lr", "--steps", "2000", "--warmup", "400", "--extra", "256:400"],
+        ["learned-pe", "LM", "--length", "16"],
+    ],
+    ids=["pe", "masks", "lr", "learned-pe"],
+)
+def test_viz_pictures_are_written(argv, saved_models, tmp_path) -> None:
+    argv = [str(saved_models / "lm") if a == "LM" else a for a in argv]
+    out = tmp_path / "picture.png"
+    assert main(["viz", *argv, "--out", str(out), "--dpi", "50"]) == 0
+    assert _png_ok(out)
+
+
+def test_viz_curves_from_a_metrics_csv(tmp_path) -> None:
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("step,loss,val_loss,lr\n1,9.0,,1e-4\n2,8.0,8.5,2e-4\n3,7.5,,3e-4\n")
+    out = tmp_path / "curves.png"
+    assert main(["viz", "curves", str(csv), "--out", str(out), "--dpi", "50"]) == 0
+    assert _png_ok(out)
+
+
+def test_viz_errors_are_clear(saved_models, capsys) -> None:
+    assert main(["viz", "attention", str(saved_models / "tr")]) == 2
+    assert "--src-ids: required for an encoder-decoder model" in capsys.readouterr().err
+    assert main(["viz", "learned-pe", str(saved_models / "tr")]) == 2
+    assert "not 'learned'" in capsys.readouterr().err
+    assert main(["viz", "curves", "no-such-file.csv"]) == 2
+    assert "no-such-file.csv" in capsys.readouterr().err
+
+
+def test_every_command_has_complete_help(capsys) -> None:
+    for argv in (["flops"], ["explain"], ["viz"], ["viz", "attention"], ["viz", "lr"]):
+        with pytest.raises(SystemExit) as done:
+            main([*argv, "--help"])
+        assert done.value.code == 0
+        assert "usage: attnlab" in capsys.readouterr().out

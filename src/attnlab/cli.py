@@ -350,6 +350,199 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected token ids like '5 6 7', got {text!r}") from None
+    if not ids:
+        raise argparse.ArgumentTypeError("expected at least one token id")
+    return ids
+
+
+def _indices(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected indices like 0,2,5, got {text!r}") from None
+
+
+def _viz_attention(args: argparse.Namespace) -> list[Path]:
+    from . import viz
+    from .generate import greedy_search
+    from .model import TransformerEncoder, TransformerLM, load_pretrained
+
+    model = load_pretrained(args.model).eval()
+    config = model.config
+    if isinstance(model, Transformer):
+        if args.src_ids is None:
+            raise ValueError("--src-ids: required for an encoder-decoder model")
+        src = torch.tensor([args.src_ids])
+        if args.tgt_ids is None:  # show what the model itself produces
+            out = greedy_search(model, src, max_new_tokens=args.max_new_tokens)
+            tgt_ids = [config.bos_id, *out.tolist()[0]]
+        else:
+            tgt_ids = args.tgt_ids
+        tgt = torch.tensor([tgt_ids])
+        maps = model.attention(src, tgt)
+        src_tokens, tgt_tokens = args.src_ids, tgt_ids
+    elif isinstance(model, TransformerLM):
+        ids = args.tgt_ids or args.src_ids
+        if ids is None:
+            raise ValueError("--src-ids: required (the language model's input)")
+        maps = model.attention(torch.tensor([ids]))
+        src_tokens, tgt_tokens = None, ids
+    else:
+        assert isinstance(model, TransformerEncoder)
+        if args.src_ids is None:
+            raise ValueError("--src-ids: required for an encoder model")
+        maps = model.attention(torch.tensor([args.src_ids]))
+        src_tokens, tgt_tokens = args.src_ids, None
+    out_dir = Path(args.out or "attention")
+    viz.attention_maps(
+        maps,
+        src_tokens=src_tokens,
+        tgt_tokens=tgt_tokens,
+        layers=args.layers,
+        heads=args.heads,
+        out_dir=out_dir,
+        dpi=args.dpi,
+    )
+    kinds = [k for k in ("encoder", "decoder", "cross") if getattr(maps, k)]
+    return [out_dir / f"{k}.png" for k in kinds]
+
+
+def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
+    from . import viz
+    from .model import load_pretrained
+    from .positional import LearnedPositionalEmbedding
+
+    model = load_pretrained(args.model)
+    if isinstance(model, Transformer):
+        embed = model.tgt_embed if args.side == "tgt" else model.src_embed
+    else:
+        embed = model.embed
+    if not isinstance(embed.position, LearnedPositionalEmbedding):
+        raise ValueError(
+            f"--model: its positional encoding is {model.config.positional!r}, not 'learned'"
+        )
+    path = Path(args.out or "learned_pe.png")
+    viz.learned_positional_similarity(
+        embed.position.weight, length=args.length, path=path, dpi=args.dpi
+    )
+    return [path]
+
+
+def _viz_other(args: argparse.Namespace) -> list[Path]:
+    from . import viz
+
+    path = Path(args.out or f"{args.picture}.png")
+    if args.picture == "pe":
+        viz.positional_encoding(args.d_model, args.length, path=path, dpi=args.dpi)
+    elif args.picture == "masks":
+        viz.masks(
+            args.lengths, causal=not args.no_causal, max_len=args.max_len, path=path, dpi=args.dpi
+        )
+    elif args.picture == "lr":
+        extra = () if args.no_extra else tuple(args.extra or ((256, 4000), (512, 8000)))
+        viz.lr_schedule(args.d_model, args.warmup, args.steps, extra=extra, path=path, dpi=args.dpi)
+    else:
+        viz.training_curves(args.csv, path=path, dpi=args.dpi)
+    return [path]
+
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    draw = {"attention": _viz_attention, "learned-pe": _viz_learned_pe}.get(
+        args.picture, _viz_other
+    )
+    for path in draw(args):
+        print(f"wrote {path}")
+    return 0
+
+
+def _pair(text: str) -> tuple[int, int]:
+    try:
+        d_model, warmup = (int(t) for t in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected D_MODEL:WARMUP, got {text!r}") from None
+    return d_model, warmup
+
+
+def _add_viz_parser(sub) -> None:
+    viz = sub.add_parser(
+        "viz",
+        help="draw pictures (PNG): attention of a saved model, encodings, masks, schedule, curves",
+        description="Draw one picture as a PNG file and print where it went.",
+    )
+    pictures = viz.add_subparsers(dest="picture", metavar="PICTURE", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", default=None, help="output PNG (a directory for 'attention')")
+    common.add_argument("--dpi", type=_positive_int, default=100, help="resolution (100)")
+
+    attention = pictures.add_parser(
+        "attention",
+        parents=[common],
+        help="attention weights of a saved model: a layers x heads grid per kind",
+        description=(
+            "Encoder self-attention, decoder self-attention and cross-attention of a model "
+            "saved with save_pretrained, on one input, as layers x heads grids with token "
+            "labels (encoder.png, decoder.png, cross.png in --out, default ./attention). An "
+            "encoder-decoder model without --tgt-ids decodes greedily and shows its own output."
+        ),
+    )
+    attention.add_argument("model", help="model directory (config.json + model.safetensors)")
+    attention.add_argument("--src-ids", type=_ids, default=None, help="source ids, e.g. '5 6 7'")
+    attention.add_argument("--tgt-ids", type=_ids, default=None, help="target ids (with BOS)")
+    attention.add_argument(
+        "--max-new-tokens", type=_positive_int, default=50, help="greedy target length (50)"
+    )
+    attention.add_argument("--layers", type=_indices, default=None, help="layers, e.g. 0,5")
+    attention.add_argument("--heads", type=_indices, default=None, help="heads, e.g. 0,1")
+
+    learned = pictures.add_parser(
+        "learned-pe",
+        parents=[common],
+        help="cosine similarity of a saved model's learned position embeddings",
+    )
+    learned.add_argument("model", help="model directory")
+    learned.add_argument("--length", type=_positive_int, default=None, help="first N positions")
+    learned.add_argument("--side", choices=("src", "tgt"), default="src", help="which embedding")
+
+    pe = pictures.add_parser(
+        "pe",
+        parents=[common],
+        help="the sinusoidal encoding matrix and its dot-product similarity (sec. 3.5)",
+    )
+    pe.add_argument("--d-model", type=_positive_int, default=128, help="width (128)")
+    pe.add_argument("--length", type=_positive_int, default=100, help="positions (100)")
+
+    masks = pictures.add_parser(
+        "masks",
+        parents=[common],
+        help="padding, look-ahead and combined masks of a padded batch (T9-T11)",
+    )
+    masks.add_argument("--lengths", type=_parse_lengths, default=[4, 2], help="e.g. 4,2,3")
+    masks.add_argument("--max-len", type=_positive_int, default=None, help="pad to this length")
+    masks.add_argument("--no-causal", action="store_true", help="padding masks only")
+
+    lr = pictures.add_parser(
+        "lr", parents=[common], help="the learning-rate schedule of eq. 3 (warmup, then 1/sqrt)"
+    )
+    lr.add_argument("--d-model", type=_positive_int, default=512, help="d_model (512)")
+    lr.add_argument("--warmup", type=_positive_int, default=4000, help="warmup steps (4000)")
+    lr.add_argument("--steps", type=_positive_int, default=100_000, help="steps drawn (100000)")
+    lr.add_argument(
+        "--extra", type=_pair, action="append", help="more curves, D_MODEL:WARMUP (repeatable)"
+    )
+    lr.add_argument("--no-extra", action="store_true", help="only the main curve")
+
+    curves = pictures.add_parser(
+        "curves", parents=[common], help="training curves from a metrics CSV (a 'step' column)"
+    )
+    curves.add_argument("csv", help="metrics CSV written by training")
+    viz.set_defaults(func=cmd_viz)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -460,6 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     explain.set_defaults(func=cmd_explain)
+    _add_viz_parser(sub)
     return parser
 
 
@@ -474,6 +668,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, OSError) as error:  # bad input or a missing / unreadable file
         print(f"attnlab {args.command}: error: {error}", file=sys.stderr)
         return 2
