@@ -77,3 +77,13 @@ def test_out_must_be_a_directory(tmp_path):
     target.write_text("x")
     with pytest.raises(ValueError, match=r"^out_dir: .* exists and is not a directory"):
         explain(target, quick=True)
+
+
+def test_table1_section_quotes_the_closed_forms(quick_run):
+    """The counted columns are 2 n^2 d, 2 n d^2 and 3 n d^2 at d = 512."""
+    out, _ = quick_run
+    report = (out / REPORT).read_text(encoding="utf-8")
+    for n in (16, 64, 256, 1024):
+        d = 512
+        row = f"| {n} | {2 * n * n * d:,} | {2 * n * d * d:,} | {3 * n * d * d:,} |"
+        assert row in report, row

@@ -5,7 +5,10 @@ The building blocks live one concept per module: :mod:`attnlab.masks` (the mask 
 (sinusoidal, learned, rotary, ALiBi), :mod:`attnlab.layers` (encoder and decoder layers and
 stacks), :mod:`attnlab.model` (the models and their config), :mod:`attnlab.generate` (greedy, beam
 search and sampling on the KV cache), :mod:`attnlab.interop` (weights from torch.nn and Hugging
-Face BERT).
+Face BERT). The instruments are imported on demand (``from attnlab import flops, viz,
+explain``): :mod:`attnlab.flops` (exact MAC / FLOP counts), :mod:`attnlab.viz` (pictures, with
+matplotlib), :mod:`attnlab.explain` (the tutorial's claims, run), :mod:`attnlab.schedule`
+(eq. 3).
 """
 
 from . import generate, layers, masks, positional
