@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test demo bench lint format clean
+.PHONY: test demo bench explain lint format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/attention.py
 	$(PY) benchmarks/model.py
 	$(PY) benchmarks/decode.py
+
+# The tutorial's claims, run and checked: docs/explain/report.md and its figures.
+explain: $(STAMP)
+	$(VENV)/bin/attnlab explain --out docs/explain
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
