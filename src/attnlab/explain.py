@@ -29,10 +29,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import viz
+from ._io import atomic_write
 from .attention import MultiHeadAttention
 from .flops import attention_costs, compare_heads, measure, table1
 from .masks import key_mask, padding_mask
-from .model import TransformerConfig, TransformerLM, _atomic_write
+from .model import TransformerConfig, TransformerLM
 from .positional import RotaryEmbedding, SinusoidalPositionalEncoding
 
 __all__ = ["Section", "explain"]
@@ -652,5 +653,5 @@ def explain(
         "",
     ]
     text = "\n".join(head) + "\n" + "\n".join(s.markdown() for s in sections)
-    _atomic_write(out / REPORT, lambda p: Path(p).write_text(text, encoding="utf-8"))
+    atomic_write(out / REPORT, lambda p: Path(p).write_text(text, encoding="utf-8"))
     return sections

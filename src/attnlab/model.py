@@ -19,7 +19,6 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_positive_number, check_rate, shape_of
+from ._io import atomic_write
 from ._ops import dropout
 from .layers import ACTIVATIONS, Decoder, DecoderCache, Encoder
 from .masks import key_mask
@@ -524,26 +524,6 @@ def _unique_state(module: nn.Module) -> dict[str, Tensor]:
     return state
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(temp_path)``, then rename the temporary file over ``path``."""
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(temp)
-        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give what open() would
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def read_config(directory: str | os.PathLike) -> tuple[str, TransformerConfig]:
     """Read ``config.json`` of a saved model: ``(model_type, config)``; errors name the file."""
     path = Path(directory) / CONFIG_FILE
@@ -636,11 +616,11 @@ class _Pretrained(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.contiguous().cpu() for k, v in _unique_state(self).items()}
         metadata = {"format": "pt", "model_type": self.model_type}
-        _atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(state, p, metadata=metadata))
+        atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(state, p, metadata=metadata))
         config = {"model_type": self.model_type, "attnlab_version": __version__}
         config.update(self.config.to_dict())
         text = json.dumps(config, indent=2) + "\n"
-        _atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(text, encoding="utf-8"))
+        atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(text, encoding="utf-8"))
         return directory
 
     @classmethod

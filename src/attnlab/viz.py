@@ -43,8 +43,9 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from ._checks import check_positive_int, check_positive_number, shape_of
+from ._io import atomic_write
 from .masks import causal_mask, combine_masks, key_mask, padding_mask
-from .model import AttentionMaps, _atomic_write
+from .model import AttentionMaps
 from .positional import sinusoidal_table
 from .schedule import peak_lr, transformer_lr_tensor
 
@@ -83,7 +84,7 @@ def _finish(fig: Figure, path: PathLike | None) -> Figure:
         if target.is_dir():
             raise ValueError(f"path: {target} is a directory, expected a PNG file name")
         target.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(target, lambda temp: fig.savefig(temp, format="png", dpi=fig.dpi))
+        atomic_write(target, lambda temp: fig.savefig(temp, format="png", dpi=fig.dpi))
     return fig
 
 
