@@ -543,6 +543,236 @@ def _add_viz_parser(sub) -> None:
     viz.set_defaults(func=cmd_viz)
 
 
+def _setting(text: str) -> tuple[str, str, object]:
+    """``TABLE.KEY=VALUE`` (VALUE read as JSON when it parses, else as a string)."""
+    key, sep, raw = text.partition("=")
+    table, dot, name = key.partition(".")
+    if not (sep and dot and table and name):
+        raise argparse.ArgumentTypeError(
+            f"expected TABLE.KEY=VALUE, e.g. model.d_model=128, got {text!r}"
+        )
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return table, name, value
+
+
+def _build_job(args: argparse.Namespace):
+    from .jobs import Job
+
+    data = Job.from_toml(args.config).to_dict() if args.config else Job().to_dict()
+    flags = {
+        ("task", "name"): args.task,
+        ("task", "data_dir"): args.data_dir,
+        ("task", "src_lang"): args.src_lang,
+        ("task", "tgt_lang"): args.tgt_lang,
+        ("tokenizer", "vocab_size"): args.vocab_size,
+        ("model", "preset"): args.preset,
+        ("train", "max_steps"): args.max_steps,
+        ("train", "max_epochs"): args.max_epochs,
+        ("train", "max_minutes"): args.max_minutes,
+        ("train", "max_tokens"): args.max_tokens,
+        ("train", "warmup"): args.warmup,
+        ("train", "eval_every"): args.eval_every,
+        ("train", "checkpoint_every"): args.checkpoint_every,
+        ("train", "device"): args.device,
+        ("train", "seed"): args.seed,
+        ("eval", "beam_size"): args.beam_size,
+    }
+    if args.bf16:
+        flags[("train", "bf16")] = True
+    for (table, name), value in flags.items():
+        if value is not None:
+            data[table][name] = value
+    for table, name, value in args.set or []:
+        if table not in data:
+            raise ValueError(f"--set {table}.{name}: unknown table {table!r}; use {sorted(data)}")
+        data[table][name] = value
+    return Job.from_dict(data)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .jobs import train_job
+
+    job = _build_job(args)
+    out = Path(args.out or f"runs/{job.task.name}")
+    print(f"attnlab train: {job.task.name} {job.task.src_lang}->{job.task.tgt_lang} into {out}/")
+    result = train_job(
+        job,
+        out,
+        resume=args.resume,
+        progress=not args.no_progress,
+        log=lambda line: print(f"  {line}", flush=True),
+    )
+    _print_scores(result)
+    print(f"model: {result['model_dir']}  (attnlab translate --model {result['model_dir']} ...)")
+    print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
+    return 0
+
+
+def _print_scores(result: dict, show: int = 3) -> None:
+    print(
+        f"{result['split']} ({result['sentences']:,} sentences, beam search): "
+        f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
+        f"exact match {result['exact_match']:.1%}"
+    )
+    print(f"  BLEU signature: {result['bleu_signature']}")
+    print(f"  chrF signature: {result['chrf_signature']}")
+    for example in result.get("examples", [])[:show]:
+        source, hypothesis = example["source"], example["hypothesis"]
+        print(f"  {source!r} -> {hypothesis!r} (reference {example['reference']!r})")
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from .evaluate import Translator
+
+    translator = Translator.load(
+        args.model, beam_size=args.beam_size, max_tokens=args.max_tokens, device=args.device
+    )
+    if args.text and args.text != ["-"]:
+        for line in translator.translate(args.text):
+            print(line)
+        return 0
+    batch: list[str] = []
+    for line in sys.stdin:  # translate in batches as lines arrive, keeping their order
+        batch.append(line.rstrip("\n"))
+        if len(batch) == args.batch_lines:
+            print("\n".join(translator.translate(batch)), flush=True)
+            batch = []
+    if batch:
+        print("\n".join(translator.translate(batch)), flush=True)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .jobs import evaluate_model
+
+    result = evaluate_model(
+        args.model, split=args.split, beam_size=args.beam_size, limit=args.limit
+    )
+    if args.json:
+        keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task")
+        report = {k: result[k] for k in keys}
+        report["bleu_signature"], report["chrf_signature"] = (
+            result["bleu_signature"],
+            result["chrf_signature"],
+        )
+        print(json.dumps(report))
+        return 0
+    _print_scores(result, show=args.show)
+    return 0
+
+
+def _add_train_parsers(sub) -> None:
+    train = sub.add_parser(
+        "train",
+        help="train a translation model end to end: corpus, tokenizers, model, checkpoints",
+        description=(
+            "Train an encoder-decoder Transformer from scratch: load the task's corpus, train "
+            "byte-level BPE tokenizers on its training split, train with the paper's recipe "
+            "(Adam, eq. 3 warmup schedule, label smoothing, token-budget batches), checkpoint "
+            "atomically, average the last checkpoints into OUT/model, and score the test split "
+            "with beam search (sacreBLEU, chrF, exact match) into OUT/results.json. Settings "
+            "come from --config (TOML: [task] [tokenizer] [model] [train] [eval]), then the "
+            "flags, then --set. Under torchrun it trains with DistributedDataParallel."
+        ),
+    )
+    train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
+    train.add_argument(
+        "--task",
+        choices=("numbers", "multi30k", "files"),
+        default=None,
+        help="numbers (offline default), multi30k, or files ([task] paths)",
+    )
+    train.add_argument("--out", default=None, help="run directory (default runs/TASK)")
+    train.add_argument("--data-dir", default=None, help="Multi30K directory ($ATTNLAB_MULTI30K)")
+    train.add_argument("--src-lang", default=None, help="source language (en)")
+    train.add_argument("--tgt-lang", default=None, help="target language (de)")
+    train.add_argument(
+        "--preset",
+        default=None,
+        choices=TransformerConfig.preset_names(),
+        help="model preset (small)",
+    )
+    train.add_argument("--vocab-size", type=_positive_int, default=None, help="BPE size (8000)")
+    train.add_argument("--max-steps", type=_positive_int, default=None, help="optimizer steps")
+    train.add_argument("--max-epochs", type=_positive_int, default=None, help="epochs")
+    train.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget")
+    train.add_argument(
+        "--max-tokens", type=_positive_int, default=None, help="tokens per batch and side (4096)"
+    )
+    train.add_argument("--warmup", type=_positive_int, default=None, help="warmup steps (4000)")
+    train.add_argument(
+        "--eval-every", type=_positive_int, default=None, help="validation every N steps"
+    )
+    train.add_argument(
+        "--checkpoint-every", type=_positive_int, default=None, help="checkpoint every N steps"
+    )
+    train.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default=None,
+        help="auto (default): CUDA when available",
+    )
+    train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    train.add_argument("--seed", type=int, default=None, help="random seed (0)")
+    train.add_argument(
+        "--beam-size", type=_positive_int, default=None, help="beam for the final test (4)"
+    )
+    train.add_argument(
+        "--set",
+        type=_setting,
+        action="append",
+        metavar="TABLE.KEY=VALUE",
+        help="any other setting, e.g. model.d_model=128 (repeatable)",
+    )
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+
+    translate = sub.add_parser(
+        "translate",
+        help="translate text with a trained model (beam search)",
+        description=(
+            "Translate TEXT arguments, or standard input line by line (no TEXT, or '-'), in "
+            "batches, with beam search; one translation per line, in order."
+        ),
+    )
+    translate.add_argument("--model", required=True, help="model directory (OUT/model)")
+    translate.add_argument("text", nargs="*", help="sentences; none or '-' reads stdin")
+    translate.add_argument("--beam-size", type=_positive_int, default=4, help="beam (4)")
+    translate.add_argument(
+        "--max-tokens", type=_positive_int, default=4096, help="source tokens per batch (4096)"
+    )
+    translate.add_argument(
+        "--batch-lines", type=_positive_int, default=64, help="stdin lines per batch (64)"
+    )
+    translate.add_argument("--device", default=None, help="cpu or cuda (default: auto)")
+    translate.set_defaults(func=cmd_translate)
+
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="score a trained model on its task: sacreBLEU, chrF, exact match",
+        description=(
+            "Translate a split of the model's task (from its job.json) with beam search and "
+            "score it: sacreBLEU BLEU and chrF (cased, detokenised; signatures printed) and "
+            "exact match. --json prints one object with bleu, chrf, exact_match (a fraction)."
+        ),
+    )
+    evaluate.add_argument("--model", required=True, help="model directory (OUT/model)")
+    evaluate.add_argument(
+        "--split", choices=("test", "valid", "train"), default="test", help="split (test)"
+    )
+    evaluate.add_argument("--beam-size", type=_positive_int, default=None, help="beam")
+    evaluate.add_argument("--limit", type=_positive_int, default=None, help="first N pairs")
+    evaluate.add_argument(
+        "--show", type=_positive_int, default=3, help="held-out examples to print (3)"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -654,6 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     explain.set_defaults(func=cmd_explain)
     _add_viz_parser(sub)
+    _add_train_parsers(sub)
     return parser
 
 

@@ -1,0 +1,179 @@
+"""Evaluation: translate text with a saved model, and score it (sacreBLEU, chrF, exact match).
+
+* :class:`Translator`: a model directory written by training (``config.json``,
+  ``model.safetensors`` and the tokenizers) turned into ``translate(list of str) -> list of
+  str``, with beam search (Vaswani et al. 2017, sec. 6.1: beam 4, alpha 0.6) in length-sorted
+  batches.
+* :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
+  text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
+  and the fraction of exact matches.
+
+Perplexity of a language model comes with training's validation loss (``exp(loss)``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .generate import beam_search, greedy_search
+
+__all__ = ["Scores", "Translator", "perplexity", "score"]
+
+
+@dataclass
+class Scores:
+    """Corpus scores of hypotheses against one reference each.
+
+    ``bleu`` and ``chrf`` are sacreBLEU's (0..100), with their signatures; ``exact_match`` the
+    fraction (0..1) of hypotheses equal to their reference; ``sentences`` how many.
+    """
+
+    bleu: float
+    chrf: float
+    exact_match: float
+    sentences: int
+    bleu_signature: str
+    chrf_signature: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """sacreBLEU BLEU (13a tokenisation, cased) and chrF of ``hypotheses`` against one
+    reference each, plus exact match. Raises on empty or mismatched inputs."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    hyps, refs = list(hypotheses), list(references)
+    if not hyps:
+        raise ValueError("hypotheses: empty; nothing to score")
+    if len(hyps) != len(refs):
+        raise ValueError(
+            f"hypotheses: {len(hyps)} lines, but references has {len(refs)}; one each expected"
+        )
+    for name, texts in (("hypotheses", hyps), ("references", refs)):
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"{name}[{bad}]: expected a str, got {type(texts[bad]).__name__}")
+    bleu, chrf = BLEU(), CHRF()
+    exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(hyps)
+    return Scores(
+        bleu=bleu.corpus_score(hyps, [refs]).score,
+        chrf=chrf.corpus_score(hyps, [refs]).score,
+        exact_match=exact,
+        sentences=len(hyps),
+        bleu_signature=str(bleu.get_signature()),
+        chrf_signature=str(chrf.get_signature()),
+    )
+
+
+class Translator:
+    """Translate text with an encoder-decoder :class:`attnlab.Transformer` and its tokenizers;
+    :meth:`load` reads a model directory written by ``attnlab train``.
+
+    Args:
+        model: the Transformer (decoding runs it in eval mode and restores its mode).
+        src_tokenizer, tgt_tokenizer: :class:`attnlab.data.tokenizer.Tokenizer` (the same
+            object for a joint vocabulary).
+        beam_size: 1 decodes greedily; 4 is the paper's.
+        alpha: the length penalty's exponent (0.6 in the paper).
+        max_tokens: source tokens per batch (sentences are sorted by length into batches).
+    """
+
+    def __init__(
+        self,
+        model,
+        src_tokenizer,
+        tgt_tokenizer,
+        *,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        max_tokens: int = 4096,
+    ) -> None:
+        from .model import Transformer
+
+        if not isinstance(model, Transformer):
+            raise TypeError(
+                f"model: expected an encoder-decoder attnlab.Transformer, got "
+                f"{type(model).__name__}; only a Transformer translates"
+            )
+        if not (isinstance(beam_size, int) and beam_size >= 1):
+            raise ValueError(f"beam_size: expected a positive int, got {beam_size!r}")
+        if not (isinstance(max_tokens, int) and max_tokens >= 1):
+            raise ValueError(f"max_tokens: expected a positive int, got {max_tokens!r}")
+        self.model = model
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.beam_size, self.alpha, self.max_tokens = beam_size, alpha, max_tokens
+        config = model.config
+        self.max_len = config.max_len if config.positional == "learned" else None
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | os.PathLike,
+        *,
+        device: str | torch.device | None = None,
+        **options,
+    ) -> Translator:
+        """The model and tokenizers of ``model_dir`` (``config.json``, ``model.safetensors``,
+        ``tokenizer.json`` or ``src_tokenizer.json`` + ``tgt_tokenizer.json``), on ``device``
+        (default: CUDA when available, else CPU); ``options`` as the constructor's."""
+        from .data.tokenizer import load_tokenizers
+        from .model import load_pretrained
+
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = load_pretrained(model_dir, device=device)
+        src, tgt = load_tokenizers(model_dir)
+        try:
+            return cls(model, src, tgt, **options)
+        except TypeError as e:
+            raise ValueError(f"model_dir: {model_dir}: {e}") from None
+
+    def translate(self, texts: Sequence[str]) -> list[str]:
+        """Translations of ``texts``, in order. An empty line translates to an empty line;
+        a source longer than a learned-position model's ``max_len`` is cut to it."""
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
+        encoded = self.src_tokenizer.encode_batch(texts) if texts else []
+        if self.max_len is not None:
+            encoded = [ids[: self.max_len] for ids in encoded]
+        out = [""] * len(texts)
+        order = sorted((i for i in range(len(texts)) if encoded[i]), key=lambda i: len(encoded[i]))
+        for batch in self._batches(order, encoded):
+            generated = self._decode([encoded[i] for i in batch])
+            for i, ids in zip(batch, generated, strict=True):
+                out[i] = self.tgt_tokenizer.decode(ids)
+        return out
+
+    def _batches(self, order: list[int], encoded: list[list[int]]) -> list[list[int]]:
+        batches, current, longest = [], [], 0
+        for i in order:  # ascending length: the last sentence of a batch is its longest
+            longest = max(longest, len(encoded[i]))
+            if current and longest * (len(current) + 1) > self.max_tokens:
+                batches.append(current)
+                current, longest = [], len(encoded[i])
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _decode(self, sources: list[list[int]]) -> list[list[int]]:
+        if self.beam_size == 1:
+            return greedy_search(self.model, sources).tolist()
+        return beam_search(self.model, sources, beam_size=self.beam_size, alpha=self.alpha).tolist()
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)`` of a mean per-token cross-entropy in nats (inf when it overflows)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf

@@ -1,0 +1,350 @@
+"""The main job: train a translation model end to end, and evaluate it.
+
+A :class:`Job` is one TOML file (or its defaults) with four tables::
+
+    [task]       # what to learn: numbers | multi30k | files, languages, where the data is
+    [tokenizer]  # byte-level BPE: vocabulary size, joint or separate
+    [model]      # a TransformerConfig preset and any field to override
+    [train]      # attnlab.train.TrainConfig fields (batch tokens, schedule, steps, ...)
+    [eval]       # beam search for the final test and the BLEU measured while training
+
+:func:`train_job` runs it: load the corpus, train the tokenizers on the training split only,
+encode, build the model, train (checkpoints, resume, metrics), average the last checkpoints
+into ``OUT/model`` (weights, config, tokenizers, the job), then translate the test split with
+beam search and score it (``OUT/results.json``). :func:`evaluate_model` scores a saved model
+on a split of its task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._io import atomic_write
+
+__all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_model", "train_job"]
+
+JOB_FILE = "job.json"
+RESULTS_FILE = "results.json"
+TASKS = ("numbers", "multi30k", "files")
+
+
+def _fields(cls: type, data: dict, table: str) -> Any:
+    """Build dataclass ``cls`` from ``data``, naming the table and key of an unknown field."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"[{table}]: unknown keys {unknown}; known: {sorted(known)}")
+    return cls(**data)
+
+
+@dataclass
+class TaskOptions:
+    """What to learn. ``numbers``: English to German number words (num2words), numbers in
+    ``[low, high]``; ``multi30k``: Multi30K task 1 from ``data_dir`` (or $ATTNLAB_MULTI30K, or
+    downloaded); ``files``: plain parallel text files (``train_src``, ``train_tgt``, ...)."""
+
+    name: str = "numbers"
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    data_dir: str | None = None
+    low: int = 0
+    high: int = 9999
+    valid_size: int = 500
+    test_size: int = 500
+    seed: int = 0
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    max_len: int = 200  # training pairs with a side longer than this (in tokens) are left out
+
+    def __post_init__(self) -> None:
+        if self.name not in TASKS:
+            raise ValueError(f"[task] name: expected one of {list(TASKS)}, got {self.name!r}")
+
+    def load(self):
+        from .data import corpora
+
+        if self.name == "numbers":
+            return corpora.numbers(
+                src_lang=self.src_lang,
+                tgt_lang=self.tgt_lang,
+                low=self.low,
+                high=self.high,
+                valid_size=self.valid_size,
+                test_size=self.test_size,
+                seed=self.seed,
+            )
+        if self.name == "multi30k":
+            return corpora.multi30k(self.data_dir, src_lang=self.src_lang, tgt_lang=self.tgt_lang)
+        if not (self.train_src and self.train_tgt):
+            raise ValueError("[task] train_src, train_tgt: required for the 'files' task")
+        pairs = {
+            split: (getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt"))
+            for split in ("valid", "test")
+        }
+        for split, (src, tgt) in pairs.items():
+            if bool(src) != bool(tgt):
+                raise ValueError(f"[task] {split}_src, {split}_tgt: give both or neither")
+        return corpora.parallel_files(
+            (self.train_src, self.train_tgt),
+            valid=pairs["valid"] if pairs["valid"][0] else None,
+            test=pairs["test"] if pairs["test"][0] else None,
+            src_lang=self.src_lang,
+            tgt_lang=self.tgt_lang,
+        )
+
+
+@dataclass
+class TokenizerOptions:
+    """Byte-level BPE trained on the training split: ``vocab_size`` subwords (specials
+    included), one vocabulary for both languages when ``joint`` (with shared embeddings)."""
+
+    vocab_size: int = 8000
+    joint: bool = True
+    min_frequency: int = 2
+
+
+@dataclass
+class EvalOptions:
+    """Decoding for the final test (``beam_size``, ``alpha``) and the validation BLEU measured
+    at each evaluation during training on the first ``bleu_sentences`` validation pairs
+    (greedy, for speed; 0 turns it off)."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    bleu_sentences: int = 200
+    max_tokens: int = 4096
+
+
+@dataclass
+class Job:
+    task: TaskOptions = field(default_factory=TaskOptions)
+    tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
+    model: dict[str, Any] = field(default_factory=lambda: {"preset": "small"})
+    train: dict[str, Any] = field(default_factory=dict)
+    eval: EvalOptions = field(default_factory=EvalOptions)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        unknown = sorted(set(data) - {"task", "tokenizer", "model", "train", "eval"})
+        if unknown:
+            raise ValueError(
+                f"unknown tables {unknown}; a job has [task], [tokenizer], [model], [train], [eval]"
+            )
+        model = dict(data.get("model", {}))
+        model.setdefault("preset", "small")
+        return cls(
+            task=_fields(TaskOptions, data.get("task", {}), "task"),
+            tokenizer=_fields(TokenizerOptions, data.get("tokenizer", {}), "tokenizer"),
+            model=model,
+            train=dict(data.get("train", {})),
+            eval=_fields(EvalOptions, data.get("eval", {}), "eval"),
+        )
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike) -> Job:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: config file not found")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not valid TOML: {e}") from None
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": dataclasses.asdict(self.task),
+            "tokenizer": dataclasses.asdict(self.tokenizer),
+            "model": dict(self.model),
+            "train": dict(self.train),
+            "eval": dataclasses.asdict(self.eval),
+        }
+
+    def model_config(self, src_vocab: int, tgt_vocab: int):
+        from .model import TransformerConfig
+
+        options = dict(self.model)
+        preset = options.pop("preset", "small")
+        options.update(
+            vocab_size=src_vocab,
+            tgt_vocab_size=None if self.tokenizer.joint else tgt_vocab,
+            share_embeddings=self.tokenizer.joint,
+        )
+        return TransformerConfig.preset(preset, **options)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    text = json.dumps(data, indent=2) + "\n"
+    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
+
+
+def _tokenizers(job: Job, corpus, directory: Path, reuse: bool):
+    """Train (or, resuming, reload) the tokenizers on the training split only."""
+    from .data.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
+
+    if reuse and directory.is_dir():
+        return load_tokenizers(directory)
+    train = corpus["train"]
+    options = job.tokenizer
+    kwargs = {"min_frequency": options.min_frequency}
+    if options.joint:
+        texts = [s for pair in train for s in pair]
+        src = tgt = Tokenizer.train(texts, options.vocab_size, **kwargs)
+        save_tokenizers(directory, src, None)
+    else:
+        src = Tokenizer.train([s for s, _ in train], options.vocab_size, **kwargs)
+        tgt = Tokenizer.train([t for _, t in train], options.vocab_size, **kwargs)
+        save_tokenizers(directory, src, tgt)
+    return src, tgt
+
+
+def train_job(
+    job: Job,
+    out: str | os.PathLike,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
+    """Run ``job`` into directory ``out``; return the summary (also in ``out/results.json``).
+
+    ``log`` receives one line per stage (the CLI prints them). With ``resume`` the tokenizers
+    are reloaded and training continues from the newest checkpoint.
+    """
+    from .data.batching import make_examples
+    from .evaluate import Translator
+    from .model import Transformer
+    from .train import TrainConfig, Trainer
+
+    started = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = job.task.load()
+    log(
+        f"task {corpus.name} {corpus.src_lang}->{corpus.tgt_lang}: "
+        + ", ".join(f"{name} {len(pairs):,}" for name, pairs in corpus.splits.items())
+    )
+    tokenizer_dir = out / "tokenizers"
+    src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume)
+    log(f"tokenizers: {src_tok.vocab_size:,} subwords{' (joint)' if job.tokenizer.joint else ''}")
+
+    def encode(split: str):
+        pairs = corpus[split]
+        src = src_tok.encode_batch([s for s, _ in pairs])
+        tgt = tgt_tok.encode_batch([t for _, t in pairs])
+        return list(zip(src, tgt, strict=True))
+
+    train_examples = make_examples(encode("train"), max_len=job.task.max_len)
+    valid_examples = make_examples(encode("valid"), max_len=None)
+    config = job.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
+    model = Transformer(config)
+    log(f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} parameters")
+    train_config = TrainConfig(out=str(out), **job.train)
+    _write_json(out / JOB_FILE, job.to_dict())
+
+    valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
+
+    def on_evaluate(step: int, trained) -> dict[str, float]:
+        """BLEU and exact match of greedy translations of the first validation pairs."""
+        if not valid_pairs:
+            return {}
+        translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
+        hyps = translator.translate([s for s, _ in valid_pairs])
+        scores = _score([t for _, t in valid_pairs], hyps)
+        return {"val_bleu": scores.bleu, "val_exact": scores.exact_match}
+
+    trainer = Trainer(
+        model,
+        train_examples,
+        valid_examples,
+        train_config,
+        tokenizers_dir=tokenizer_dir,
+        on_evaluate=on_evaluate,
+        progress=progress,
+    )
+    summary = trainer.train(resume=resume)
+    model_dir = out / "model"
+    _write_json(model_dir / JOB_FILE, job.to_dict())
+    log(f"trained: {model_dir}")
+    result = evaluate_model(model_dir, split="test", corpus=corpus)
+    result.update(
+        {
+            "training": summary,
+            "model_dir": str(model_dir),
+            "wall_time_s": time.perf_counter() - started,
+        }
+    )
+    _write_json(out / RESULTS_FILE, result)
+    return result
+
+
+def _score(references: list[str], hypotheses: list[str]):
+    from .evaluate import score
+
+    return score(hypotheses, references)
+
+
+def evaluate_model(
+    model_dir: str | os.PathLike,
+    *,
+    split: str = "test",
+    corpus=None,
+    job: Job | None = None,
+    beam_size: int | None = None,
+    limit: int | None = None,
+    examples: int = 10,
+) -> dict[str, Any]:
+    """Translate ``split`` of the model's task (from its ``job.json``) with beam search and
+    score it. Returns ``{"bleu", "chrf", "exact_match", "sentences", signatures, "split",
+    "examples": a few (source, reference, hypothesis)}``."""
+    from .evaluate import Translator
+
+    model_dir = Path(model_dir)
+    if job is None:
+        path = model_dir / JOB_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: missing; the model was not saved by `attnlab train`, so its task is "
+                f"unknown"
+            )
+        job = Job.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    if corpus is None:
+        corpus = job.task.load()
+    pairs = corpus[split]
+    if limit is not None:
+        pairs = pairs[:limit]
+    translator = Translator.load(
+        model_dir,
+        beam_size=beam_size or job.eval.beam_size,
+        alpha=job.eval.alpha,
+        max_tokens=job.eval.max_tokens,
+    )
+    hyps = translator.translate([s for s, _ in pairs])
+    scores = _score([t for _, t in pairs], hyps)
+    result = scores.to_dict()
+    result["split"] = split
+    result["task"] = job.task.name
+    result["examples"] = [
+        {"source": s, "reference": t, "hypothesis": h}
+        for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]
+    ]
+    return result
