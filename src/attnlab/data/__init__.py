@@ -1,0 +1,56 @@
+"""Data for training: corpora (:mod:`attnlab.data.corpora`) and the subword tokenizer
+(:mod:`attnlab.data.tokenizer`).
+
+Text flows one way: a corpus gives ``(source, target)`` sentence pairs by split; a
+:class:`Tokenizer` trained on the train split turns them into ids.
+"""
+
+from .corpora import (
+    MULTI30K_LANGS,
+    MULTI30K_SHA256,
+    MULTI30K_URL,
+    ParallelCorpus,
+    default_multi30k_dir,
+    multi30k,
+    numbers,
+    parallel_files,
+    read_lines,
+    text_corpus,
+)
+from .tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    SRC_TOKENIZER_FILE,
+    TGT_TOKENIZER_FILE,
+    TOKENIZER_FILE,
+    UNK_ID,
+    Tokenizer,
+    load_tokenizers,
+    save_tokenizers,
+)
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "MULTI30K_LANGS",
+    "MULTI30K_SHA256",
+    "MULTI30K_URL",
+    "PAD_ID",
+    "SPECIAL_TOKENS",
+    "SRC_TOKENIZER_FILE",
+    "TGT_TOKENIZER_FILE",
+    "TOKENIZER_FILE",
+    "UNK_ID",
+    "ParallelCorpus",
+    "Tokenizer",
+    "default_multi30k_dir",
+    "load_tokenizers",
+    "multi30k",
+    "numbers",
+    "parallel_files",
+    "read_lines",
+    "save_tokenizers",
+    "text_corpus",
+]
