@@ -99,7 +99,7 @@ def test_cli_settings_override_the_file(monkeypatch):
     job = _build_job(build_parser().parse_args(argv))
     assert job.train["max_steps"] == 7 and job.train["accumulate"] == 2
     assert job.model["d_model"] == 64 and job.task.high == 99
-    assert job.task.name == "numbers" and job.tokenizer.vocab_size == 600
+    assert job.task.name == "numbers" and job.tokenizer.vocab_size == 400
 
 
 def test_cli_set_needs_table_key_value(capsys):

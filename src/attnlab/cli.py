@@ -594,17 +594,27 @@ def _build_job(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .jobs import train_job
+    from .train import destroy_distributed, init_distributed
 
     job = _build_job(args)
     out = Path(args.out or f"runs/{job.task.name}")
-    print(f"attnlab train: {job.task.name} {job.task.src_lang}->{job.task.tgt_lang} into {out}/")
-    result = train_job(
-        job,
-        out,
-        resume=args.resume,
-        progress=not args.no_progress,
-        log=lambda line: print(f"  {line}", flush=True),
-    )
+    rank, world = init_distributed()  # under torchrun: join the group; else (0, 1)
+    try:
+        if rank == 0:
+            where = f"{job.task.name} {job.task.src_lang}->{job.task.tgt_lang} into {out}/"
+            ranks = f" on {world} processes" if world > 1 else ""
+            print(f"attnlab train: {where}{ranks}", flush=True)
+        result = train_job(
+            job,
+            out,
+            resume=args.resume,
+            progress=not args.no_progress and rank == 0,
+            log=lambda line: print(f"  {line}", flush=True),
+        )
+    finally:
+        destroy_distributed()
+    if rank != 0:
+        return 0
     _print_scores(result)
     print(f"model: {result['model_dir']}  (attnlab translate --model {result['model_dir']} ...)")
     print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")

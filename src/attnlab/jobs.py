@@ -197,11 +197,20 @@ def _write_json(path: Path, data: dict) -> None:
     atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
 
 
-def _tokenizers(job: Job, corpus, directory: Path, reuse: bool):
-    """Train (or, resuming, reload) the tokenizers on the training split only."""
+def _tokenizers(job: Job, corpus, directory: Path, reuse: bool, rank: int):
+    """Train (or, resuming, reload) the tokenizers on the training split only. In a
+    distributed run rank 0 trains and saves them; the other ranks wait, then load them."""
+    import torch.distributed as dist
+
     from .data.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
 
+    distributed = dist.is_available() and dist.is_initialized()
+    if rank != 0:
+        dist.barrier()  # rank 0 has written them
+        return load_tokenizers(directory)
     if reuse and directory.is_dir():
+        if distributed:
+            dist.barrier()
         return load_tokenizers(directory)
     train = corpus["train"]
     options = job.tokenizer
@@ -214,6 +223,8 @@ def _tokenizers(job: Job, corpus, directory: Path, reuse: bool):
         src = Tokenizer.train([s for s, _ in train], options.vocab_size, **kwargs)
         tgt = Tokenizer.train([t for _, t in train], options.vocab_size, **kwargs)
         save_tokenizers(directory, src, tgt)
+    if distributed:
+        dist.barrier()
     return src, tgt
 
 
@@ -228,14 +239,20 @@ def train_job(
     """Run ``job`` into directory ``out``; return the summary (also in ``out/results.json``).
 
     ``log`` receives one line per stage (the CLI prints them). With ``resume`` the tokenizers
-    are reloaded and training continues from the newest checkpoint.
+    are reloaded and training continues from the newest checkpoint. Under ``torchrun`` (after
+    :func:`attnlab.train.init_distributed`) every rank trains its share of each batch with
+    DistributedDataParallel; only rank 0 writes files, logs and scores the test split (the
+    others return ``{}``).
     """
     from .data.batching import make_examples
     from .evaluate import Translator
     from .model import Transformer
-    from .train import TrainConfig, Trainer
+    from .train import TrainConfig, Trainer, _world
 
     started = time.perf_counter()
+    rank, _ = _world()
+    if rank != 0:
+        log = lambda message: None  # noqa: E731 - one voice in a distributed run
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = job.task.load()
@@ -244,7 +261,7 @@ def train_job(
         + ", ".join(f"{name} {len(pairs):,}" for name, pairs in corpus.splits.items())
     )
     tokenizer_dir = out / "tokenizers"
-    src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume)
+    src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume, rank=rank)
     log(f"tokenizers: {src_tok.vocab_size:,} subwords{' (joint)' if job.tokenizer.joint else ''}")
 
     def encode(split: str):
@@ -254,12 +271,13 @@ def train_job(
         return list(zip(src, tgt, strict=True))
 
     train_examples = make_examples(encode("train"), max_len=job.task.max_len)
-    valid_examples = make_examples(encode("valid"), max_len=None)
+    valid_examples = make_examples(encode("valid"), max_len=job.task.max_len)
     config = job.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
     model = Transformer(config)
     log(f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} parameters")
     train_config = TrainConfig(out=str(out), **job.train)
-    _write_json(out / JOB_FILE, job.to_dict())
+    if rank == 0:
+        _write_json(out / JOB_FILE, job.to_dict())
 
     valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
 
@@ -282,6 +300,8 @@ def train_job(
         progress=progress,
     )
     summary = trainer.train(resume=resume)
+    if rank != 0:
+        return {}
     model_dir = out / "model"
     _write_json(model_dir / JOB_FILE, job.to_dict())
     log(f"trained: {model_dir}")

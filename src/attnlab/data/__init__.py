@@ -1,10 +1,19 @@
-"""Data for training: corpora (:mod:`attnlab.data.corpora`) and the subword tokenizer
-(:mod:`attnlab.data.tokenizer`).
+"""Data for training: corpora (:mod:`attnlab.data.corpora`), the subword tokenizer
+(:mod:`attnlab.data.tokenizer`) and token-budget batching (:mod:`attnlab.data.batching`).
 
 Text flows one way: a corpus gives ``(source, target)`` sentence pairs by split; a
-:class:`Tokenizer` trained on the train split turns them into ids.
+:class:`Tokenizer` trained on the train split turns them into ids; :func:`make_examples` frames
+them and :class:`TokenBatcher` groups them into batches of similar lengths.
 """
 
+from .batching import (
+    Example,
+    Examples,
+    TokenBatcher,
+    collate,
+    make_examples,
+    make_lm_examples,
+)
 from .corpora import (
     MULTI30K_LANGS,
     MULTI30K_SHA256,
@@ -43,10 +52,16 @@ __all__ = [
     "TGT_TOKENIZER_FILE",
     "TOKENIZER_FILE",
     "UNK_ID",
+    "Example",
+    "Examples",
     "ParallelCorpus",
+    "TokenBatcher",
     "Tokenizer",
+    "collate",
     "default_multi30k_dir",
     "load_tokenizers",
+    "make_examples",
+    "make_lm_examples",
     "multi30k",
     "numbers",
     "parallel_files",

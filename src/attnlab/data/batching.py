@@ -68,9 +68,7 @@ class Examples(Sequence[Example]):
         self._examples = list(examples)
         for i, example in enumerate(self._examples):
             if not isinstance(example, Example):
-                raise TypeError(
-                    f"examples[{i}]: expected an Example, got {type(example).__name__}"
-                )
+                raise TypeError(f"examples[{i}]: expected an Example, got {type(example).__name__}")
             if len(example.tgt) < 2:
                 raise ValueError(
                     f"examples[{i}]: the target must be framed (bos, ..., eos), got {example.tgt}"
@@ -307,6 +305,10 @@ class TokenBatcher:
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         """Every replica's batches of ``epoch`` together: what one replica would get alone."""
+        return [list(batch) for batch in self._global_batches(epoch)]
+
+    def _global_batches(self, epoch: int) -> list[list[int]]:
+        """:meth:`global_batches`, computed once per epoch (the cached lists: do not modify)."""
         epoch = _check_int(epoch, "epoch", 0)
         key = epoch if self.shuffle else 0
         if self._cached is not None and self._cached[0] == key:
@@ -335,7 +337,7 @@ class TokenBatcher:
     def batches(self, epoch: int) -> list[list[int]]:
         """This replica's batches of ``epoch``: lists of example indices (shares of the global
         batches when ``num_replicas > 1``; possibly empty lists, see the class docstring)."""
-        batches = self.global_batches(epoch)
+        batches = self._global_batches(epoch)
         if self.num_replicas == 1:
             return [list(b) for b in batches]
         return [self.share(b) for b in batches]
@@ -349,7 +351,7 @@ class TokenBatcher:
 
     def num_batches(self, epoch: int) -> int:
         """The number of (global) batches in ``epoch``."""
-        return len(self.global_batches(epoch))
+        return len(self._global_batches(epoch))
 
     def padding_fraction(self, epoch: int) -> float:
         """The fraction of pad positions in the tensors this replica collates in ``epoch``

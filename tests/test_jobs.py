@@ -1,0 +1,112 @@
+"""The main job end to end, small: `attnlab train` -> model directory -> translate / evaluate.
+
+The full runs are `make demo` (numbers, <= 5 minutes) and `make train-multi30k` (60 minutes);
+these are their smoke versions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from attnlab import load_pretrained
+from attnlab.cli import main
+from attnlab.data.tokenizer import load_tokenizers
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+SMALL = [
+    "--set", "task.high=299", "--set", "task.valid_size=30", "--set", "task.test_size=30",
+    "--set", "tokenizer.vocab_size=300",
+    "--set", "model.d_model=64", "--set", "model.d_ff=128",
+    "--set", "model.num_encoder_layers=1", "--set", "model.num_decoder_layers=1",
+    "--set", "train.lr_factor=1.0", "--set", "train.warmup=40",
+    "--set", "train.max_tokens=512", "--set", "train.keep_checkpoints=2",
+    "--set", "train.average_last=2", "--set", "eval.bleu_sentences=20",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def numbers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("numbers")
+    argv = ["train", "--config", "configs/numbers.toml", "--out", str(out), "--no-progress"]
+    argv += ["--max-steps", "120", "--eval-every", "60", "--checkpoint-every", "60", *SMALL]
+    assert main(argv) == 0
+    return out
+
+
+def test_train_writes_the_model_the_metrics_and_the_results(numbers_run, capsys):
+    out = numbers_run
+    model_dir = out / "model"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "job.json"):
+        assert (model_dir / name).is_file(), name
+    model = load_pretrained(model_dir)
+    src, tgt = load_tokenizers(model_dir)
+    assert src is tgt and model.config.vocab_size == src.vocab_size == 300
+    results = json.loads((out / "results.json").read_text())
+    assert results["split"] == "test" and results["sentences"] == 30
+    assert {"bleu", "chrf", "exact_match", "bleu_signature", "chrf_signature"} <= set(results)
+    assert results["training"]  # the trainer's summary
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {"step", "loss", "lr", "val_loss", "val_bleu", "val_exact"} <= set(rows[0])
+    evaluated = [r for r in rows if r["val_loss"]]
+    assert [int(r["step"]) for r in evaluated][:2] == [60, 120]
+    # Training learned something: the loss fell, and the translations share characters with
+    # the references (chrF well above what an untrained model gets: 0).
+    losses = [float(r["loss"]) for r in rows if r["loss"]]
+    assert losses[-1] < 0.8 * losses[0]
+    assert results["chrf"] > 15
+
+
+def test_translate_and_evaluate_a_trained_model(numbers_run, capsys):
+    model_dir = str(numbers_run / "model")
+    capsys.readouterr()
+    assert main(["translate", "--model", model_dir, "twelve", "two hundred and one"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(isinstance(line, str) for line in lines)
+    assert main(["evaluate", "--model", model_dir, "--json", "--limit", "10"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) >= {"bleu", "chrf", "exact_match"}
+    assert 0.0 <= report["exact_match"] <= 1.0 and report["sentences"] == 10
+
+
+def test_translate_reads_stdin_in_order(numbers_run, capsys, monkeypatch):
+    import io
+
+    model_dir = str(numbers_run / "model")
+    monkeypatch.setattr("sys.stdin", io.StringIO("one\n\ntwo hundred\nthree\n"))
+    capsys.readouterr()
+    assert main(["translate", "--model", model_dir, "--batch-lines", "2"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[1] == ""  # an empty line stays an empty line, in its place
+    assert len(lines) == 5  # four translations and the final newline
+
+
+def test_resume_continues_from_the_last_checkpoint(numbers_run, capsys):
+    argv = ["train", "--config", "configs/numbers.toml", "--out", str(numbers_run)]
+    argv += ["--no-progress", "--resume", "--max-steps", "180", "--eval-every", "60"]
+    argv += ["--checkpoint-every", "60", *SMALL]
+    assert main(argv) == 0
+    with open(numbers_run / "metrics.csv", newline="") as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f)]
+    assert steps == sorted(set(steps)) and steps[-1] == 180  # continued, nothing repeated
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_multi30k_smoke_run(tmp_path, capsys):
+    """The Multi30K benchmark's config for about a minute: it reads the real corpus, trains,
+    and scores the test split with sacreBLEU."""
+    argv = ["train", "--config", "configs/multi30k-en-de.toml", "--out", str(tmp_path)]
+    argv += ["--data-dir", str(MULTI30K), "--no-progress", "--max-steps", "40"]
+    argv += ["--set", "model.num_encoder_layers=1", "--set", "model.num_decoder_layers=1"]
+    argv += ["--set", "train.eval_every=40", "--set", "train.checkpoint_every=40"]
+    argv += ["--set", "eval.bleu_sentences=20", "--set", "eval.beam_size=1"]
+    argv += ["--set", "tokenizer.vocab_size=2000", "--set", "train.max_tokens=1024"]
+    assert main(argv) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["task"] == "multi30k" and results["sentences"] == 1000
+    assert results["bleu_signature"].startswith("nrefs:1|case:mixed")
