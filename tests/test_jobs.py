@@ -110,3 +110,31 @@ def test_multi30k_smoke_run(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["task"] == "multi30k" and results["sentences"] == 1000
     assert results["bleu_signature"].startswith("nrefs:1|case:mixed")
+
+
+def test_a_language_model_on_a_text_file(tmp_path, capsys):
+    """The `text` task: TransformerLM on a plain text file, scored by perplexity."""
+    from attnlab.data.corpora import numbers
+
+    text = tmp_path / "corpus.txt"
+    lines = [
+        f"{src} is {tgt} in German."
+        for src, tgt in numbers(high=399, valid_size=20, test_size=20)["train"]
+    ]
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "lm"
+    argv = ["train", "--task", "text", "--text-file", str(text), "--out", str(out)]
+    argv += ["--no-progress", "--max-steps", "60", "--eval-every", "30", "--checkpoint-every", "30"]
+    argv += ["--preset", "tiny", "--vocab-size", "300", "--set", "train.warmup=30"]
+    argv += ["--set", "train.max_tokens=1024", "--set", "train.keep_checkpoints=2"]
+    argv += ["--set", "train.average_last=2", "--set", "model.num_decoder_layers=1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "perplexity" in printed and "attnlab evaluate --model" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert results["task"] == "text" and results["split"] == "valid"
+    # Trained for 60 steps on a repetitive text: far better than guessing among 300 subwords.
+    assert 1.0 < results["perplexity"] < 100
+    assert main(["evaluate", "--model", str(out / "model"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["perplexity"] == pytest.approx(results["perplexity"], rel=1e-6)

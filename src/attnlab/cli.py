@@ -567,6 +567,7 @@ def _build_job(args: argparse.Namespace):
         ("task", "data_dir"): args.data_dir,
         ("task", "src_lang"): args.src_lang,
         ("task", "tgt_lang"): args.tgt_lang,
+        ("task", "text_file"): args.text_file,
         ("tokenizer", "vocab_size"): args.vocab_size,
         ("model", "preset"): args.preset,
         ("train", "max_steps"): args.max_steps,
@@ -616,12 +617,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
     _print_scores(result)
-    print(f"model: {result['model_dir']}  (attnlab translate --model {result['model_dir']} ...)")
+    use = "evaluate" if job.task.is_lm else "translate"
+    print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
     return 0
 
 
 def _print_scores(result: dict, show: int = 3) -> None:
+    if "perplexity" in result:  # a language model
+        print(
+            f"{result['split']} ({result['sentences']:,} lines, {result['tokens']:,} tokens): "
+            f"perplexity {result['perplexity']:.2f} (cross-entropy {result['loss']:.4f} nats)"
+        )
+        return
     print(
         f"{result['split']} ({result['sentences']:,} sentences, beam search): "
         f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
@@ -660,7 +668,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     result = evaluate_model(
         args.model, split=args.split, beam_size=args.beam_size, limit=args.limit
-    )
+    )  # split None: the task's own (test, or valid for a language model)
+    if args.json and "perplexity" in result:
+        print(json.dumps(result))
+        return 0
     if args.json:
         keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task")
         report = {k: result[k] for k in keys}
@@ -691,10 +702,12 @@ def _add_train_parsers(sub) -> None:
     train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
     train.add_argument(
         "--task",
-        choices=("numbers", "multi30k", "files"),
+        choices=("numbers", "multi30k", "files", "text"),
         default=None,
-        help="numbers (offline default), multi30k, or files ([task] paths)",
+        help="numbers (offline default), multi30k, files ([task] paths), or text (a language "
+        "model on --text-file)",
     )
+    train.add_argument("--text-file", default=None, help="plain text for the 'text' task")
     train.add_argument("--out", default=None, help="run directory (default runs/TASK)")
     train.add_argument("--data-dir", default=None, help="Multi30K directory ($ATTNLAB_MULTI30K)")
     train.add_argument("--src-lang", default=None, help="source language (en)")
@@ -772,7 +785,10 @@ def _add_train_parsers(sub) -> None:
     )
     evaluate.add_argument("--model", required=True, help="model directory (OUT/model)")
     evaluate.add_argument(
-        "--split", choices=("test", "valid", "train"), default="test", help="split (test)"
+        "--split",
+        choices=("test", "valid", "train"),
+        default=None,
+        help="split (test; valid for a language model)",
     )
     evaluate.add_argument("--beam-size", type=_positive_int, default=None, help="beam")
     evaluate.add_argument("--limit", type=_positive_int, default=None, help="first N pairs")

@@ -22,7 +22,7 @@ import torch
 
 from .generate import beam_search, greedy_search
 
-__all__ = ["Scores", "Translator", "perplexity", "score"]
+__all__ = ["Scores", "Translator", "lm_perplexity", "perplexity", "score"]
 
 
 @dataclass
@@ -169,6 +169,56 @@ class Translator:
         if self.beam_size == 1:
             return greedy_search(self.model, sources).tolist()
         return beam_search(self.model, sources, beam_size=self.beam_size, alpha=self.alpha).tolist()
+
+
+@torch.no_grad()
+def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = 4096) -> dict:
+    """Perplexity of a :class:`attnlab.TransformerLM` on ``lines``: ``exp`` of the mean
+    cross-entropy (nats, no label smoothing) of every token of ``[bos] + ids + [eos]`` after
+    the first, in length-sorted batches of at most ``max_tokens`` tokens. Returns
+    ``{"perplexity", "loss", "tokens", "sentences"}``."""
+    import torch.nn.functional as F
+
+    from .model import TransformerLM
+
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model: expected an attnlab.TransformerLM, got {type(model).__name__}")
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise ValueError("lines: no non-blank line to score")
+    config = model.config
+    limit = config.max_len if config.positional == "learned" else None
+    framed = [[config.bos_id, *ids, config.eos_id] for ids in tokenizer.encode_batch(lines)]
+    if limit is not None:
+        framed = [ids[: limit + 1] for ids in framed]
+    framed.sort(key=len)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count, start = 0.0, 0, 0
+    while start < len(framed):
+        end = start + 1
+        while end < len(framed) and len(framed[end]) * (end - start + 1) <= max_tokens:
+            end += 1
+        batch = framed[start:end]
+        width = len(batch[-1])
+        ids = torch.full((len(batch), width), config.pad_id, dtype=torch.long)
+        for i, row in enumerate(batch):
+            ids[i, : len(row)] = torch.tensor(row)
+        ids = ids.to(device)
+        logits = model(ids[:, :-1]).float()
+        target = ids[:, 1:]
+        total += F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            target.reshape(-1),
+            ignore_index=config.pad_id,
+            reduction="sum",
+        ).item()
+        count += int((target != config.pad_id).sum())
+        start = end
+    model.train(was_training)
+    loss = total / count
+    return {"perplexity": perplexity(loss), "loss": loss, "tokens": count, "sentences": len(lines)}
 
 
 def perplexity(loss: float) -> float:

@@ -33,7 +33,7 @@ __all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_mo
 
 JOB_FILE = "job.json"
 RESULTS_FILE = "results.json"
-TASKS = ("numbers", "multi30k", "files")
+TASKS = ("numbers", "multi30k", "files", "text")
 
 
 def _fields(cls: type, data: dict, table: str) -> Any:
@@ -49,7 +49,9 @@ def _fields(cls: type, data: dict, table: str) -> Any:
 class TaskOptions:
     """What to learn. ``numbers``: English to German number words (num2words), numbers in
     ``[low, high]``; ``multi30k``: Multi30K task 1 from ``data_dir`` (or $ATTNLAB_MULTI30K, or
-    downloaded); ``files``: plain parallel text files (``train_src``, ``train_tgt``, ...)."""
+    downloaded); ``files``: plain parallel text files (``train_src``, ``train_tgt``, ...);
+    ``text``: a language model (:class:`attnlab.TransformerLM`) on the lines of ``text_file``,
+    ``valid_fraction`` of them held out."""
 
     name: str = "numbers"
     src_lang: str = "en"
@@ -67,14 +69,28 @@ class TaskOptions:
     test_src: str | None = None
     test_tgt: str | None = None
     max_len: int = 200  # training pairs with a side longer than this (in tokens) are left out
+    text_file: str | None = None
+    valid_fraction: float = 0.05
 
     def __post_init__(self) -> None:
         if self.name not in TASKS:
             raise ValueError(f"[task] name: expected one of {list(TASKS)}, got {self.name!r}")
 
+    @property
+    def is_lm(self) -> bool:
+        return self.name == "text"
+
     def load(self):
+        """The corpus: a :class:`attnlab.data.ParallelCorpus`, or for ``text`` a dict of line
+        lists by split."""
         from .data import corpora
 
+        if self.is_lm:
+            if not self.text_file:
+                raise ValueError("[task] text_file: required for the 'text' task")
+            return corpora.text_corpus(
+                self.text_file, valid_fraction=self.valid_fraction, seed=self.seed
+            )
         if self.name == "numbers":
             return corpora.numbers(
                 src_lang=self.src_lang,
@@ -184,10 +200,11 @@ class Job:
 
         options = dict(self.model)
         preset = options.pop("preset", "small")
+        joint = self.tokenizer.joint or self.task.is_lm
         options.update(
             vocab_size=src_vocab,
-            tgt_vocab_size=None if self.tokenizer.joint else tgt_vocab,
-            share_embeddings=self.tokenizer.joint,
+            tgt_vocab_size=None if joint else tgt_vocab,
+            share_embeddings=joint,
         )
         return TransformerConfig.preset(preset, **options)
 
@@ -215,7 +232,10 @@ def _tokenizers(job: Job, corpus, directory: Path, reuse: bool, rank: int):
     train = corpus["train"]
     options = job.tokenizer
     kwargs = {"min_frequency": options.min_frequency}
-    if options.joint:
+    if job.task.is_lm:  # one vocabulary for the one stream of text
+        src = tgt = Tokenizer.train(train, options.vocab_size, **kwargs)
+        save_tokenizers(directory, src, None)
+    elif options.joint:
         texts = [s for pair in train for s in pair]
         src = tgt = Tokenizer.train(texts, options.vocab_size, **kwargs)
         save_tokenizers(directory, src, None)
@@ -244,9 +264,7 @@ def train_job(
     DistributedDataParallel; only rank 0 writes files, logs and scores the test split (the
     others return ``{}``).
     """
-    from .data.batching import make_examples
-    from .evaluate import Translator
-    from .model import Transformer
+    from .data.batching import TokenBatcher
     from .train import TrainConfig, Trainer, _world
 
     started = time.perf_counter()
@@ -256,40 +274,25 @@ def train_job(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = job.task.load()
-    log(
-        f"task {corpus.name} {corpus.src_lang}->{corpus.tgt_lang}: "
-        + ", ".join(f"{name} {len(pairs):,}" for name, pairs in corpus.splits.items())
-    )
+    splits = corpus if job.task.is_lm else corpus.splits
+    what = "text" if job.task.is_lm else f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}"
+    log(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
     tokenizer_dir = out / "tokenizers"
     src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume, rank=rank)
     log(f"tokenizers: {src_tok.vocab_size:,} subwords{' (joint)' if job.tokenizer.joint else ''}")
-
-    def encode(split: str):
-        pairs = corpus[split]
-        src = src_tok.encode_batch([s for s, _ in pairs])
-        tgt = tgt_tok.encode_batch([t for _, t in pairs])
-        return list(zip(src, tgt, strict=True))
-
-    train_examples = make_examples(encode("train"), max_len=job.task.max_len)
-    valid_examples = make_examples(encode("valid"), max_len=job.task.max_len)
-    config = job.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
-    model = Transformer(config)
-    log(f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} parameters")
+    setup = _lm_setup if job.task.is_lm else _translation_setup
+    model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
     train_config = TrainConfig(out=str(out), **job.train)
+    padding = TokenBatcher.for_examples(
+        train_examples, train_config.max_tokens, seed=train_config.seed
+    ).padding_fraction(0)
+    log(
+        f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+        f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
+        f"longer than {job.task.max_len} tokens left out), padding {padding:.1%} of the batches"
+    )
     if rank == 0:
         _write_json(out / JOB_FILE, job.to_dict())
-
-    valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
-
-    def on_evaluate(step: int, trained) -> dict[str, float]:
-        """BLEU and exact match of greedy translations of the first validation pairs."""
-        if not valid_pairs:
-            return {}
-        translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
-        hyps = translator.translate([s for s, _ in valid_pairs])
-        scores = _score([t for _, t in valid_pairs], hyps)
-        return {"val_bleu": scores.bleu, "val_exact": scores.exact_match}
-
     trainer = Trainer(
         model,
         train_examples,
@@ -305,15 +308,70 @@ def train_job(
     model_dir = out / "model"
     _write_json(model_dir / JOB_FILE, job.to_dict())
     log(f"trained: {model_dir}")
-    result = evaluate_model(model_dir, split="test", corpus=corpus)
+    split = "valid" if job.task.is_lm else "test"
+    result = evaluate_model(model_dir, split=split, corpus=corpus)
     result.update(
         {
             "training": summary,
             "model_dir": str(model_dir),
+            "padding_fraction": padding,
             "wall_time_s": time.perf_counter() - started,
         }
     )
     _write_json(out / RESULTS_FILE, result)
+    return result
+
+
+def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
+    """The encoder-decoder model, framed examples, and the validation BLEU hook."""
+    from .data.batching import make_examples
+    from .evaluate import Translator
+    from .model import Transformer
+
+    def encode(split: str):
+        pairs = corpus[split]
+        src = src_tok.encode_batch([s for s, _ in pairs])
+        tgt = tgt_tok.encode_batch([t for _, t in pairs])
+        return make_examples(list(zip(src, tgt, strict=True)), max_len=job.task.max_len)
+
+    model = Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
+    valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
+
+    def on_evaluate(step: int, trained) -> dict[str, float]:
+        """BLEU and exact match of greedy translations of the first validation pairs."""
+        if not valid_pairs:
+            return {}
+        translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
+        hyps = translator.translate([s for s, _ in valid_pairs])
+        scores = _score([t for _, t in valid_pairs], hyps)
+        return {"val_bleu": scores.bleu, "val_exact": scores.exact_match}
+
+    return model, encode("train"), encode("valid"), on_evaluate
+
+
+def _lm_setup(job: Job, corpus, tokenizer, _):
+    """The decoder-only model and its framed lines (validation: loss, hence perplexity)."""
+    from .data.batching import make_lm_examples
+    from .model import TransformerLM
+
+    def encode(split: str):
+        return make_lm_examples(tokenizer.encode_batch(corpus[split]), max_len=job.task.max_len)
+
+    model = TransformerLM(job.model_config(tokenizer.vocab_size, tokenizer.vocab_size))
+    return model, encode("train"), encode("valid"), None
+
+
+def _evaluate_lm(model_dir: Path, corpus: dict, split: str, limit: int | None) -> dict:
+    from .data.tokenizer import load_tokenizers
+    from .evaluate import lm_perplexity
+    from .model import load_pretrained
+
+    if split not in corpus:
+        raise ValueError(f"split: a text task has {sorted(corpus)}, not {split!r}")
+    lines = corpus[split][:limit] if limit else corpus[split]
+    tokenizer, _ = load_tokenizers(model_dir)
+    result = lm_perplexity(load_pretrained(model_dir), tokenizer, lines)
+    result.update({"split": split, "task": "text"})
     return result
 
 
@@ -326,16 +384,17 @@ def _score(references: list[str], hypotheses: list[str]):
 def evaluate_model(
     model_dir: str | os.PathLike,
     *,
-    split: str = "test",
+    split: str | None = None,
     corpus=None,
     job: Job | None = None,
     beam_size: int | None = None,
     limit: int | None = None,
     examples: int = 10,
 ) -> dict[str, Any]:
-    """Translate ``split`` of the model's task (from its ``job.json``) with beam search and
-    score it. Returns ``{"bleu", "chrf", "exact_match", "sentences", signatures, "split",
-    "examples": a few (source, reference, hypothesis)}``."""
+    """Translate ``split`` (default ``test``) of the model's task (from its ``job.json``) with
+    beam search and score it. Returns ``{"bleu", "chrf", "exact_match", "sentences",
+    signatures, "split", "examples": a few (source, reference, hypothesis)}``. For a language
+    model (the ``text`` task): its perplexity on ``split`` (default ``valid``)."""
     from .evaluate import Translator
 
     model_dir = Path(model_dir)
@@ -349,6 +408,10 @@ def evaluate_model(
         job = Job.from_dict(json.loads(path.read_text(encoding="utf-8")))
     if corpus is None:
         corpus = job.task.load()
+    if split is None:
+        split = "valid" if job.task.is_lm else "test"
+    if job.task.is_lm:
+        return _evaluate_lm(model_dir, corpus, split, limit)
     pairs = corpus[split]
     if limit is not None:
         pairs = pairs[:limit]
