@@ -73,7 +73,7 @@ def test_committed_configs_parse_and_build_a_model_config(name):
 def test_job_errors_name_the_table_and_key(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[task]\nname = "numbers"\nlanguage = "en"\n')
-    with pytest.raises(ValueError, match=r"bad\.toml: \[task\]: unknown keys \['language'\]"):
+    with pytest.raises(ValueError, match=r"bad\.toml: unknown \[task\] fields \['language'\]"):
         Job.from_toml(bad)
     bad.write_text('[tasks]\nname = "numbers"\n')
     with pytest.raises(ValueError, match=r"unknown tables \['tasks'\]"):

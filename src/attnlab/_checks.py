@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from torch import Tensor
 
@@ -40,3 +43,15 @@ def check_positive_number(value: object, name: str) -> float:
 def shape_of(value: object) -> object:
     """What to print for an argument expected to be a tensor: its shape, else its type."""
     return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+
+
+def dataclass_from(cls: type, data: object, what: str) -> Any:
+    """``cls(**data)`` for a dataclass ``cls``, refusing a non-mapping (TypeError) and unknown
+    keys (ValueError ``unknown {what} fields [...]``, with the known ones)."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"data: expected a mapping of {what} fields, got {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} fields {unknown}; known: {sorted(known)}")
+    return cls(**data)

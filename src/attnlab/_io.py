@@ -14,7 +14,7 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     os.close(handle)
     try:
         write(temp)
-        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give what open() would
+        os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes 0600 files; give what open() would
         os.replace(temp, path)
     except BaseException:
         if os.path.exists(temp):
@@ -22,7 +22,7 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process umask. Linux reports it in /proc/self/status; elsewhere it can only be read
     by setting it, which briefly changes it for every thread."""
     try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._checks import dataclass_from
 from ._io import atomic_write
 
 __all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_model", "train_job"]
@@ -34,15 +35,6 @@ __all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_mo
 JOB_FILE = "job.json"
 RESULTS_FILE = "results.json"
 TASKS = ("numbers", "multi30k", "files", "text")
-
-
-def _fields(cls: type, data: dict, table: str) -> Any:
-    """Build dataclass ``cls`` from ``data``, naming the table and key of an unknown field."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"[{table}]: unknown keys {unknown}; known: {sorted(known)}")
-    return cls(**data)
 
 
 @dataclass
@@ -161,11 +153,11 @@ class Job:
         model = dict(data.get("model", {}))
         model.setdefault("preset", "small")
         return cls(
-            task=_fields(TaskOptions, data.get("task", {}), "task"),
-            tokenizer=_fields(TokenizerOptions, data.get("tokenizer", {}), "tokenizer"),
+            task=dataclass_from(TaskOptions, data.get("task", {}), "[task]"),
+            tokenizer=dataclass_from(TokenizerOptions, data.get("tokenizer", {}), "[tokenizer]"),
             model=model,
             train=dict(data.get("train", {})),
-            eval=_fields(EvalOptions, data.get("eval", {}), "eval"),
+            eval=dataclass_from(EvalOptions, data.get("eval", {}), "[eval]"),
         )
 
     @classmethod

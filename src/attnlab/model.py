@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_number, check_rate, shape_of
+from ._checks import check_positive_number, check_rate, dataclass_from, shape_of
 from ._io import atomic_write
 from ._ops import dropout
 from .layers import ACTIVATIONS, Decoder, DecoderCache, Encoder
@@ -248,12 +248,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TransformerConfig:
         """Build from a mapping such as ``to_dict()``'s; unknown keys are an error."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data: expected a mapping of config fields, got {type(data).__name__}")
-        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown config fields {unknown}")
-        return cls(**data)
+        return dataclass_from(cls, data, "config")
 
 
 def _check_int(config: TransformerConfig, name: str, *, minimum: int) -> None:
@@ -553,7 +548,7 @@ def read_config(directory: str | os.PathLike) -> tuple[str, TransformerConfig]:
         raise ValueError(f"{path}: {e}") from None
 
 
-def _load_weights(model: nn.Module, path: Path) -> None:
+def load_weights(model: nn.Module, path: Path) -> None:
     """Load ``model.safetensors`` into ``model``, checking every key and shape."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -644,7 +639,7 @@ class _Pretrained(nn.Module):
                 f"use attnlab.load_pretrained to load any model"
             )
         model = cls(config)
-        _load_weights(model, Path(directory) / WEIGHTS_FILE)
+        load_weights(model, Path(directory) / WEIGHTS_FILE)
         if device is not None:
             model = model.to(device)
         return model.eval()

@@ -63,9 +63,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from ._io import _umask, atomic_write
+from ._checks import dataclass_from
+from ._io import atomic_write, current_umask
 from .data.batching import Example, Examples, TokenBatcher, collate
-from .model import Transformer, TransformerLM, _load_weights
+from .model import Transformer, TransformerLM, load_weights
 from .schedule import transformer_lambda
 
 __all__ = [
@@ -216,12 +217,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Build from a mapping such as :meth:`to_dict`'s; unknown keys are an error."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data: expected a mapping of config fields, got {type(data).__name__}")
-        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields {unknown}")
-        return cls(**data)
+        return dataclass_from(cls, data, "TrainConfig")
 
 
 def _is_number(value: object) -> bool:
@@ -379,7 +375,7 @@ def _fsync_dir(directory: Path) -> None:
 
 def _replace_dir(temp: Path, final: Path) -> None:
     """Move the finished directory ``temp`` to ``final``, replacing an old one."""
-    os.chmod(temp, 0o777 & ~_umask())  # mkdtemp makes 0700 directories
+    os.chmod(temp, 0o777 & ~current_umask())  # mkdtemp makes 0700 directories
     if final.exists():
         trash = Path(tempfile.mkdtemp(prefix=".old-", dir=final.parent))
         os.replace(final, trash / final.name)
@@ -903,7 +899,7 @@ class Trainer:
                 f"resume: {path} was trained on other data ({data['train_examples']} examples, "
                 f"now {len(self.train_examples)}, or other lengths); pass the same train_examples"
             )
-        _load_weights(self.model, path / "model.safetensors")
+        load_weights(self.model, path / "model.safetensors")
         stored = load_file(path / OPTIMIZER_FILE)
         per_param: dict[int, dict[str, Any]] = {}
         for key, tensor in stored.items():
