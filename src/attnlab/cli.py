@@ -696,7 +696,8 @@ def _add_train_parsers(sub) -> None:
             "atomically, average the last checkpoints into OUT/model, and score the test split "
             "with beam search (sacreBLEU, chrF, exact match) into OUT/results.json. Settings "
             "come from --config (TOML: [task] [tokenizer] [model] [train] [eval]), then the "
-            "flags, then --set. Under torchrun it trains with DistributedDataParallel."
+            "flags, then --set. Under torchrun it trains with DistributedDataParallel. The "
+            "text task trains a decoder-only language model instead, scored by perplexity."
         ),
     )
     train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
