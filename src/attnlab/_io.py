@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -35,3 +36,9 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def write_json(path: Path, data: object) -> None:
+    """``data`` as indented JSON (UTF-8, a final newline), written atomically."""
+    text = json.dumps(data, indent=2) + "\n"
+    atomic_write(Path(path), lambda temp: Path(temp).write_text(text, encoding="utf-8"))

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._checks import dataclass_from
-from ._io import atomic_write
+from ._io import write_json
 
 __all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_model", "train_job"]
 
@@ -201,11 +201,6 @@ class Job:
         return TransformerConfig.preset(preset, **options)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    text = json.dumps(data, indent=2) + "\n"
-    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
-
-
 def _tokenizers(job: Job, corpus, directory: Path, reuse: bool, rank: int):
     """Train (or, resuming, reload) the tokenizers on the training split only. In a
     distributed run rank 0 trains and saves them; the other ranks wait, then load them."""
@@ -284,7 +279,7 @@ def train_job(
         f"longer than {job.task.max_len} tokens left out), padding {padding:.1%} of the batches"
     )
     if rank == 0:
-        _write_json(out / JOB_FILE, job.to_dict())
+        write_json(out / JOB_FILE, job.to_dict())
     trainer = Trainer(
         model,
         train_examples,
@@ -298,7 +293,7 @@ def train_job(
     if rank != 0:
         return {}
     model_dir = out / "model"
-    _write_json(model_dir / JOB_FILE, job.to_dict())
+    write_json(model_dir / JOB_FILE, job.to_dict())
     log(f"trained: {model_dir}")
     split = "valid" if job.task.is_lm else "test"
     result = evaluate_model(model_dir, split=split, corpus=corpus)
@@ -310,7 +305,7 @@ def train_job(
             "wall_time_s": time.perf_counter() - started,
         }
     )
-    _write_json(out / RESULTS_FILE, result)
+    write_json(out / RESULTS_FILE, result)
     return result
 
 

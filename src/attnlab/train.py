@@ -64,7 +64,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from ._checks import dataclass_from
-from ._io import atomic_write, current_umask
+from ._io import atomic_write, current_umask, write_json
 from .data.batching import Example, Examples, TokenBatcher, collate
 from .model import Transformer, TransformerLM, load_weights
 from .schedule import transformer_lambda
@@ -384,11 +384,6 @@ def _replace_dir(temp: Path, final: Path) -> None:
     else:
         os.replace(temp, final)
     _fsync_dir(final.parent)
-
-
-def _write_json(path: Path, data: object) -> None:
-    text = json.dumps(data, indent=2) + "\n"
-    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -859,7 +854,7 @@ class Trainer:
                 temp / OPTIMIZER_FILE,
                 lambda p: save_file(tensors, p, metadata={"format": "pt"}),
             )
-            _write_json(temp / STATE_FILE, state)
+            write_json(temp / STATE_FILE, state)
             _fsync_tree(temp)
             _replace_dir(temp, root / f"step-{position.step:08d}")
         except BaseException:
@@ -1167,7 +1162,7 @@ class Trainer:
             "dropped_examples": getattr(self.train_examples, "dropped", 0),
         }
         if self.rank == 0:
-            _write_json(self.out / "summary.json", summary)
+            write_json(self.out / "summary.json", summary)
         if self.world_size > 1:
             dist.barrier()  # out/model exists for every rank once train() returns
         return summary
