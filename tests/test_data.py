@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from _paths import MULTI30K_DIR
 from attnlab.data import corpora
 from attnlab.data.corpora import (
     MULTI30K_SHA256,
@@ -33,7 +34,6 @@ from attnlab.data.corpora import (
     text_corpus,
 )
 
-MULTI30K_DIR = Path("/work/shared/data/multi30k")
 needs_multi30k = pytest.mark.skipif(
     not MULTI30K_DIR.is_dir(), reason=f"the Multi30K files are not in {MULTI30K_DIR}"
 )

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from _paths import MULTI30K_DIR as MULTI30K
 from attnlab import load_pretrained
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
-
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 SMALL = [
     "--set", "task.high=299", "--set", "task.valid_size=30", "--set", "task.test_size=30",

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _paths import MULTI30K_DIR
 from attnlab.data import corpora, numbers
 from attnlab.data.tokenizer import (
     SPECIAL_TOKENS,
@@ -22,8 +22,6 @@ from attnlab.data.tokenizer import (
     load_tokenizers,
     save_tokenizers,
 )
-
-MULTI30K_DIR = Path("/work/shared/data/multi30k")
 
 SENTENCES = [
     "Zwei junge Männer stehen draußen.",
