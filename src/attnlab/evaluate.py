@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ._checks import check_positive_int
 from .generate import beam_search, greedy_search
 
 __all__ = ["Scores", "Translator", "lm_perplexity", "perplexity", "score"]
@@ -102,10 +103,8 @@ class Translator:
                 f"model: expected an encoder-decoder attnlab.Transformer, got "
                 f"{type(model).__name__}; only a Transformer translates"
             )
-        if not (isinstance(beam_size, int) and beam_size >= 1):
-            raise ValueError(f"beam_size: expected a positive int, got {beam_size!r}")
-        if not (isinstance(max_tokens, int) and max_tokens >= 1):
-            raise ValueError(f"max_tokens: expected a positive int, got {max_tokens!r}")
+        check_positive_int(beam_size, "beam_size")
+        check_positive_int(max_tokens, "max_tokens")
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.beam_size, self.alpha, self.max_tokens = beam_size, alpha, max_tokens

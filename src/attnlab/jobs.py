@@ -312,7 +312,7 @@ def train_job(
 def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
     """The encoder-decoder model, framed examples, and the validation BLEU hook."""
     from .data.batching import make_examples
-    from .evaluate import Translator
+    from .evaluate import Translator, score
     from .model import Transformer
 
     def encode(split: str):
@@ -330,7 +330,7 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
             return {}
         translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
         hyps = translator.translate([s for s, _ in valid_pairs])
-        scores = _score([t for _, t in valid_pairs], hyps)
+        scores = score(hyps, [t for _, t in valid_pairs])
         return {"val_bleu": scores.bleu, "val_exact": scores.exact_match}
 
     return model, encode("train"), encode("valid"), on_evaluate
@@ -362,12 +362,6 @@ def _evaluate_lm(model_dir: Path, corpus: dict, split: str, limit: int | None) -
     return result
 
 
-def _score(references: list[str], hypotheses: list[str]):
-    from .evaluate import score
-
-    return score(hypotheses, references)
-
-
 def evaluate_model(
     model_dir: str | os.PathLike,
     *,
@@ -382,7 +376,7 @@ def evaluate_model(
     beam search and score it. Returns ``{"bleu", "chrf", "exact_match", "sentences",
     signatures, "split", "examples": a few (source, reference, hypothesis)}``. For a language
     model (the ``text`` task): its perplexity on ``split`` (default ``valid``)."""
-    from .evaluate import Translator
+    from .evaluate import Translator, score
 
     model_dir = Path(model_dir)
     if job is None:
@@ -409,7 +403,7 @@ def evaluate_model(
         max_tokens=job.eval.max_tokens,
     )
     hyps = translator.translate([s for s, _ in pairs])
-    scores = _score([t for _, t in pairs], hyps)
+    scores = score(hyps, [t for _, t in pairs])
     result = scores.to_dict()
     result["split"] = split
     result["task"] = job.task.name
