@@ -31,6 +31,7 @@ from .positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
+from .vision import VisionConfig, VisionTransformer
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,8 @@ __all__ = [
     "TransformerConfig",
     "TransformerEncoder",
     "TransformerLM",
+    "VisionConfig",
+    "VisionTransformer",
     "__version__",
     "beam_search",
     "causal_mask",

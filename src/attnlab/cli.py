@@ -685,6 +685,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve import run
+
+    if not Path(args.model).is_dir():
+        raise FileNotFoundError(f"--model: {args.model}: no such model directory (OUT/model)")
+    run(args.model, host=args.host, port=args.port, beam_size=args.beam_size)
+    return 0
+
+
 def _add_train_parsers(sub) -> None:
     train = sub.add_parser(
         "train",
@@ -910,6 +919,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     explain.set_defaults(func=cmd_explain)
+
+    serve = sub.add_parser(
+        "serve",
+        help="the attention explorer: a web page and JSON API over a trained model",
+        description=(
+            "Serve the attention explorer of an encoder-decoder model trained by `attnlab "
+            "train`: a page at / and a JSON API under /api (docs/serve.md). It binds the "
+            "loopback interface by default; the API has no authentication. --port 0 picks a "
+            "free port; the URL printed has the real one."
+        ),
+    )
+    serve.add_argument("--model", required=True, help="model directory (OUT/model)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
+    serve.add_argument("--beam-size", type=_positive_int, default=4, help="default beam, 1-16 (4)")
+    serve.set_defaults(func=cmd_serve)
     _add_viz_parser(sub)
     _add_train_parsers(sub)
     return parser

@@ -266,14 +266,24 @@ def count_parameters(config: TransformerConfig, model_type: str = "transformer")
 
     Args:
         config: the configuration.
-        model_type: ``"transformer"`` (encoder-decoder), ``"lm"`` or ``"encoder"``.
+        model_type: ``"transformer"`` (encoder-decoder), ``"lm"`` or ``"encoder"``; or a
+            registered model of another config family, such as ``"vit"``
+            (:class:`attnlab.vision.VisionConfig`), whose config counts itself.
 
     Equals ``sum(p.numel() for p in model.parameters())`` (tied weights counted once). The
     paper's base model has 65M at its 37,000-token vocabulary, and this count gives 63.1M: the
     paper's figure is rounded, and the exact vocabulary and bias use are not stated.
     """
     _check_model_type(model_type)
-    _check_config(config, _MODEL_TYPES[model_type])
+    cls = _MODEL_TYPES[model_type]
+    if cls.config_class is not TransformerConfig:  # another family (e.g. "vit") counts itself
+        if not isinstance(config, cls.config_class):
+            raise TypeError(
+                f"config: expected a {cls.config_class.__name__} for model_type={model_type!r}, "
+                f"got {type(config).__name__}"
+            )
+        return config.num_parameters()
+    _check_config(config, cls)
     d, d_ff = config.d_model, config.d_ff
     bias = int(config.bias)
     kv = (config.num_kv_heads or config.num_heads) * config.head_dim
@@ -519,8 +529,9 @@ def _unique_state(module: nn.Module) -> dict[str, Tensor]:
     return state
 
 
-def read_config(directory: str | os.PathLike) -> tuple[str, TransformerConfig]:
-    """Read ``config.json`` of a saved model: ``(model_type, config)``; errors name the file."""
+def read_config(directory: str | os.PathLike) -> tuple[str, Any]:
+    """Read ``config.json`` of a saved model: ``(model_type, config)``, the config an instance of
+    the model class's ``config_class``; errors name the file."""
     path = Path(directory) / CONFIG_FILE
     if not Path(directory).is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")
@@ -543,7 +554,7 @@ def read_config(directory: str | os.PathLike) -> tuple[str, TransformerConfig]:
             f"{path}: model_type: expected one of {list(_MODEL_TYPES)}, got {model_type!r}"
         )
     try:
-        return model_type, TransformerConfig.from_dict(data)
+        return model_type, _MODEL_TYPES[model_type].config_class.from_dict(data)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None
 
@@ -589,9 +600,14 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 class _Pretrained(nn.Module):
-    """save_pretrained / from_pretrained, shared by the three models."""
+    """save_pretrained / from_pretrained, shared by the models.
+
+    A model class names its ``model_type`` (the key of ``_MODEL_TYPES`` and of ``config.json``)
+    and its ``config_class``: a dataclass with ``to_dict()`` and ``from_dict()``.
+    """
 
     model_type: ClassVar[str]
+    config_class: ClassVar[type] = TransformerConfig
     uses_layers: ClassVar[tuple[str, ...]]  # the config's layer counts the model builds
     config: TransformerConfig
 
@@ -985,6 +1001,7 @@ class TransformerEncoder(_Pretrained):
         return load_bert(directory, device=device)
 
 
+# model_type -> class; other modules register theirs at import (attnlab.vision adds "vit").
 _MODEL_TYPES: dict[str, type[_Pretrained]] = {
     "transformer": Transformer,
     "lm": TransformerLM,

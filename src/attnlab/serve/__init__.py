@@ -1,0 +1,13 @@
+"""``attnlab serve``: the attention explorer, a page and a JSON API over a trained
+encoder-decoder model (docs/serve.md).
+
+:func:`create_app` builds the FastAPI app (the model is loaded once); :func:`run` serves it
+with uvicorn. The model work itself, apart from HTTP, is :class:`Explorer`.
+"""
+
+from __future__ import annotations
+
+from .app import MAX_BODY_BYTES, create_app, make_server, run
+from .explorer import Explorer
+
+__all__ = ["MAX_BODY_BYTES", "Explorer", "create_app", "make_server", "run"]

@@ -1,0 +1,282 @@
+"""The attention explorer's model work, apart from HTTP: one loaded model, its tokenizers and a
+lock; each method takes plain values and returns JSON-ready dicts (docs/serve.md).
+
+The web server runs requests in worker threads; every model and tokenizer call here happens
+under one :class:`threading.Lock`, so requests never interleave inside the model.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..generate import EXTRA_LENGTH, beam_search, greedy_search
+from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
+from ..model import Transformer
+from ..positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding
+
+__all__ = ["DECIMALS", "Explorer", "InputError"]
+
+#: Attention weights and positional values are rounded to this many decimals in answers.
+DECIMALS = 5
+
+
+class InputError(ValueError):
+    """A request's value the model cannot take (the message names the field): a 422."""
+
+
+def rounded(tensor: Tensor) -> list:
+    """``tensor`` as nested lists of floats rounded to :data:`DECIMALS` (in float64, so that
+    the JSON shows ``0.12345``, not float32's ``0.12345000356435776``)."""
+    return tensor.detach().to("cpu", torch.float64).round(decimals=DECIMALS).tolist()
+
+
+def cosine_similarity(rows: Tensor) -> Tensor:
+    """Cosine similarity of every pair of rows of ``rows`` ``(N, D)``: ``(N, N)``."""
+    unit = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+class Explorer:
+    """An encoder-decoder :class:`attnlab.Transformer` with its tokenizers, for the explorer.
+
+    Args:
+        model_dir: a directory written by ``attnlab train`` (``OUT/model``).
+        beam_size: the default beam (1 decodes greedily).
+        device: ``cpu`` or ``cuda``; default CUDA when available.
+
+    Raises:
+        FileNotFoundError: ``model_dir`` is not a directory.
+        ValueError: it holds no encoder-decoder Transformer (or unreadable files).
+    """
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        *,
+        beam_size: int = 4,
+        device: str | torch.device | None = None,
+    ) -> None:
+        from ..evaluate import Translator
+
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size: expected a positive int, got {beam_size!r}")
+        path = Path(model_dir)
+        if not path.is_dir():
+            raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
+        translator = Translator.load(path, device=device)  # ValueError for an LM or encoder
+        if not isinstance(translator.model, Transformer):  # pragma: no cover: Translator checks
+            raise ValueError(
+                f"model_dir: {model_dir}: holds a {type(translator.model).__name__}, not an "
+                f"encoder-decoder attnlab.Transformer"
+            )
+        self.model_dir = path
+        self.model: Transformer = translator.model.eval()
+        self.src_tokenizer = translator.src_tokenizer
+        self.tgt_tokenizer = translator.tgt_tokenizer
+        self.beam_size = beam_size
+        self.config = self.model.config
+        self.device = next(self.model.parameters()).device
+        self.lock = threading.Lock()
+
+    # -- /api/model ----------------------------------------------------------------------------
+
+    def info(self) -> dict:
+        c = self.config
+        return {
+            "model_type": self.model.model_type,
+            "name": self.model_dir.resolve().name,
+            "num_parameters": self.model.num_parameters(),
+            "d_model": c.d_model,
+            "num_heads": c.num_heads,
+            "encoder_layers": c.num_encoder_layers,
+            "decoder_layers": c.num_decoder_layers,
+            "max_len": c.max_len,
+            "positional": c.positional,
+            "norm_first": c.norm_first,
+            "beam_size": self.beam_size,
+            "vocab_size": c.vocab_size,
+            "tgt_vocab_size": c.target_vocab_size,
+        }
+
+    # -- /api/translate ------------------------------------------------------------------------
+
+    def translate(self, text: str, beam_size: int | None = None) -> dict:
+        """The translation of ``text`` with its token lists (docs/serve.md)."""
+        with self.lock, torch.no_grad():
+            return self._translate(text, beam_size)[0]
+
+    def _translate(self, text: str, beam_size: int | None) -> tuple[dict, list[int], list[int]]:
+        """``(answer, source ids, generated ids with EOS)``; call under the lock."""
+        source, answer = self._source(text)
+        output = self._generate(source, beam_size or self.beam_size)
+        eos = self.config.eos_id
+        words = output[:-1] if output and output[-1] == eos else output
+        answer = {
+            "translation": self.tgt_tokenizer.decode(words),
+            "source_tokens": self.src_tokenizer.labels(source),
+            "output_tokens": self.tgt_tokenizer.labels(output),
+            **answer,
+        }
+        return answer, source, output
+
+    def _source(self, text: str) -> tuple[list[int], dict]:
+        """Source ids of ``text`` cut to ``max_len``, and the answer's truncation fields."""
+        _check_text(text, "text")
+        ids = self.src_tokenizer.encode(text)
+        max_len = self.config.max_len
+        fields = {"truncated": len(ids) > max_len, "source_length": len(ids), "max_len": max_len}
+        return ids[:max_len], fields
+
+    def _generate(self, source: list[int], beam_size: int) -> list[int]:
+        """Generated ids of one source, EOS kept; BOS + output fit ``max_len`` positions."""
+        limit = max(1, min(len(source) + EXTRA_LENGTH, self.config.max_len - 1))
+        src = torch.tensor([source], device=self.device)
+        if beam_size == 1:
+            out = greedy_search(self.model, src, max_new_tokens=limit)
+        else:
+            out = beam_search(self.model, src, beam_size=beam_size, max_new_tokens=limit)
+        return out.tolist(keep_eos=True)[0]
+
+    # -- /api/attention ------------------------------------------------------------------------
+
+    def attention(self, text: str, beam_size: int | None = None, target: str | None = None) -> dict:
+        """:meth:`translate`'s answer and the attention weights of the decoder's inputs: the
+        model's own output, or ``target`` teacher-forced (docs/serve.md)."""
+        forced = target is not None and target.strip() != ""
+        if forced:
+            _check_text(target, "target")
+        with self.lock, torch.no_grad():
+            answer, source, output = self._translate(text, beam_size)
+            if forced:
+                words = self.tgt_tokenizer.encode(target)
+                room = self.config.max_len - 1
+                if len(words) > room:
+                    raise InputError(
+                        f"target: {len(words)} tokens; the model takes at most {room} "
+                        f"(max_len {self.config.max_len} minus <bos>)"
+                    )
+                output = [*words, self.config.eos_id]
+                answer["output_tokens"] = self.tgt_tokenizer.labels(output)
+            inputs = [self.config.bos_id, *output[:-1]]  # row i predicts output[i]
+            maps = self.model.attention(
+                torch.tensor([source], device=self.device),
+                torch.tensor([inputs], device=self.device),
+            )
+            answer.update(
+                teacher_forced=forced,
+                target_tokens=self.tgt_tokenizer.labels(inputs),
+                encoder=rounded(torch.stack([w[0] for w in maps.encoder])),  # (L, H, S, S)
+                decoder=rounded(torch.stack([w[0] for w in maps.decoder])),  # (L, H, T, T)
+                cross=rounded(torch.stack([w[0] for w in maps.cross])),  # (L, H, T, S)
+            )
+        return answer
+
+    # -- /api/positional -----------------------------------------------------------------------
+
+    def default_length(self) -> int:
+        return min(self.config.max_len, 64)
+
+    def positional(self, length: int | None = None) -> dict:
+        """The model's positional information for the first ``length`` positions."""
+        c = self.config
+        if length is None:
+            length = self.default_length()
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= c.max_len:
+            raise InputError(f"length: expected an integer from 1 to {c.max_len}, got {length!r}")
+        kind = c.positional
+        answer = {"kind": kind, "length": length, "d_model": c.d_model}
+        with self.lock, torch.no_grad():
+            position = self.model.src_embed.position
+            if kind in ("sinusoidal", "learned"):
+                table = position.table(length).float()  # (length, d_model)
+                answer["matrix"] = rounded(table)
+                answer["similarity"] = rounded(cosine_similarity(table.double()))
+                answer["note"] = (
+                    "The paper's fixed sinusoids (sec. 3.5), added to the token embeddings: "
+                    "row = position, column = dimension (even: sine, odd: cosine)."
+                    if kind == "sinusoidal"
+                    else "Position vectors learned in training, added to the source token "
+                    "embeddings: row = position, column = dimension."
+                )
+                if isinstance(position, LearnedPositionalEmbedding):
+                    answer["note"] += f" The table has {position.max_len} positions."
+            elif kind == "rotary":
+                rotary = _find(self.model, RotaryEmbedding)
+                angles = rotary.angles(length)  # (length, head_dim / 2), float64
+                answer["matrix"] = rounded(angles)
+                pairs = torch.cat((torch.cos(angles), torch.sin(angles)), dim=1)
+                answer["similarity"] = rounded(cosine_similarity(pairs))
+                answer["note"] = (
+                    f"RoPE rotates each query and key channel pair i by position x theta_i "
+                    f"(theta_i = {rotary.base:g}^(-2i/{rotary.head_dim})), inside attention; "
+                    f"scores depend on the distance between positions only."
+                )
+            elif kind == "alibi":
+                alibi = _find(self.model, ALiBi)
+                answer["matrix"] = rounded(alibi.bias(length, length, q_offset=0)[0, 0])
+                answer["similarity"] = None
+                slopes = ", ".join(f"{s:.6g}" for s in alibi.slopes(alibi.num_heads))
+                answer["note"] = (
+                    f"ALiBi adds -slope x |query - key| to the attention scores (head 0 shown); "
+                    f"slopes per head: {slopes}."
+                )
+            else:
+                answer["matrix"] = answer["similarity"] = None
+                answer["note"] = (
+                    "This model has no positional information: attention is order-blind, so "
+                    "a permuted sentence gives permuted encoder outputs."
+                )
+        return answer
+
+    # -- /api/masks ----------------------------------------------------------------------------
+
+    def masks(self, texts: list[str]) -> dict:
+        """The padding, look-ahead and combined masks of ``texts`` as one padded batch."""
+        for i, text in enumerate(texts):
+            _check_text(text, f"texts[{i}]")
+        pad, max_len = self.config.pad_id, self.config.max_len
+        with self.lock:
+            encoded = [self.src_tokenizer.encode(text) for text in texts]
+            truncated = [len(ids) > max_len for ids in encoded]
+            encoded = [ids[:max_len] for ids in encoded]
+            width = max(len(ids) for ids in encoded)
+            ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+            for b, row in enumerate(encoded):
+                ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+            padding = padding_mask_from_ids(ids, pad)  # (B, S)
+            look_ahead = causal_mask(width)  # (S, S)
+            combined = combine_masks(causal_mask(width), key_mask(padding))  # (B, 1, S, S)
+            tokens = [self.src_tokenizer.labels(row) for row in ids.tolist()]
+        return {
+            "tokens": tokens,
+            "padding": padding.tolist(),
+            "look_ahead": look_ahead.tolist(),
+            "combined": combined[:, 0].tolist(),
+            "truncated": truncated,
+        }
+
+
+def _check_text(text: str, name: str) -> None:
+    if not text.strip():
+        raise InputError(f"{name}: empty; type a sentence")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = text[error.start]
+        raise InputError(
+            f"{name}: holds an unpaired surrogate (U+{ord(bad):04X}) at character {error.start}; "
+            f"expected valid Unicode text"
+        ) from None
+
+
+def _find(model: torch.nn.Module, kind: type) -> torch.nn.Module:
+    """The first submodule of type ``kind`` (the attention layers share one configuration)."""
+    module = next((m for m in model.modules() if isinstance(m, kind)), None)
+    if module is None:  # pragma: no cover: the config says the model has one
+        raise RuntimeError(f"the model has no {kind.__name__} module")
+    return module
