@@ -101,8 +101,8 @@ def test_config_needs_a_bound_and_round_trips_through_json(tmp_path: Path) -> No
     assert config.out == str(tmp_path / "run")
     again = TrainConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config and again.betas == (0.8, 0.9)
-    with pytest.raises(ValueError, match=r"unknown TrainConfig fields \['lr'\]"):
-        TrainConfig.from_dict({**config.to_dict(), "lr": 1.0})
+    with pytest.raises(ValueError, match=r"unknown TrainConfig fields \['learning_rate'\]"):
+        TrainConfig.from_dict({**config.to_dict(), "learning_rate": 1.0})
 
 
 # -- one step, computed by hand ------------------------------------------------------------------

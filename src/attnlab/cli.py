@@ -561,7 +561,10 @@ def _setting(text: str) -> tuple[str, str, object]:
 def _build_job(args: argparse.Namespace):
     from .jobs import Job
 
-    data = Job.from_toml(args.config).to_dict() if args.config else Job().to_dict()
+    if args.config:
+        data = Job.from_toml(args.config).to_dict()
+    else:  # the task's own defaults (the digits recipe, say), then the flags
+        data = Job.from_dict({"task": {"name": args.task}} if args.task else {}).to_dict()
     flags = {
         ("task", "name"): args.task,
         ("task", "data_dir"): args.data_dir,
@@ -602,7 +605,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     rank, world = init_distributed()  # under torchrun: join the group; else (0, 1)
     try:
         if rank == 0:
-            where = f"{job.task.name} {job.task.src_lang}->{job.task.tgt_lang} into {out}/"
+            languages = "" if job.task.is_image else f" {job.task.src_lang}->{job.task.tgt_lang}"
+            where = f"{job.task.name}{languages} into {out}/"
             ranks = f" on {world} processes" if world > 1 else ""
             print(f"attnlab train: {where}{ranks}", flush=True)
         result = train_job(
@@ -617,13 +621,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
     _print_scores(result)
-    use = "evaluate" if job.task.is_lm else "translate"
+    use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
     return 0
 
 
 def _print_scores(result: dict, show: int = 3) -> None:
+    if "accuracy" in result:  # an image classifier
+        print(
+            f"{result['split']} ({result['images']:,} images): accuracy "
+            f"{result['accuracy']:.2%} ({result['correct']:,} correct)"
+        )
+        worst = sorted(result["per_class"].items(), key=lambda kv: (kv[1] is None, kv[1]))[:3]
+        print("  hardest classes: " + ", ".join(f"{k} {v:.1%}" for k, v in worst if v is not None))
+        for error in result.get("examples", [])[:show]:
+            print(
+                f"  image {error['index']}: a {error['label']} taken for a {error['predicted']} "
+                f"(p = {error['confidence']:.2f})"
+            )
+        return
     if "perplexity" in result:  # a language model
         print(
             f"{result['split']} ({result['sentences']:,} lines, {result['tokens']:,} tokens): "
@@ -672,6 +689,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json and "perplexity" in result:
         print(json.dumps(result))
         return 0
+    if args.json and "accuracy" in result:
+        keys = ("accuracy", "correct", "images", "per_class", "split", "task")
+        print(json.dumps({k: result[k] for k in keys}))
+        return 0
     if args.json:
         keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task")
         report = {k: result[k] for k in keys}
@@ -712,10 +733,10 @@ def _add_train_parsers(sub) -> None:
     train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
     train.add_argument(
         "--task",
-        choices=("numbers", "multi30k", "files", "text"),
+        choices=("numbers", "multi30k", "files", "text", "digits"),
         default=None,
-        help="numbers (offline default), multi30k, files ([task] paths), or text (a language "
-        "model on --text-file)",
+        help="numbers (offline default), multi30k, files ([task] paths), text (a language "
+        "model on --text-file), or digits (a Vision Transformer on scikit-learn's 8x8 digits)",
     )
     train.add_argument("--text-file", default=None, help="plain text for the 'text' task")
     train.add_argument("--out", default=None, help="run directory (default runs/TASK)")

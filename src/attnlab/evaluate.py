@@ -8,7 +8,9 @@
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
   and the fraction of exact matches.
 
-Perplexity of a language model comes with training's validation loss (``exp(loss)``).
+Perplexity of a language model comes with training's validation loss (``exp(loss)``);
+:func:`lm_perplexity` measures it on any lines. :func:`classify` scores an image classifier
+(a :class:`attnlab.VisionTransformer`): accuracy, per class, the confusion matrix, the errors.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from ._checks import check_positive_int
 from .generate import beam_search, greedy_search
 
-__all__ = ["Scores", "Translator", "lm_perplexity", "perplexity", "score"]
+__all__ = ["Scores", "Translator", "classify", "lm_perplexity", "perplexity", "score"]
 
 
 @dataclass
@@ -226,3 +228,77 @@ def perplexity(loss: float) -> float:
         return math.exp(loss)
     except OverflowError:
         return math.inf
+
+
+@torch.no_grad()
+def classify(
+    model,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    classes: Sequence[str] | None = None,
+    batch_size: int = 256,
+) -> dict:
+    """Score an image classifier on ``images (N, C, H, W)`` with true ``labels (N,)``.
+
+    Returns ``{"accuracy", "correct", "images", "per_class": {name: accuracy},
+    "confusion": rows = true class, columns = predicted, "errors": [{"index", "label",
+    "predicted", "confidence"}, ...] most confident first}``. The model runs in eval mode (its
+    mode is restored), in batches of ``batch_size``.
+    """
+    from .vision import VisionTransformer
+
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(f"model: expected an attnlab.VisionTransformer, got {type(model).__name__}")
+    check_positive_int(batch_size, "batch_size")
+    if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or len(labels) != len(images):
+        raise ValueError(
+            f"labels: expected one class index per image ({len(images)}), got "
+            f"{tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__}"
+        )
+    k = model.config.num_classes
+    names = [str(c) for c in classes] if classes is not None else [str(i) for i in range(k)]
+    if len(names) != k:
+        raise ValueError(f"classes: {len(names)} names for a model of num_classes={k}")
+    if len(images) == 0:
+        raise ValueError("images: none to classify")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        probs = torch.cat(
+            [
+                model(images[i : i + batch_size].to(device)).float().softmax(dim=-1).cpu()
+                for i in range(0, len(images), batch_size)
+            ]
+        )
+    finally:
+        model.train(was_training)
+    confidence, predicted = probs.max(dim=-1)
+    labels = labels.to(torch.int64).cpu()
+    confusion = torch.zeros(k, k, dtype=torch.int64)
+    confusion.index_put_((labels, predicted), torch.ones_like(labels), accumulate=True)
+    correct = int(confusion.diagonal().sum())
+    per_class = {
+        names[c]: (int(confusion[c, c]) / int(confusion[c].sum())) if confusion[c].sum() else None
+        for c in range(k)
+    }
+    wrong = (predicted != labels).nonzero().flatten().tolist()
+    wrong.sort(key=lambda i: -float(confidence[i]))
+    errors = [
+        {
+            "index": i,
+            "label": names[int(labels[i])],
+            "predicted": names[int(predicted[i])],
+            "confidence": round(float(confidence[i]), 4),
+        }
+        for i in wrong
+    ]
+    return {
+        "accuracy": correct / len(labels),
+        "correct": correct,
+        "images": len(labels),
+        "per_class": per_class,
+        "confusion": confusion.tolist(),
+        "errors": errors,
+    }

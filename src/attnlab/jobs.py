@@ -34,7 +34,28 @@ __all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_mo
 
 JOB_FILE = "job.json"
 RESULTS_FILE = "results.json"
-TASKS = ("numbers", "multi30k", "files", "text")
+TASKS = ("numbers", "multi30k", "files", "text", "digits")
+# What a task's job starts from when the TOML (or the command line) leaves a table out: the
+# digits recipe reaches >= 97% test accuracy in well under 2 minutes on 2 CPU cores.
+TASK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "digits": {
+        "model": {"preset": "digits"},
+        "train": {
+            "batch_size": 64,
+            "schedule": "cosine",
+            "lr": 3e-3,
+            "warmup": 140,
+            "weight_decay": 0.05,
+            "max_epochs": 70,
+            "max_minutes": 2.0,
+            "eval_every": 100,
+            "checkpoint_every": 200,
+            "keep_checkpoints": 3,
+            "average_last": 1,
+            "log_every": 20,
+        },
+    },
+}
 
 
 @dataclass
@@ -43,7 +64,11 @@ class TaskOptions:
     ``[low, high]``; ``multi30k``: Multi30K task 1 from ``data_dir`` (or $ATTNLAB_MULTI30K, or
     downloaded); ``files``: plain parallel text files (``train_src``, ``train_tgt``, ...);
     ``text``: a language model (:class:`attnlab.TransformerLM`) on the lines of ``text_file``,
-    ``valid_fraction`` of them held out."""
+    ``valid_fraction`` of them held out; ``digits``: a :class:`attnlab.VisionTransformer` on
+    scikit-learn's 8x8 handwritten digits (stratified held-out sets of ``valid_size`` and
+    ``test_size`` images; default 180 and 360 of the 1,797).
+
+    ``valid_size`` / ``test_size`` default to 500 each for ``numbers``."""
 
     name: str = "numbers"
     src_lang: str = "en"
@@ -51,8 +76,8 @@ class TaskOptions:
     data_dir: str | None = None
     low: int = 0
     high: int = 9999
-    valid_size: int = 500
-    test_size: int = 500
+    valid_size: int | None = None
+    test_size: int | None = None
     seed: int = 0
     train_src: str | None = None
     train_tgt: str | None = None
@@ -72,11 +97,25 @@ class TaskOptions:
     def is_lm(self) -> bool:
         return self.name == "text"
 
+    @property
+    def is_image(self) -> bool:
+        return self.name == "digits"
+
+    def _sizes(self, valid: int, test: int) -> dict[str, int]:
+        return {
+            "valid_size": valid if self.valid_size is None else self.valid_size,
+            "test_size": test if self.test_size is None else self.test_size,
+        }
+
     def load(self):
-        """The corpus: a :class:`attnlab.data.ParallelCorpus`, or for ``text`` a dict of line
-        lists by split."""
+        """The corpus: a :class:`attnlab.data.ParallelCorpus`, for ``text`` a dict of line
+        lists by split, for ``digits`` a dict of :class:`attnlab.data.images.LabelledImages`."""
         from .data import corpora
 
+        if self.is_image:
+            from .data.images import digits
+
+            return digits(**self._sizes(180, 360), seed=self.seed)
         if self.is_lm:
             if not self.text_file:
                 raise ValueError("[task] text_file: required for the 'text' task")
@@ -89,9 +128,8 @@ class TaskOptions:
                 tgt_lang=self.tgt_lang,
                 low=self.low,
                 high=self.high,
-                valid_size=self.valid_size,
-                test_size=self.test_size,
                 seed=self.seed,
+                **self._sizes(500, 500),
             )
         if self.name == "multi30k":
             return corpora.multi30k(self.data_dir, src_lang=self.src_lang, tgt_lang=self.tgt_lang)
@@ -150,13 +188,14 @@ class Job:
             raise ValueError(
                 f"unknown tables {unknown}; a job has [task], [tokenizer], [model], [train], [eval]"
             )
-        model = dict(data.get("model", {}))
-        model.setdefault("preset", "small")
+        task = dataclass_from(TaskOptions, data.get("task", {}), "[task]")
+        defaults = TASK_DEFAULTS.get(task.name, {})
+        model = {**defaults.get("model", {"preset": "small"}), **data.get("model", {})}
         return cls(
-            task=dataclass_from(TaskOptions, data.get("task", {}), "[task]"),
+            task=task,
             tokenizer=dataclass_from(TokenizerOptions, data.get("tokenizer", {}), "[tokenizer]"),
             model=model,
-            train=dict(data.get("train", {})),
+            train={**defaults.get("train", {}), **data.get("train", {})},
             eval=dataclass_from(EvalOptions, data.get("eval", {}), "[eval]"),
         )
 
@@ -187,9 +226,16 @@ class Job:
             "eval": dataclasses.asdict(self.eval),
         }
 
-    def model_config(self, src_vocab: int, tgt_vocab: int):
+    def model_config(self, src_vocab: int = 0, tgt_vocab: int = 0):
+        """The model's config: a :class:`attnlab.VisionConfig` for an image task (the
+        vocabularies unused), else a :class:`attnlab.TransformerConfig` for these vocabularies."""
         from .model import TransformerConfig
 
+        if self.task.is_image:
+            from .vision import VisionConfig
+
+            options = dict(self.model)
+            return VisionConfig.preset(options.pop("preset", "digits"), **options)
         options = dict(self.model)
         preset = options.pop("preset", "small")
         joint = self.tokenizer.joint or self.task.is_lm
@@ -261,23 +307,41 @@ def train_job(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = job.task.load()
-    splits = corpus if job.task.is_lm else corpus.splits
-    what = "text" if job.task.is_lm else f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}"
-    log(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
-    tokenizer_dir = out / "tokenizers"
-    src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume, rank=rank)
-    log(f"tokenizers: {src_tok.vocab_size:,} subwords{' (joint)' if job.tokenizer.joint else ''}")
-    setup = _lm_setup if job.task.is_lm else _translation_setup
-    model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
-    train_config = TrainConfig(out=str(out), **job.train)
-    padding = TokenBatcher.for_examples(
-        train_examples, train_config.max_tokens, seed=train_config.seed
-    ).padding_fraction(0)
-    log(
-        f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
-        f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
-        f"longer than {job.task.max_len} tokens left out), padding {padding:.1%} of the batches"
+    splits = corpus if job.task.is_lm or job.task.is_image else corpus.splits
+    what = (
+        job.task.name
+        if job.task.is_lm or job.task.is_image
+        else f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}"
     )
+    log(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+    train_config = TrainConfig(out=str(out), **job.train)
+    padding: float | None = None
+    tokenizer_dir: Path | None = None
+    if job.task.is_image:
+        model = _build_model(job)
+        train_examples, valid_examples, on_evaluate = corpus["train"], corpus["valid"], None
+        log(
+            f"model: VisionTransformer, {job.model.get('preset')} preset, "
+            f"{model.num_parameters():,} parameters, {model.config.num_patches} patches of "
+            f"{model.config.patch_size}x{model.config.patch_size} pixels; "
+            f"{len(train_examples):,} training images"
+        )
+    else:
+        tokenizer_dir = out / "tokenizers"
+        src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume, rank=rank)
+        joint = " (joint)" if job.tokenizer.joint else ""
+        log(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
+        setup = _lm_setup if job.task.is_lm else _translation_setup
+        model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
+        padding = TokenBatcher.for_examples(
+            train_examples, train_config.max_tokens, seed=train_config.seed
+        ).padding_fraction(0)
+        log(
+            f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+            f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
+            f"longer than {job.task.max_len} tokens left out), padding {padding:.1%} of the "
+            f"batches"
+        )
     if rank == 0:
         write_json(out / JOB_FILE, job.to_dict())
     trainer = Trainer(
@@ -301,12 +365,25 @@ def train_job(
         {
             "training": summary,
             "model_dir": str(model_dir),
-            "padding_fraction": padding,
             "wall_time_s": time.perf_counter() - started,
         }
     )
+    if padding is not None:
+        result["padding_fraction"] = padding
     write_json(out / RESULTS_FILE, result)
     return result
+
+
+def _build_model(job: Job):
+    """A fresh model for an image task, seeded by ``[train] seed`` so that a job's initial
+    weights (hence its accuracy) are reproducible."""
+    import torch
+
+    from .vision import VisionTransformer
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(job.train.get("seed", 0)))
+        return VisionTransformer(job.model_config())
 
 
 def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
@@ -362,6 +439,25 @@ def _evaluate_lm(model_dir: Path, corpus: dict, split: str, limit: int | None) -
     return result
 
 
+def _evaluate_images(
+    model_dir: Path, corpus: dict, split: str, limit: int | None, examples: int
+) -> dict:
+    import torch
+
+    from .evaluate import classify
+    from .model import load_pretrained
+
+    if split not in corpus:
+        raise ValueError(f"split: the digits task has {sorted(corpus)}, not {split!r}")
+    data = corpus[split]
+    images, labels = data.images[:limit], data.labels[:limit]
+    model = load_pretrained(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
+    result = classify(model, images, labels, classes=data.classes)
+    result.update({"split": split, "task": "digits"})
+    result["examples"] = result.pop("errors")[:examples]
+    return result
+
+
 def evaluate_model(
     model_dir: str | os.PathLike,
     *,
@@ -393,6 +489,8 @@ def evaluate_model(
         split = "valid" if job.task.is_lm else "test"
     if job.task.is_lm:
         return _evaluate_lm(model_dir, corpus, split, limit)
+    if job.task.is_image:
+        return _evaluate_images(model_dir, corpus, split, limit, examples)
     pairs = corpus[split]
     if limit is not None:
         pairs = pairs[:limit]

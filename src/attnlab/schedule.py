@@ -11,6 +11,10 @@ the paper's value is 1.
 Steps are 1-based, as in the paper: the first optimizer update is step 1 (step 0 would give a
 rate of 0). ``torch.optim.lr_scheduler.LambdaLR`` counts from 0; :func:`transformer_lambda`
 shifts its counter by one.
+
+The Vision Transformer (Dosovitskiy et al. 2021) trains with another common schedule, linear
+warm-up then cosine decay to zero over a fixed number of steps: :func:`cosine_lr` and
+:func:`cosine_lambda`, with the same 1-based steps.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ from torch import Tensor
 
 from ._checks import check_positive_number
 
-__all__ = ["peak_lr", "transformer_lambda", "transformer_lr", "transformer_lr_tensor"]
+__all__ = [
+    "cosine_lambda",
+    "cosine_lr",
+    "peak_lr",
+    "transformer_lambda",
+    "transformer_lr",
+    "transformer_lr_tensor",
+]
 
 
 def _check_curve(d_model: object, warmup: object, factor: object) -> tuple[float, float, float]:
@@ -121,3 +132,37 @@ def transformer_lambda(
         return rate if base == 1.0 else rate / base
 
     return lr_lambda
+
+
+def cosine_lr(step: int | float, peak: float, warmup: int, total: int) -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then half a cosine down to 0 at
+    ``total``: ``peak * step / warmup`` for ``step <= warmup``, else
+    ``peak * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2``; 0 after ``total``.
+    Steps are 1-based; ``warmup`` may be 0 (the decay starts at once) and must be < ``total``."""
+    peak = check_positive_number(peak, "peak")
+    w, n = _check_cosine(warmup, total)
+    if not isinstance(step, Real) or isinstance(step, bool) or not math.isfinite(step):
+        raise ValueError(f"step: expected a finite number, got {step!r}")
+    if step < 1:
+        raise ValueError(f"step: expected >= 1 (steps are 1-based), got {step!r}")
+    if step <= w:
+        return peak * step / w
+    progress = min(1.0, (step - w) / (n - w))
+    return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _check_cosine(warmup: object, total: object) -> tuple[int, int]:
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup: expected a non-negative int, got {warmup!r}")
+    if not isinstance(total, int) or isinstance(total, bool) or total <= warmup:
+        raise ValueError(f"total: expected an int greater than warmup={warmup}, got {total!r}")
+    return warmup, total
+
+
+def cosine_lambda(peak: float, warmup: int, total: int) -> Callable[[int], float]:
+    """A ``LambdaLR`` ``lr_lambda`` for :func:`cosine_lr` with the optimizer built at
+    ``lr=1.0``: the rate before update ``n`` (``n = counter + 1``) is
+    ``cosine_lr(n, peak, warmup, total)``."""
+    peak = check_positive_number(peak, "peak")
+    _check_cosine(warmup, total)
+    return lambda epoch: cosine_lr(epoch + 1, peak, warmup, total)

@@ -28,6 +28,7 @@ Example::
 Files of a run directory ``out``::
 
     metrics.csv            step, epoch, loss, lr, tokens_per_s, val_loss [, on_evaluate keys]
+                           (a classifier: images_per_s, and val_accuracy after val_loss)
     checkpoints/step-N/    model.safetensors, config.json, optimizer.safetensors, state.json
     model/                 averaged weights (+ config.json, tokenizer files)
     summary.json           what train() returns
@@ -66,11 +67,14 @@ from torch.optim.lr_scheduler import LambdaLR
 from ._checks import dataclass_from
 from ._io import atomic_write, current_umask, write_json
 from .data.batching import Example, Examples, TokenBatcher, collate
+from .data.images import ImageBatcher, LabelledImages, random_affine
 from .model import Transformer, TransformerLM, load_weights
-from .schedule import transformer_lambda
+from .schedule import cosine_lambda, transformer_lambda
+from .vision import VisionTransformer
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "IMAGE_METRICS_COLUMNS",
     "METRICS_COLUMNS",
     "TrainConfig",
     "Trainer",
@@ -80,6 +84,17 @@ __all__ = [
 ]
 
 METRICS_COLUMNS = ("step", "epoch", "loss", "lr", "tokens_per_s", "val_loss")
+# A classifier's metrics: its loss is per image and its speed in images per second.
+IMAGE_METRICS_COLUMNS = (
+    "step",
+    "epoch",
+    "loss",
+    "lr",
+    "images_per_s",
+    "val_loss",
+    "val_accuracy",
+)
+SCHEDULES = ("transformer", "cosine")
 CHECKPOINT_FORMAT = "attnlab-checkpoint-1"
 TOKENIZER_FILES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
 STATE_FILE = "state.json"
@@ -88,12 +103,17 @@ CHECKPOINT_FILES = ("model.safetensors", "config.json", OPTIMIZER_FILE, STATE_FI
 # TrainConfig fields that shape the trajectory: a resumed run must keep them.
 _TRAJECTORY_FIELDS = (
     "max_tokens",
+    "batch_size",
     "accumulate",
+    "schedule",
     "lr_factor",
     "warmup",
+    "lr",
+    "weight_decay",
     "betas",
     "eps",
     "label_smoothing",
+    "augment",
     "clip_norm",
     "bf16",
     "seed",
@@ -110,12 +130,24 @@ class TrainConfig:
     Attributes:
         out: the run directory (created if needed).
         max_tokens: tokens per side per batch, padding included (sec. 5.1: ~25000), before
-            accumulation and for all replicas together.
+            accumulation and for all replicas together (sequence models).
+        batch_size: images per batch, before accumulation and for all replicas together
+            (required for a :class:`~attnlab.vision.VisionTransformer`; unused otherwise).
         accumulate: batches per optimizer step (gradient accumulation).
-        lr_factor, warmup: eq. 3's scale and warm-up steps
-            (:func:`attnlab.schedule.transformer_lr`).
+        schedule: ``"transformer"``, the paper's eq. 3 (:func:`attnlab.schedule.transformer_lr`,
+            scaled by ``lr_factor``), or ``"cosine"``, linear warm-up to ``lr`` then cosine
+            decay to 0 at the last step (:func:`attnlab.schedule.cosine_lr`; ViT's; needs
+            ``max_steps`` or ``max_epochs`` to know where the last step is).
+        lr_factor, warmup: eq. 3's scale, and the warm-up steps of either schedule.
+        lr: the cosine schedule's peak rate.
+        weight_decay: decoupled weight decay (AdamW) on the weight matrices and convolution
+            kernels (not on biases, LayerNorms, embeddings, positional tables or the class
+            token); 0 is the paper's plain Adam.
         betas, eps: Adam's (sec. 5.3: 0.9, 0.98, 1e-9).
         label_smoothing: eps_ls (sec. 5.4: 0.1), in [0, 1).
+        augment: jitter each training image of a classifier with
+            :func:`attnlab.data.images.random_affine` (rotation up to 12 degrees, scale up to
+            10%, shift up to 1 pixel), drawn from torch's generator, so a resume repeats it.
         clip_norm: clip the gradient's global L2 norm to this, or None.
         max_steps, max_epochs, max_minutes: stop at the first reached; at least one is needed.
             ``max_minutes`` counts training time across resumes.
@@ -133,12 +165,17 @@ class TrainConfig:
 
     out: str
     max_tokens: int = 4096
+    batch_size: int | None = None
     accumulate: int = 1
+    schedule: str = "transformer"
     lr_factor: float = 1.0
     warmup: int = 4000
+    lr: float | None = None
+    weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     label_smoothing: float = 0.1
+    augment: bool = False
     clip_norm: float | None = 1.0
     max_steps: int | None = None
     max_epochs: int | None = None
@@ -175,13 +212,13 @@ class TrainConfig:
             "log_every",
         ):
             _require_int(self, name, minimum=1)
-        for name in ("max_steps", "max_epochs", "patience"):
+        for name in ("max_steps", "max_epochs", "patience", "batch_size"):
             if getattr(self, name) is not None:
                 _require_int(self, name, minimum=1)
         _require_int(self, "seed", minimum=0)
         for name in ("lr_factor", "eps"):
             _require_positive(self, name)
-        for name in ("clip_norm", "max_minutes"):
+        for name in ("clip_norm", "max_minutes", "lr"):
             if getattr(self, name) is not None:
                 _require_positive(self, name)
         if not (
@@ -194,8 +231,23 @@ class TrainConfig:
             raise ValueError(
                 f"label_smoothing: expected a number in [0, 1), got {self.label_smoothing!r}"
             )
-        if not isinstance(self.bf16, bool):
-            raise ValueError(f"bf16: expected a bool, got {self.bf16!r}")
+        if not (_is_number(self.weight_decay) and 0 <= self.weight_decay < float("inf")):
+            raise ValueError(
+                f"weight_decay: expected a finite number >= 0, got {self.weight_decay!r}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {list(SCHEDULES)}, got {self.schedule!r}")
+        if self.schedule == "cosine":
+            if self.lr is None:
+                raise ValueError("lr: the cosine schedule needs its peak rate, got None")
+            if self.max_steps is None and self.max_epochs is None:
+                raise ValueError(
+                    "max_steps, max_epochs: the cosine schedule decays to 0 at the last step; "
+                    "set one of them (max_minutes alone does not say where that is)"
+                )
+        for name in ("bf16", "augment"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected a bool, got {getattr(self, name)!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
@@ -433,9 +485,16 @@ class _MetricsLog:
     leaves is every row written before it). New ``on_evaluate`` keys widen the header: the
     file is rewritten once, atomically, with empty cells in the older rows."""
 
-    def __init__(self, path: Path, *, keep_until: int | None, columns: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        keep_until: int | None,
+        columns: Sequence[str] = (),
+        base: Sequence[str] = METRICS_COLUMNS,
+    ) -> None:
         self.path = path
-        self.columns = list(METRICS_COLUMNS)
+        self.columns = list(base)
         rows: list[dict[str, str]] = []
         if keep_until is not None and path.is_file():
             text = path.read_text(encoding="utf-8")
@@ -443,10 +502,8 @@ class _MetricsLog:
                 text = text[: text.rfind("\n") + 1]
             reader = csv.DictReader(io.StringIO(text, newline=""))
             header = list(reader.fieldnames or [])
-            if header[: len(METRICS_COLUMNS)] != list(METRICS_COLUMNS):
-                raise ValueError(
-                    f"{path}: header {header} does not start with {list(METRICS_COLUMNS)}"
-                )
+            if header[: len(base)] != list(base):
+                raise ValueError(f"{path}: header {header} does not start with {list(base)}")
             self.columns = header
             # Rows up to the checkpoint's step are kept; later ones will be written again.
             rows = [row for row in reader if int(row["step"]) <= keep_until]
@@ -528,7 +585,8 @@ EvaluateHook = Callable[[int, nn.Module], Mapping[str, float] | None]
 
 class Trainer:
     """Trains an encoder-decoder :class:`~attnlab.model.Transformer` or a decoder-only
-    :class:`~attnlab.model.TransformerLM` on framed examples.
+    :class:`~attnlab.model.TransformerLM` on framed examples, or a
+    :class:`~attnlab.vision.VisionTransformer` on labelled images.
 
     Args:
         model: the model to train, built by the caller (its initial weights are the
@@ -536,7 +594,9 @@ class Trainer:
         train_examples: :class:`attnlab.data.batching.Examples` (or a sequence of
             :class:`~attnlab.data.batching.Example`) from ``make_examples`` /
             ``make_lm_examples``. A Transformer needs non-empty sources; a TransformerLM
-            ignores them and learns ``tgt``.
+            ignores them and learns ``tgt``. For a VisionTransformer:
+            :class:`attnlab.data.images.LabelledImages`, batched by ``config.batch_size``;
+            its loss is per image, and each evaluation also reports ``val_accuracy``.
         valid_examples: the same for the validation loss, or None / empty for no validation.
         config: a :class:`TrainConfig`.
         tokenizers_dir: a directory holding ``tokenizer.json`` or ``src_tokenizer.json`` +
@@ -552,19 +612,19 @@ class Trainer:
 
     def __init__(
         self,
-        model: Transformer | TransformerLM,
-        train_examples: Examples | Sequence[Example],
-        valid_examples: Examples | Sequence[Example] | None,
+        model: Transformer | TransformerLM | VisionTransformer,
+        train_examples: Examples | Sequence[Example] | LabelledImages,
+        valid_examples: Examples | Sequence[Example] | LabelledImages | None,
         config: TrainConfig,
         *,
         tokenizers_dir: str | os.PathLike | None = None,
         on_evaluate: EvaluateHook | None = None,
         progress: bool = True,
     ) -> None:
-        if not isinstance(model, (Transformer, TransformerLM)):
+        if not isinstance(model, (Transformer, TransformerLM, VisionTransformer)):
             raise TypeError(
-                f"model: expected an attnlab Transformer or TransformerLM, got "
-                f"{type(model).__name__}"
+                f"model: expected an attnlab Transformer, TransformerLM or VisionTransformer, "
+                f"got {type(model).__name__}"
             )
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
@@ -576,17 +636,25 @@ class Trainer:
         self.on_evaluate = on_evaluate
         self.progress = bool(progress)
         self.is_lm = isinstance(model, TransformerLM)
+        self.is_classifier = isinstance(model, VisionTransformer)
+        if self.is_classifier and config.batch_size is None:
+            raise ValueError(
+                "batch_size: training a VisionTransformer needs the images per batch, got None"
+            )
+        self.columns = IMAGE_METRICS_COLUMNS if self.is_classifier else METRICS_COLUMNS
+        self.rate_column = self.columns[4]
         self.rank, self.world_size = _world()
         self.device = _resolve_device(config.device)
         if self.world_size > 1 and dist.get_backend() == "nccl" and self.device.type != "cuda":
             raise ValueError("device: the NCCL process group needs device 'cuda' (or 'auto')")
         self.model = model.to(self.device)
-        self.pad_id = model.config.pad_id
-        self.train_examples = _as_examples(train_examples, "train_examples")
+        self.pad_id = getattr(model.config, "pad_id", None)
+        convert = _as_images if self.is_classifier else _as_examples
+        self.train_examples = convert(train_examples, "train_examples")
         if len(self.train_examples) == 0:
             raise ValueError("train_examples: empty; nothing to train on")
         self.valid_examples = (
-            _as_examples(valid_examples, "valid_examples") if valid_examples is not None else None
+            convert(valid_examples, "valid_examples") if valid_examples is not None else None
         )
         if self.valid_examples is not None and len(self.valid_examples) == 0:
             self.valid_examples = None
@@ -598,23 +666,16 @@ class Trainer:
             self._check_examples(examples, name)
         self.tokenizer_files = _tokenizer_files(tokenizers_dir)
         shards = {"num_replicas": self.world_size, "rank": self.rank}
-        self.batcher = _batcher(
-            "train_examples", self.train_examples, config.max_tokens, seed=config.seed, **shards
+        self.batcher = self._batcher(
+            "train_examples", self.train_examples, seed=config.seed, **shards
         )
         self.valid_batcher = (
-            _batcher(
-                "valid_examples", self.valid_examples, config.max_tokens, shuffle=False, **shards
-            )
+            self._batcher("valid_examples", self.valid_examples, shuffle=False, **shards)
             if self.valid_examples is not None
             else None
         )
-        self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=1.0, betas=config.betas, eps=config.eps
-        )
-        self.scheduler = LambdaLR(
-            self.optimizer,
-            transformer_lambda(model.config.d_model, config.warmup, config.lr_factor),
-        )
+        self.optimizer = _optimizer(model, config)
+        self.scheduler = LambdaLR(self.optimizer, self._lr_lambda())
         self.position = _Position()
         self._ddp: nn.Module | None = None
         self._metrics: _MetricsLog | None = None
@@ -624,7 +685,48 @@ class Trainer:
 
     # -- checks ----------------------------------------------------------------------------
 
-    def _check_examples(self, examples: Examples, name: str) -> None:
+    def _batcher(
+        self, name: str, examples: Examples | LabelledImages, **options: Any
+    ) -> TokenBatcher | ImageBatcher:
+        if isinstance(examples, LabelledImages):
+            return ImageBatcher(len(examples), self.config.batch_size, **options)  # type: ignore[arg-type]
+        return _batcher(name, examples, self.config.max_tokens, **options)
+
+    def _lr_lambda(self) -> Callable[[int], float]:
+        config = self.config
+        if config.schedule == "transformer":
+            return transformer_lambda(self.model.config.d_model, config.warmup, config.lr_factor)
+        per_epoch = math.ceil(self.batcher.num_batches(0) / config.accumulate)
+        total = min(
+            n
+            for n in (
+                config.max_steps,
+                config.max_epochs * per_epoch if config.max_epochs is not None else None,
+            )
+            if n is not None
+        )
+        if config.warmup >= total:
+            raise ValueError(
+                f"warmup: {config.warmup} warm-up steps, but training lasts {total} steps; the "
+                f"cosine schedule needs warmup < its last step"
+            )
+        return cosine_lambda(config.lr, config.warmup, total)  # type: ignore[arg-type]
+
+    def _collate(self, examples: Examples | LabelledImages, indices: Sequence[int]) -> tuple:
+        if isinstance(examples, LabelledImages):
+            return examples.batch(indices)
+        return collate(examples, indices, self.pad_id)  # type: ignore[arg-type]
+
+    def _count(self, batch: tuple) -> int:
+        """What a batch's loss is summed over: images, or non-pad target tokens."""
+        if self.is_classifier:
+            return len(batch[1])
+        return int((batch[2] != self.pad_id).sum())
+
+    def _check_examples(self, examples: Examples | LabelledImages, name: str) -> None:
+        if isinstance(examples, LabelledImages):
+            _check_images(examples, self.model.config, name)
+            return
         config = self.model.config
         if not self.is_lm and (examples.src_lengths == 0).any():
             i = int(np.flatnonzero(examples.src_lengths == 0)[0])
@@ -649,8 +751,21 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
-    def _loss_sum(self, module: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
-        """Summed label-smoothed cross-entropy of a collated batch over its non-pad targets."""
+    def _loss_sum(self, module: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
+        """Summed label-smoothed cross-entropy of a collated batch over its non-pad targets
+        (or over its images, for a classifier)."""
+        if self.is_classifier:
+            images, labels = (t.to(self.device, non_blocking=True) for t in batch)
+            if self.config.augment and module.training:
+                images = random_affine(images)
+            with self._autocast():
+                logits = module(images)  # (B, classes)
+            return F.cross_entropy(
+                logits.float(),
+                labels,
+                label_smoothing=self.config.label_smoothing,
+                reduction="sum",
+            )
         src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in batch)
         with self._autocast():
             logits = module(tgt_in) if self.is_lm else module(src, tgt_in)  # (B, T, V)
@@ -665,6 +780,11 @@ class Trainer:
     def _dummy_loss(self, module: nn.Module) -> Tensor:
         """A zero loss that touches every parameter: a replica whose share of a global batch
         is empty still takes part in DistributedDataParallel's gradient exchange."""
+        if self.is_classifier:
+            c = self.model.config
+            blank = torch.zeros(1, c.in_channels, c.image_size, c.image_size, device=self.device)
+            with self._autocast():
+                return module(blank).float().sum() * 0.0
         bos = torch.full((1, 1), self.model.config.bos_id, device=self.device)
         with self._autocast():
             logits = module(bos) if self.is_lm else module(bos, bos)
@@ -685,10 +805,10 @@ class Trainer:
         the update used."""
         module = self._ddp if self._ddp is not None else self.model
         batches = [
-            collate(self.train_examples, indices, self.pad_id) if indices else None
+            self._collate(self.train_examples, indices) if indices else None
             for indices in micro_batches
         ]
-        local_tokens = sum(int((b[2] != self.pad_id).sum()) for b in batches if b is not None)
+        local_tokens = sum(self._count(b) for b in batches if b is not None)
         (global_tokens,) = self._all_reduce([local_tokens])
         if global_tokens == 0:
             raise ValueError("train_examples: a batch has no target token that is not pad_id")
@@ -734,25 +854,43 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """The label-smoothed cross-entropy per target token on ``valid_examples`` (all
-        replicas together; every replica must call it). Leaves the RNG states untouched."""
+        """The label-smoothed cross-entropy per target token (per image, for a classifier) on
+        ``valid_examples`` (all replicas together; every replica must call it). Leaves the
+        RNG states untouched."""
+        return self._evaluate()[0]
+
+    @torch.no_grad()
+    def _evaluate(self) -> tuple[float, float | None]:
+        """The validation loss, and for a classifier the accuracy (else None)."""
         if self.valid_batcher is None or self.valid_examples is None:
             raise ValueError("valid_examples: none were given; cannot evaluate")
         was_training = self.model.training
         self.model.eval()
         loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        tokens = 0
+        count = correct = 0
         try:
             for indices in self.valid_batcher.batches(0):
                 if not indices:
                     continue
-                batch = collate(self.valid_examples, indices, self.pad_id)
-                loss += self._loss_sum(self.model, batch).double()
-                tokens += int((batch[2] != self.pad_id).sum())
+                batch = self._collate(self.valid_examples, indices)
+                if self.is_classifier:
+                    images, labels = (t.to(self.device) for t in batch)
+                    with self._autocast():
+                        logits = self.model(images).float()
+                    loss += F.cross_entropy(
+                        logits,
+                        labels,
+                        label_smoothing=self.config.label_smoothing,
+                        reduction="sum",
+                    ).double()
+                    correct += int((logits.argmax(dim=-1) == labels).sum())
+                else:
+                    loss += self._loss_sum(self.model, batch).double()
+                count += self._count(batch)
         finally:
             self.model.train(was_training)
-        total, count = self._all_reduce([loss.item(), tokens])
-        return total / count
+        total, count, correct = self._all_reduce([loss.item(), count, correct])
+        return total / count, (correct / count if self.is_classifier else None)
 
     def _run_hook(self, step: int) -> dict[str, float]:
         if self.on_evaluate is None or self.rank != 0:
@@ -773,10 +911,10 @@ class Trainer:
             )
         metrics: dict[str, float] = {}
         for key, value in result.items():
-            if not isinstance(key, str) or key in METRICS_COLUMNS or not key:
+            if not isinstance(key, str) or key in self.columns or not key:
                 raise ValueError(
                     f"on_evaluate: metric name {key!r} is not a new column name "
-                    f"(reserved: {list(METRICS_COLUMNS)})"
+                    f"(reserved: {list(self.columns)})"
                 )
             if not (_is_number(value) or isinstance(value, (np.number, Tensor))):
                 raise TypeError(f"on_evaluate: metric {key!r} is not a number: {value!r}")
@@ -786,6 +924,8 @@ class Trainer:
     # -- checkpoints -----------------------------------------------------------------------
 
     def _data_fingerprint(self) -> str:
+        if isinstance(self.train_examples, LabelledImages):
+            return self.train_examples.fingerprint()
         digest = hashlib.sha256()
         digest.update(self.train_examples.src_lengths.tobytes())
         digest.update(self.train_examples.tgt_lengths.tobytes())
@@ -875,9 +1015,12 @@ class Trainer:
                 f"{CHECKPOINT_FORMAT!r}"
             )
         saved = TrainConfig.from_dict(state["train_config"])
+        fields = _TRAJECTORY_FIELDS
+        if self.config.schedule == "cosine":  # where training ends shapes the whole curve
+            fields += ("max_steps", "max_epochs")
         changed = [
             f"{name}={getattr(saved, name)!r} -> {getattr(self.config, name)!r}"
-            for name in _TRAJECTORY_FIELDS
+            for name in fields
             if getattr(saved, name) != getattr(self.config, name)
         ]
         if changed:
@@ -1010,6 +1153,7 @@ class Trainer:
                 self.out / "metrics.csv",
                 keep_until=resumed_from,
                 columns=state.get("metrics_columns", ()) if state is not None else (),
+                base=self.columns,
             )
         writer = _tensorboard(self.out) if self.rank == 0 else None
         if self.world_size > 1:
@@ -1092,7 +1236,7 @@ class Trainer:
 
     def _evaluation_row(self) -> dict[str, object]:
         position = self.position
-        val_loss = self.evaluate()
+        val_loss, accuracy = self._evaluate()
         position.last_val_loss = val_loss
         if position.best_val_loss is None or val_loss < position.best_val_loss:
             position.best_val_loss, position.best_step, position.bad_evals = (
@@ -1102,7 +1246,10 @@ class Trainer:
             )
         else:
             position.bad_evals += 1
-        return {"val_loss": val_loss, **self._run_hook(position.step)}
+        row: dict[str, object] = {"val_loss": val_loss}
+        if accuracy is not None:
+            row["val_accuracy"] = accuracy
+        return {**row, **self._run_hook(position.step)}
 
     def _training_row(self, lr: float) -> dict[str, object]:
         """The training columns of a metrics row (the means since the previous row)."""
@@ -1116,7 +1263,7 @@ class Trainer:
             if position.window_tokens
             else None,
             "lr": lr,
-            "tokens_per_s": round(position.window_tokens / seconds, 1) if seconds > 0 else None,
+            self.rate_column: round(position.window_tokens / seconds, 1) if seconds > 0 else None,
         }
         position.window_loss, position.window_tokens = 0.0, 0
         position.window_seconds = 0.0
@@ -1131,10 +1278,11 @@ class Trainer:
                 if key not in ("step", "epoch") and isinstance(value, float):
                     writer.add_scalar(key, value, step)
         if bar is not None:
+            unit = "img/s" if self.is_classifier else "tok/s"
             shown = {
                 "loss": f"{row['loss']:.3f}" if row.get("loss") is not None else "-",
                 "lr": f"{row['lr']:.2e}",
-                "tok/s": f"{row['tokens_per_s']:.0f}" if row.get("tokens_per_s") else "-",
+                unit: f"{row[self.rate_column]:.0f}" if row.get(self.rate_column) else "-",
             }
             if row.get("val_loss") is not None:
                 shown["val"] = f"{row['val_loss']:.3f}"
@@ -1199,6 +1347,53 @@ def _as_examples(examples: object, name: str) -> Examples:
         except (TypeError, ValueError) as e:
             raise type(e)(f"{name}: {e}") from None
     raise TypeError(f"{name}: expected Examples (make_examples), got {type(examples).__name__}")
+
+
+def _as_images(images: object, name: str) -> LabelledImages:
+    if not isinstance(images, LabelledImages):
+        raise TypeError(
+            f"{name}: a VisionTransformer trains on LabelledImages (attnlab.data.images), got "
+            f"{type(images).__name__}"
+        )
+    return images
+
+
+def _check_images(images: LabelledImages, config: Any, name: str) -> None:
+    """The images are the shape the model takes, and their labels are its classes."""
+    expected = (config.in_channels, config.image_size, config.image_size)
+    if images.image_shape != expected:
+        raise ValueError(
+            f"{name}: images of shape {images.image_shape} (C, H, W), but the model takes "
+            f"{expected}"
+        )
+    if images.num_classes != config.num_classes:
+        raise ValueError(
+            f"{name}: {images.num_classes} classes, but the model has num_classes="
+            f"{config.num_classes}"
+        )
+
+
+def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam (sec. 5.3) at ``lr=1.0`` (the schedule sets the rate), or AdamW with decoupled
+    weight decay on the matrices and kernels only when ``weight_decay > 0``."""
+    options = {"lr": 1.0, "betas": config.betas, "eps": config.eps}
+    if config.weight_decay == 0:
+        return torch.optim.Adam(model.parameters(), **options)
+    norms_and_tables = (nn.LayerNorm, nn.Embedding)
+    no_decay: set[int] = set()
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if param.dim() < 2 or isinstance(module, norms_and_tables) or name != "weight":
+                no_decay.add(id(param))
+    params = list(model.parameters())
+    groups = [
+        {
+            "params": [p for p in params if id(p) not in no_decay],
+            "weight_decay": config.weight_decay,
+        },
+        {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], **options)
 
 
 def _batcher(name: str, examples: Examples, max_tokens: int, **options: Any) -> TokenBatcher:

@@ -6,8 +6,8 @@
   contract as :class:`attnlab.data.batching.TokenBatcher`, so the trainer treats both alike).
 * :func:`digits`: scikit-learn's bundled handwritten digits (1,797 images of 8x8 pixels, 10
   classes, no download), split into stratified, seeded train / valid / test sets.
-* :func:`shift_augment`: random translations by whole pixels (zero fill), the only
-  augmentation the digits task uses.
+* :func:`random_affine`: random small rotations, scalings and shifts (the augmentation that
+  keeps a small ViT from memorising 1,257 training digits).
 
 Example::
 
@@ -21,15 +21,17 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_offset, check_positive_int, shape_of
 
-__all__ = ["DIGITS_CLASSES", "ImageBatcher", "LabelledImages", "digits", "shift_augment"]
+__all__ = ["DIGITS_CLASSES", "ImageBatcher", "LabelledImages", "digits", "random_affine"]
 
 DIGITS_CLASSES = tuple(str(d) for d in range(10))
 
@@ -168,27 +170,44 @@ class ImageBatcher:
         return -(-self.n // self.batch_size)
 
 
-def shift_augment(
-    images: Tensor, max_shift: int, generator: torch.Generator | None = None
+def random_affine(
+    images: Tensor,
+    *,
+    rotation: float = 12.0,
+    scale: float = 0.1,
+    shift: float = 1.0,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Each image moved by its own random whole-pixel offset in ``[-max_shift, max_shift]``
-    along each axis; what moves out is lost and what comes in is 0 (the digits' background).
-    ``max_shift=0`` returns ``images`` unchanged."""
-    if not isinstance(images, Tensor) or images.dim() != 4:
-        raise ValueError(f"images: expected a tensor (B, C, H, W), got {shape_of(images)}")
-    check_offset(max_shift, "max_shift")
-    if max_shift == 0:
-        return images
+    """Each image turned, scaled and moved by its own random amounts, resampled bilinearly
+    (what comes in from outside the frame is 0, the digits' background): the angle uniform in
+    ``[-rotation, rotation]`` degrees, the size factor in ``[1 - scale, 1 + scale]``, the
+    offset in ``[-shift, shift]`` pixels along each axis. Draws from ``generator`` (default:
+    torch's global generator, which a checkpoint saves and a resume restores)."""
+    if not isinstance(images, Tensor) or images.dim() != 4 or not images.is_floating_point():
+        raise ValueError(f"images: expected a float tensor (B, C, H, W), got {shape_of(images)}")
+    for name, value, limit in (("rotation", rotation, 180.0), ("scale", scale, 1.0)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            raise ValueError(f"{name}: expected a number, got {value!r}")
+        if not 0 <= value < limit:
+            raise ValueError(f"{name}: expected a number in [0, {limit:g}), got {value!r}")
     b, _, h, w = images.shape
-    if max_shift >= min(h, w):
-        raise ValueError(f"max_shift: {max_shift} moves a {h}x{w} image out of its frame")
-    shifts = torch.randint(-max_shift, max_shift + 1, (b, 2), generator=generator)
-    padded = torch.nn.functional.pad(images, (max_shift,) * 4)
-    out = torch.empty_like(images)
-    for i, (dy, dx) in enumerate(shifts.tolist()):
-        top, left = max_shift - dy, max_shift - dx
-        out[i] = padded[i, :, top : top + h, left : left + w]
-    return out
+    if not (isinstance(shift, (int, float)) and not isinstance(shift, bool)):
+        raise ValueError(f"shift: expected a number, got {shift!r}")
+    if not 0 <= shift < min(h, w):
+        raise ValueError(f"shift: expected a number in [0, {min(h, w)}) pixels, got {shift!r}")
+
+    def uniform(*shape: int) -> Tensor:
+        return torch.rand(*shape, generator=generator) * 2 - 1
+
+    angle = uniform(b) * math.radians(rotation)
+    size = 1 + uniform(b) * scale
+    offset = uniform(b, 2) * shift * 2 / torch.tensor([w, h])  # pixels -> [-1, 1] coordinates
+    cos, sin = torch.cos(angle) / size, torch.sin(angle) / size
+    theta = torch.stack(
+        [torch.stack([cos, -sin, offset[:, 0]], 1), torch.stack([sin, cos, offset[:, 1]], 1)], 1
+    ).to(images)
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, align_corners=False, padding_mode="zeros")
 
 
 def digits(
