@@ -292,3 +292,16 @@ def test_train_task_digits_smoke_beats_chance_by_a_wide_margin(tmp_path, capsys)
     assert report["accuracy"] > 0.6, report  # chance is 0.1
     job = json.loads((out / "model" / "job.json").read_text())
     assert job["train"]["schedule"] == "cosine" and job["model"]["preset"] == "digits"
+    # The pictures of the trained model: rollout over two test images, the position grid.
+    pictures = tmp_path / "pictures"
+    assert (
+        main(["viz", "rollout", str(out / "model"), "--index", "0,3", "--out", str(pictures)]) == 0
+    )
+    assert main(["viz", "learned-pe", str(out / "model"), "--out", str(pictures / "pe.png")]) == 0
+    for name in ("rollout-test-0.png", "rollout-test-3.png", "pe.png"):
+        assert (pictures / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    capsys.readouterr()
+    assert main(["viz", "attention", str(out / "model")]) == 2
+    assert "attnlab viz rollout" in capsys.readouterr().err
+    assert main(["viz", "rollout", str(out / "model"), "--index", "360"]) == 2
+    assert "--index: expected image indices in [0, 360)" in capsys.readouterr().err

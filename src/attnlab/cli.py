@@ -16,6 +16,7 @@ from .generate import beam_search, greedy_search
 from .masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
 from .model import Transformer, TransformerConfig, count_parameters
 from .positional import SinusoidalPositionalEncoding
+from .vision import VisionTransformer
 
 
 def _grid(mask: torch.Tensor) -> str:
@@ -374,6 +375,11 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
 
     model = load_pretrained(args.model).eval()
     config = model.config
+    if isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"--model: {args.model} holds a VisionTransformer; draw where its class token looks "
+            f"with `attnlab viz rollout {args.model}`"
+        )
     if isinstance(model, Transformer):
         if args.src_ids is None:
             raise ValueError("--src-ids: required for an encoder-decoder model")
@@ -418,6 +424,13 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
     from .positional import LearnedPositionalEmbedding
 
     model = load_pretrained(args.model)
+    if isinstance(model, VisionTransformer):
+        table = model.positional_table()
+        if table is None:
+            raise ValueError("--model: this VisionTransformer has no positional embeddings")
+        path = Path(args.out or "learned_pe.png")
+        viz.vit_positional_similarity(table, model.config.grid_size, path=path, dpi=args.dpi)
+        return [path]
     if isinstance(model, Transformer):
         embed = model.tgt_embed if args.side == "tgt" else model.src_embed
     else:
@@ -431,6 +444,46 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
         embed.position.weight, length=args.length, path=path, dpi=args.dpi
     )
     return [path]
+
+
+def _viz_rollout(args: argparse.Namespace) -> list[Path]:
+    from . import viz
+    from .jobs import Job
+    from .model import load_pretrained
+    from .vision import class_token_rollout
+
+    model = load_pretrained(args.model).eval()
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"--model: {args.model} holds a {type(model).__name__}, not a VisionTransformer; "
+            f"`attnlab viz attention` draws a text model's attention"
+        )
+    job_file = Path(args.model) / "job.json"
+    if not job_file.is_file():
+        raise FileNotFoundError(f"{job_file}: missing; the images come from the model's task")
+    data = Job.from_dict(json.loads(job_file.read_text(encoding="utf-8"))).task.load()[args.split]
+    bad = [i for i in args.index if not 0 <= i < len(data)]
+    if bad or not args.index:
+        raise ValueError(
+            f"--index: expected image indices in [0, {len(data)}) of {args.split}, got "
+            f"{args.index}"
+        )
+    images, labels = data.batch(args.index)
+    with torch.no_grad():
+        probs = model(images).softmax(dim=-1)
+    maps = class_token_rollout(model, images)
+    out_dir = Path(args.out or "rollout")
+    paths = []
+    for row, index in enumerate(args.index):
+        p, predicted = probs[row].max(dim=-1)
+        title = (
+            f"{args.split} image {index}: a {data.classes[int(labels[row])]}, predicted "
+            f"{data.classes[int(predicted)]} (p = {float(p):.2f})"
+        )
+        path = out_dir / f"rollout-{args.split}-{index}.png"
+        viz.attention_rollout_map(images[row], maps[row], title=title, path=path, dpi=args.dpi)
+        paths.append(path)
+    return paths
 
 
 def _viz_other(args: argparse.Namespace) -> list[Path]:
@@ -452,7 +505,11 @@ def _viz_other(args: argparse.Namespace) -> list[Path]:
 
 
 def cmd_viz(args: argparse.Namespace) -> int:
-    draw = {"attention": _viz_attention, "learned-pe": _viz_learned_pe}.get(
+    draw = {
+        "attention": _viz_attention,
+        "learned-pe": _viz_learned_pe,
+        "rollout": _viz_rollout,
+    }.get(
         args.picture, _viz_other
     )
     for path in draw(args):
@@ -502,11 +559,31 @@ def _add_viz_parser(sub) -> None:
     learned = pictures.add_parser(
         "learned-pe",
         parents=[common],
-        help="cosine similarity of a saved model's learned position embeddings",
+        help="cosine similarity of a saved model's learned position embeddings (a ViT's: the "
+        "patch grid of figure 7)",
     )
     learned.add_argument("model", help="model directory")
     learned.add_argument("--length", type=_positive_int, default=None, help="first N positions")
     learned.add_argument("--side", choices=("src", "tgt"), default="src", help="which embedding")
+
+    rollout = pictures.add_parser(
+        "rollout",
+        parents=[common],
+        help="attention rollout of a Vision Transformer's class token over images of its task",
+        description=(
+            "For each --index image of --split of the model's task (from its job.json): the "
+            "image, the class token's attention rollout over the patches (Abnar and Zuidema "
+            "2020) and the overlay, titled with the label and the prediction; one PNG each in "
+            "--out (default ./rollout)."
+        ),
+    )
+    rollout.add_argument("model", help="a VisionTransformer trained by attnlab train")
+    rollout.add_argument(
+        "--split", choices=("test", "valid", "train"), default="test", help="images of (test)"
+    )
+    rollout.add_argument(
+        "--index", type=_indices, default=[0, 1, 2, 3], help="which images, e.g. 0,7 (0,1,2,3)"
+    )
 
     pe = pictures.add_parser(
         "pe",
