@@ -5,10 +5,11 @@ The building blocks live one concept per module: :mod:`attnlab.masks` (the mask 
 (sinusoidal, learned, rotary, ALiBi), :mod:`attnlab.layers` (encoder and decoder layers and
 stacks), :mod:`attnlab.model` (the models and their config), :mod:`attnlab.generate` (greedy, beam
 search and sampling on the KV cache), :mod:`attnlab.interop` (weights from torch.nn and Hugging
-Face BERT). The instruments are imported on demand (``from attnlab import flops, viz,
+Face BERT), :mod:`attnlab.vision` (the Vision Transformer: the same encoder on image patches).
+The instruments are imported on demand (``from attnlab import flops, viz,
 explain``): :mod:`attnlab.flops` (exact MAC / FLOP counts), :mod:`attnlab.viz` (pictures, with
 matplotlib), :mod:`attnlab.explain` (the tutorial's claims, run), :mod:`attnlab.schedule`
-(eq. 3).
+(eq. 3 and the cosine schedule), :mod:`attnlab.serve` (the attention explorer's web app).
 """
 
 from . import generate, layers, masks, positional

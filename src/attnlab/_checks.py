@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import Tensor
 
@@ -55,3 +55,35 @@ def dataclass_from(cls: type, data: object, what: str) -> Any:
     if unknown:
         raise ValueError(f"unknown {what} fields {unknown}; known: {sorted(known)}")
     return cls(**data)
+
+
+class PresetConfig:
+    """What the models' config dataclasses share: named presets, and a JSON-ready dict form.
+
+    A subclass is a dataclass with a ``PRESETS`` table of ``name -> {field: value}``.
+    """
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> Any:
+        """A named configuration (see :meth:`preset_names`), with fields replaced by
+        ``overrides``, e.g. ``TransformerConfig.preset("small", positional="rotary")``."""
+        if name not in cls.PRESETS:
+            raise ValueError(f"preset: unknown name {name!r}; expected one of {cls.preset_names()}")
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        if unknown:
+            raise ValueError(f"overrides: unknown config fields {unknown}")
+        return cls(**{**cls.PRESETS[name], **overrides})
+
+    @classmethod
+    def preset_names(cls) -> list[str]:
+        return list(cls.PRESETS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """Build from a mapping such as ``to_dict()``'s; unknown keys are an error."""
+        return dataclass_from(cls, data, "config")

@@ -465,8 +465,7 @@ def _viz_rollout(args: argparse.Namespace) -> list[Path]:
     bad = [i for i in args.index if not 0 <= i < len(data)]
     if bad or not args.index:
         raise ValueError(
-            f"--index: expected image indices in [0, {len(data)}) of {args.split}, got "
-            f"{args.index}"
+            f"--index: expected image indices in [0, {len(data)}) of {args.split}, got {args.index}"
         )
     images, labels = data.batch(args.index)
     with torch.no_grad():
@@ -509,9 +508,7 @@ def cmd_viz(args: argparse.Namespace) -> int:
         "attention": _viz_attention,
         "learned-pe": _viz_learned_pe,
         "rollout": _viz_rollout,
-    }.get(
-        args.picture, _viz_other
-    )
+    }.get(args.picture, _viz_other)
     for path in draw(args):
         print(f"wrote {path}")
     return 0

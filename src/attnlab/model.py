@@ -15,11 +15,9 @@ and load with ``Model.from_pretrained(dir)`` or :func:`load_pretrained`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_number, check_rate, dataclass_from, shape_of
+from ._checks import PresetConfig, check_positive_number, check_rate, shape_of
 from ._io import atomic_write
 from ._ops import dropout
 from .layers import ACTIVATIONS, Decoder, DecoderCache, Encoder
@@ -57,7 +55,7 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(PresetConfig):
     """Hyper-parameters of every attnlab model (defaults: the paper's base model, Table 3).
 
     Attributes:
@@ -162,21 +160,6 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
-        """A named configuration (see :meth:`preset_names`), with fields replaced by
-        ``overrides``: ``TransformerConfig.preset("small", positional="rotary")``."""
-        if name not in cls.PRESETS:
-            raise ValueError(f"preset: unknown name {name!r}; expected one of {cls.preset_names()}")
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"overrides: unknown config fields {unknown}")
-        return cls(**{**cls.PRESETS[name], **overrides})
-
-    @classmethod
-    def preset_names(cls) -> list[str]:
-        return list(cls.PRESETS)
-
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
@@ -241,14 +224,6 @@ class TransformerConfig:
                 f"share_embeddings: needs one vocabulary, but vocab_size={self.vocab_size} and "
                 f"tgt_vocab_size={self.tgt_vocab_size}; set share_embeddings=False"
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TransformerConfig:
-        """Build from a mapping such as ``to_dict()``'s; unknown keys are an error."""
-        return dataclass_from(cls, data, "config")
 
 
 def _check_int(config: TransformerConfig, name: str, *, minimum: int) -> None:

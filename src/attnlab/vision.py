@@ -22,8 +22,7 @@ patches in row-major order (patch ``(r, c)`` is token ``1 + r * grid + c``).
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,10 +31,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
+    PresetConfig,
     check_positive_int,
     check_positive_number,
     check_rate,
-    dataclass_from,
     shape_of,
 )
 from ._ops import dropout
@@ -59,7 +58,7 @@ HEAD_FUSIONS = ("mean", "max", "min")
 
 
 @dataclass
-class VisionConfig:
+class VisionConfig(PresetConfig):
     """Hyper-parameters of a :class:`VisionTransformer` (defaults: ViT-B/16 at 224 px, Table 1).
 
     Attributes:
@@ -122,22 +121,6 @@ class VisionConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> VisionConfig:
-        """A named configuration (see :meth:`preset_names`), with fields replaced by
-        ``overrides``: ``VisionConfig.preset("vit-b16", num_classes=10, image_size=32,
-        patch_size=4)``."""
-        if name not in cls.PRESETS:
-            raise ValueError(f"preset: unknown name {name!r}; expected one of {cls.preset_names()}")
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"overrides: unknown config fields {unknown}")
-        return cls(**{**cls.PRESETS[name], **overrides})
-
-    @classmethod
-    def preset_names(cls) -> list[str]:
-        return list(cls.PRESETS)
-
     @property
     def grid_size(self) -> int:
         """Patches along each side: ``image_size // patch_size``."""
@@ -197,14 +180,6 @@ class VisionConfig:
         """The parameter count of a :class:`VisionTransformer` of this config (see
         :func:`count_vit_parameters`)."""
         return count_vit_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VisionConfig:
-        """Build from a mapping such as ``to_dict()``'s; unknown keys are an error."""
-        return dataclass_from(cls, data, "config")
 
 
 def count_vit_parameters(config: VisionConfig) -> int:
