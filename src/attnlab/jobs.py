@@ -35,8 +35,9 @@ __all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_mo
 JOB_FILE = "job.json"
 RESULTS_FILE = "results.json"
 TASKS = ("numbers", "multi30k", "files", "text", "digits")
-# What a task's job starts from when the TOML (or the command line) leaves a table out: the
-# digits recipe reaches >= 97% test accuracy in well under 2 minutes on 2 CPU cores.
+# What a task's job starts from where the TOML (or the command line) leaves a setting out. The
+# digits recipe: 100 epochs (2,000 steps) of ViT-style training with affine augmentation, about
+# a minute on 2 CPU cores; 97.5% test accuracy with seed 0 (README, Performance).
 TASK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "digits": {
         "model": {"preset": "digits"},
@@ -46,7 +47,8 @@ TASK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
             "lr": 3e-3,
             "warmup": 140,
             "weight_decay": 0.05,
-            "max_epochs": 70,
+            "augment": True,
+            "max_epochs": 100,
             "max_minutes": 2.0,
             "eval_every": 100,
             "checkpoint_every": 200,
