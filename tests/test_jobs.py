@@ -137,3 +137,26 @@ def test_a_language_model_on_a_text_file(tmp_path, capsys):
     assert main(["evaluate", "--model", str(out / "model"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["perplexity"] == pytest.approx(results["perplexity"], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("task", "config"), [("numbers", "numbers.toml"), ("multi30k", "multi30k-en-de.toml")]
+)
+def test_a_task_alone_runs_the_recipe_of_its_config_file(task, config):
+    """`attnlab train --task NAME` with no --config trains what configs/ describes: the built-in
+    defaults (jobs.TASK_DEFAULTS) and the committed files must not drift apart."""
+    from attnlab.jobs import Job
+
+    from_file = Job.from_toml(Path("configs") / config).to_dict()
+    alone = Job.from_dict({"task": {"name": task}}).to_dict()
+    assert alone == from_file
+
+
+def test_job_tables_must_be_tables():
+    from attnlab.jobs import Job
+
+    with pytest.raises(TypeError, match=r"\[train\]: expected a table of settings, got 5"):
+        Job.from_dict({"train": 5})
+    job = Job.from_dict({"task": {"name": "digits"}, "train": {"max_epochs": 3}})
+    assert job.train["max_epochs"] == 3 and job.train["schedule"] == "cosine"
+    assert job.model == {"preset": "digits"}
