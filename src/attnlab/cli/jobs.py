@@ -1,0 +1,317 @@
+"""``attnlab train``, ``translate``, ``evaluate`` and ``serve``: jobs on trained models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..model import TransformerConfig
+from . import _positive_int
+
+
+def _setting(text: str) -> tuple[str, str, object]:
+    """``TABLE.KEY=VALUE`` (VALUE read as JSON when it parses, else as a string)."""
+    key, sep, raw = text.partition("=")
+    table, dot, name = key.partition(".")
+    if not (sep and dot and table and name):
+        raise argparse.ArgumentTypeError(
+            f"expected TABLE.KEY=VALUE, e.g. model.d_model=128, got {text!r}"
+        )
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return table, name, value
+
+
+def _build_job(args: argparse.Namespace):
+    from ..jobs import Job
+
+    if args.config:
+        data = Job.from_toml(args.config).to_dict()
+    else:  # the task's own defaults (the digits recipe, say), then the flags
+        data = Job.from_dict({"task": {"name": args.task}} if args.task else {}).to_dict()
+    flags = {
+        ("task", "name"): args.task,
+        ("task", "data_dir"): args.data_dir,
+        ("task", "src_lang"): args.src_lang,
+        ("task", "tgt_lang"): args.tgt_lang,
+        ("task", "text_file"): args.text_file,
+        ("tokenizer", "vocab_size"): args.vocab_size,
+        ("model", "preset"): args.preset,
+        ("train", "max_steps"): args.max_steps,
+        ("train", "max_epochs"): args.max_epochs,
+        ("train", "max_minutes"): args.max_minutes,
+        ("train", "max_tokens"): args.max_tokens,
+        ("train", "warmup"): args.warmup,
+        ("train", "eval_every"): args.eval_every,
+        ("train", "checkpoint_every"): args.checkpoint_every,
+        ("train", "device"): args.device,
+        ("train", "seed"): args.seed,
+        ("eval", "beam_size"): args.beam_size,
+    }
+    if args.bf16:
+        flags[("train", "bf16")] = True
+    for (table, name), value in flags.items():
+        if value is not None:
+            data[table][name] = value
+    for table, name, value in args.set or []:
+        if table not in data:
+            raise ValueError(f"--set {table}.{name}: unknown table {table!r}; use {sorted(data)}")
+        data[table][name] = value
+    return Job.from_dict(data)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ..jobs import train_job
+    from ..train import destroy_distributed, init_distributed
+
+    job = _build_job(args)
+    out = Path(args.out or f"runs/{job.task.name}")
+    rank, world = init_distributed()  # under torchrun: join the group; else (0, 1)
+    try:
+        if rank == 0:
+            languages = "" if job.task.is_image else f" {job.task.src_lang}->{job.task.tgt_lang}"
+            where = f"{job.task.name}{languages} into {out}/"
+            ranks = f" on {world} processes" if world > 1 else ""
+            print(f"attnlab train: {where}{ranks}", flush=True)
+        result = train_job(
+            job,
+            out,
+            resume=args.resume,
+            progress=not args.no_progress and rank == 0,
+            log=lambda line: print(f"  {line}", flush=True),
+        )
+    finally:
+        destroy_distributed()
+    if rank != 0:
+        return 0
+    _print_scores(result)
+    use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
+    print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
+    print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
+    return 0
+
+
+def _print_scores(result: dict, show: int = 3) -> None:
+    if "accuracy" in result:  # an image classifier
+        print(
+            f"{result['split']} ({result['images']:,} images): accuracy "
+            f"{result['accuracy']:.2%} ({result['correct']:,} correct)"
+        )
+        worst = sorted(result["per_class"].items(), key=lambda kv: (kv[1] is None, kv[1]))[:3]
+        print("  hardest classes: " + ", ".join(f"{k} {v:.1%}" for k, v in worst if v is not None))
+        for error in result.get("examples", [])[:show]:
+            print(
+                f"  image {error['index']}: a {error['label']} taken for a {error['predicted']} "
+                f"(p = {error['confidence']:.2f})"
+            )
+        return
+    if "perplexity" in result:  # a language model
+        print(
+            f"{result['split']} ({result['sentences']:,} lines, {result['tokens']:,} tokens): "
+            f"perplexity {result['perplexity']:.2f} (cross-entropy {result['loss']:.4f} nats)"
+        )
+        return
+    print(
+        f"{result['split']} ({result['sentences']:,} sentences, beam search): "
+        f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
+        f"exact match {result['exact_match']:.1%}"
+    )
+    print(f"  BLEU signature: {result['bleu_signature']}")
+    print(f"  chrF signature: {result['chrf_signature']}")
+    for example in result.get("examples", [])[:show]:
+        source, hypothesis = example["source"], example["hypothesis"]
+        print(f"  {source!r} -> {hypothesis!r} (reference {example['reference']!r})")
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from ..evaluate import Translator
+
+    translator = Translator.load(
+        args.model, beam_size=args.beam_size, max_tokens=args.max_tokens, device=args.device
+    )
+    if args.text and args.text != ["-"]:
+        for line in translator.translate(args.text):
+            print(line)
+        return 0
+    batch: list[str] = []
+    for line in sys.stdin:  # translate in batches as lines arrive, keeping their order
+        batch.append(line.rstrip("\n"))
+        if len(batch) == args.batch_lines:
+            print("\n".join(translator.translate(batch)), flush=True)
+            batch = []
+    if batch:
+        print("\n".join(translator.translate(batch)), flush=True)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ..jobs import evaluate_model
+
+    result = evaluate_model(
+        args.model, split=args.split, beam_size=args.beam_size, limit=args.limit
+    )  # split None: the task's own (test, or valid for a language model)
+    if args.json and "perplexity" in result:
+        print(json.dumps(result))
+        return 0
+    if args.json and "accuracy" in result:
+        keys = ("accuracy", "correct", "images", "per_class", "split", "task")
+        print(json.dumps({k: result[k] for k in keys}))
+        return 0
+    if args.json:
+        keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task")
+        report = {k: result[k] for k in keys}
+        report["bleu_signature"], report["chrf_signature"] = (
+            result["bleu_signature"],
+            result["chrf_signature"],
+        )
+        print(json.dumps(report))
+        return 0
+    _print_scores(result, show=args.show)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ..serve import run
+
+    if not Path(args.model).is_dir():
+        raise FileNotFoundError(f"--model: {args.model}: no such model directory (OUT/model)")
+    run(args.model, host=args.host, port=args.port, beam_size=args.beam_size)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    train = sub.add_parser(
+        "train",
+        help="train a translation model end to end: corpus, tokenizers, model, checkpoints",
+        description=(
+            "Train an encoder-decoder Transformer from scratch: load the task's corpus, train "
+            "byte-level BPE tokenizers on its training split, train with the paper's recipe "
+            "(Adam, eq. 3 warmup schedule, label smoothing, token-budget batches), checkpoint "
+            "atomically, average the last checkpoints into OUT/model, and score the test split "
+            "with beam search (sacreBLEU, chrF, exact match) into OUT/results.json. Settings "
+            "come from --config (TOML: [task] [tokenizer] [model] [train] [eval]), then the "
+            "flags, then --set. Under torchrun it trains with DistributedDataParallel. The "
+            "text task trains a decoder-only language model instead, scored by perplexity."
+        ),
+    )
+    train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
+    train.add_argument(
+        "--task",
+        choices=("numbers", "multi30k", "files", "text", "digits"),
+        default=None,
+        help="numbers (offline default), multi30k, files ([task] paths), text (a language "
+        "model on --text-file), or digits (a Vision Transformer on scikit-learn's 8x8 digits)",
+    )
+    train.add_argument("--text-file", default=None, help="plain text for the 'text' task")
+    train.add_argument("--out", default=None, help="run directory (default runs/TASK)")
+    train.add_argument("--data-dir", default=None, help="Multi30K directory ($ATTNLAB_MULTI30K)")
+    train.add_argument("--src-lang", default=None, help="source language (en)")
+    train.add_argument("--tgt-lang", default=None, help="target language (de)")
+    train.add_argument(
+        "--preset",
+        default=None,
+        choices=TransformerConfig.preset_names(),
+        help="model preset (small)",
+    )
+    train.add_argument("--vocab-size", type=_positive_int, default=None, help="BPE size (8000)")
+    train.add_argument("--max-steps", type=_positive_int, default=None, help="optimizer steps")
+    train.add_argument("--max-epochs", type=_positive_int, default=None, help="epochs")
+    train.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget")
+    train.add_argument(
+        "--max-tokens", type=_positive_int, default=None, help="tokens per batch and side (4096)"
+    )
+    train.add_argument("--warmup", type=_positive_int, default=None, help="warmup steps (4000)")
+    train.add_argument(
+        "--eval-every", type=_positive_int, default=None, help="validation every N steps"
+    )
+    train.add_argument(
+        "--checkpoint-every", type=_positive_int, default=None, help="checkpoint every N steps"
+    )
+    train.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default=None,
+        help="auto (default): CUDA when available",
+    )
+    train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    train.add_argument("--seed", type=int, default=None, help="random seed (0)")
+    train.add_argument(
+        "--beam-size", type=_positive_int, default=None, help="beam for the final test (4)"
+    )
+    train.add_argument(
+        "--set",
+        type=_setting,
+        action="append",
+        metavar="TABLE.KEY=VALUE",
+        help="any other setting, e.g. model.d_model=128 (repeatable)",
+    )
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+
+    translate = sub.add_parser(
+        "translate",
+        help="translate text with a trained model (beam search)",
+        description=(
+            "Translate TEXT arguments, or standard input line by line (no TEXT, or '-'), in "
+            "batches, with beam search; one translation per line, in order."
+        ),
+    )
+    translate.add_argument("--model", required=True, help="model directory (OUT/model)")
+    translate.add_argument("text", nargs="*", help="sentences; none or '-' reads stdin")
+    translate.add_argument("--beam-size", type=_positive_int, default=4, help="beam (4)")
+    translate.add_argument(
+        "--max-tokens", type=_positive_int, default=4096, help="source tokens per batch (4096)"
+    )
+    translate.add_argument(
+        "--batch-lines", type=_positive_int, default=64, help="stdin lines per batch (64)"
+    )
+    translate.add_argument("--device", default=None, help="cpu or cuda (default: auto)")
+    translate.set_defaults(func=cmd_translate)
+
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="score a trained model on its task: sacreBLEU, chrF, exact match",
+        description=(
+            "Translate a split of the model's task (from its job.json) with beam search and "
+            "score it: sacreBLEU BLEU and chrF (cased, detokenised; signatures printed) and "
+            "exact match. --json prints one object with bleu, chrf, exact_match (a fraction)."
+        ),
+    )
+    evaluate.add_argument("--model", required=True, help="model directory (OUT/model)")
+    evaluate.add_argument(
+        "--split",
+        choices=("test", "valid", "train"),
+        default=None,
+        help="split (test; valid for a language model)",
+    )
+    evaluate.add_argument("--beam-size", type=_positive_int, default=None, help="beam")
+    evaluate.add_argument("--limit", type=_positive_int, default=None, help="first N pairs")
+    evaluate.add_argument(
+        "--show", type=_positive_int, default=3, help="held-out examples to print (3)"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+
+def add_serve_parser(sub) -> None:
+    """``serve``, separate from `add_parsers`: it is listed before ``viz`` in --help."""
+    serve = sub.add_parser(
+        "serve",
+        help="the attention explorer: a web page and JSON API over a trained model",
+        description=(
+            "Serve the attention explorer of an encoder-decoder model trained by `attnlab "
+            "train`: a page at / and a JSON API under /api (docs/serve.md). It binds the "
+            "loopback interface by default; the API has no authentication. --port 0 picks a "
+            "free port; the URL printed has the real one."
+        ),
+    )
+    serve.add_argument("--model", required=True, help="model directory (OUT/model)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
+    serve.add_argument("--beam-size", type=_positive_int, default=4, help="default beam, 1-16 (4)")
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,279 @@
+"""``attnlab viz``: one picture as a PNG (attention, learned-pe, rollout, pe, masks, lr, curves)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ..model import Transformer
+from ..vision import VisionTransformer
+from . import _parse_lengths, _positive_int
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected token ids like '5 6 7', got {text!r}") from None
+    if not ids:
+        raise argparse.ArgumentTypeError("expected at least one token id")
+    return ids
+
+
+def _indices(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected indices like 0,2,5, got {text!r}") from None
+
+
+def _viz_attention(args: argparse.Namespace) -> list[Path]:
+    from .. import viz
+    from ..generate import greedy_search
+    from ..model import TransformerEncoder, TransformerLM, load_pretrained
+
+    model = load_pretrained(args.model).eval()
+    config = model.config
+    if isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"--model: {args.model} holds a VisionTransformer; draw where its class token looks "
+            f"with `attnlab viz rollout {args.model}`"
+        )
+    if isinstance(model, Transformer):
+        if args.src_ids is None:
+            raise ValueError("--src-ids: required for an encoder-decoder model")
+        src = torch.tensor([args.src_ids])
+        if args.tgt_ids is None:  # show what the model itself produces
+            out = greedy_search(model, src, max_new_tokens=args.max_new_tokens)
+            tgt_ids = [config.bos_id, *out.tolist()[0]]
+        else:
+            tgt_ids = args.tgt_ids
+        tgt = torch.tensor([tgt_ids])
+        maps = model.attention(src, tgt)
+        src_tokens, tgt_tokens = args.src_ids, tgt_ids
+    elif isinstance(model, TransformerLM):
+        ids = args.tgt_ids or args.src_ids
+        if ids is None:
+            raise ValueError("--src-ids: required (the language model's input)")
+        maps = model.attention(torch.tensor([ids]))
+        src_tokens, tgt_tokens = None, ids
+    else:
+        assert isinstance(model, TransformerEncoder)
+        if args.src_ids is None:
+            raise ValueError("--src-ids: required for an encoder model")
+        maps = model.attention(torch.tensor([args.src_ids]))
+        src_tokens, tgt_tokens = args.src_ids, None
+    out_dir = Path(args.out or "attention")
+    viz.attention_maps(
+        maps,
+        src_tokens=src_tokens,
+        tgt_tokens=tgt_tokens,
+        layers=args.layers,
+        heads=args.heads,
+        out_dir=out_dir,
+        dpi=args.dpi,
+    )
+    kinds = [k for k in ("encoder", "decoder", "cross") if getattr(maps, k)]
+    return [out_dir / f"{k}.png" for k in kinds]
+
+
+def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
+    from .. import viz
+    from ..model import load_pretrained
+    from ..positional import LearnedPositionalEmbedding
+
+    model = load_pretrained(args.model)
+    if isinstance(model, VisionTransformer):
+        table = model.positional_table()
+        if table is None:
+            raise ValueError("--model: this VisionTransformer has no positional embeddings")
+        path = Path(args.out or "learned_pe.png")
+        viz.vit_positional_similarity(table, model.config.grid_size, path=path, dpi=args.dpi)
+        return [path]
+    if isinstance(model, Transformer):
+        embed = model.tgt_embed if args.side == "tgt" else model.src_embed
+    else:
+        embed = model.embed
+    if not isinstance(embed.position, LearnedPositionalEmbedding):
+        raise ValueError(
+            f"--model: its positional encoding is {model.config.positional!r}, not 'learned'"
+        )
+    path = Path(args.out or "learned_pe.png")
+    viz.learned_positional_similarity(
+        embed.position.weight, length=args.length, path=path, dpi=args.dpi
+    )
+    return [path]
+
+
+def _viz_rollout(args: argparse.Namespace) -> list[Path]:
+    from .. import viz
+    from ..jobs import Job
+    from ..model import load_pretrained
+    from ..vision import class_token_rollout
+
+    model = load_pretrained(args.model).eval()
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"--model: {args.model} holds a {type(model).__name__}, not a VisionTransformer; "
+            f"`attnlab viz attention` draws a text model's attention"
+        )
+    job_file = Path(args.model) / "job.json"
+    if not job_file.is_file():
+        raise FileNotFoundError(f"{job_file}: missing; the images come from the model's task")
+    data = Job.from_dict(json.loads(job_file.read_text(encoding="utf-8"))).task.load()[args.split]
+    bad = [i for i in args.index if not 0 <= i < len(data)]
+    if bad or not args.index:
+        raise ValueError(
+            f"--index: expected image indices in [0, {len(data)}) of {args.split}, got {args.index}"
+        )
+    images, labels = data.batch(args.index)
+    with torch.no_grad():
+        probs = model(images).softmax(dim=-1)
+    maps = class_token_rollout(model, images)
+    out_dir = Path(args.out or "rollout")
+    paths = []
+    for row, index in enumerate(args.index):
+        p, predicted = probs[row].max(dim=-1)
+        title = (
+            f"{args.split} image {index}: a {data.classes[int(labels[row])]}, predicted "
+            f"{data.classes[int(predicted)]} (p = {float(p):.2f})"
+        )
+        path = out_dir / f"rollout-{args.split}-{index}.png"
+        viz.attention_rollout_map(images[row], maps[row], title=title, path=path, dpi=args.dpi)
+        paths.append(path)
+    return paths
+
+
+def _viz_other(args: argparse.Namespace) -> list[Path]:
+    from .. import viz
+
+    path = Path(args.out or f"{args.picture}.png")
+    if args.picture == "pe":
+        viz.positional_encoding(args.d_model, args.length, path=path, dpi=args.dpi)
+    elif args.picture == "masks":
+        viz.masks(
+            args.lengths, causal=not args.no_causal, max_len=args.max_len, path=path, dpi=args.dpi
+        )
+    elif args.picture == "lr":
+        extra = () if args.no_extra else tuple(args.extra or ((256, 4000), (512, 8000)))
+        viz.lr_schedule(args.d_model, args.warmup, args.steps, extra=extra, path=path, dpi=args.dpi)
+    else:
+        viz.training_curves(args.csv, path=path, dpi=args.dpi)
+    return [path]
+
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    draw = {
+        "attention": _viz_attention,
+        "learned-pe": _viz_learned_pe,
+        "rollout": _viz_rollout,
+    }.get(args.picture, _viz_other)
+    for path in draw(args):
+        print(f"wrote {path}")
+    return 0
+
+
+def _pair(text: str) -> tuple[int, int]:
+    try:
+        d_model, warmup = (int(t) for t in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected D_MODEL:WARMUP, got {text!r}") from None
+    return d_model, warmup
+
+
+def add_parsers(sub) -> None:
+    viz = sub.add_parser(
+        "viz",
+        help="draw pictures (PNG): attention of a saved model, encodings, masks, schedule, curves",
+        description="Draw one picture as a PNG file and print where it went.",
+    )
+    pictures = viz.add_subparsers(dest="picture", metavar="PICTURE", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", default=None, help="output PNG (a directory for 'attention')")
+    common.add_argument("--dpi", type=_positive_int, default=100, help="resolution (100)")
+
+    attention = pictures.add_parser(
+        "attention",
+        parents=[common],
+        help="attention weights of a saved model: a layers x heads grid per kind",
+        description=(
+            "Encoder self-attention, decoder self-attention and cross-attention of a model "
+            "saved with save_pretrained, on one input, as layers x heads grids with token "
+            "labels (encoder.png, decoder.png, cross.png in --out, default ./attention). An "
+            "encoder-decoder model without --tgt-ids decodes greedily and shows its own output."
+        ),
+    )
+    attention.add_argument("model", help="model directory (config.json + model.safetensors)")
+    attention.add_argument("--src-ids", type=_ids, default=None, help="source ids, e.g. '5 6 7'")
+    attention.add_argument("--tgt-ids", type=_ids, default=None, help="target ids (with BOS)")
+    attention.add_argument(
+        "--max-new-tokens", type=_positive_int, default=50, help="greedy target length (50)"
+    )
+    attention.add_argument("--layers", type=_indices, default=None, help="layers, e.g. 0,5")
+    attention.add_argument("--heads", type=_indices, default=None, help="heads, e.g. 0,1")
+
+    learned = pictures.add_parser(
+        "learned-pe",
+        parents=[common],
+        help="cosine similarity of a saved model's learned position embeddings (a ViT's: the "
+        "patch grid of figure 7)",
+    )
+    learned.add_argument("model", help="model directory")
+    learned.add_argument("--length", type=_positive_int, default=None, help="first N positions")
+    learned.add_argument("--side", choices=("src", "tgt"), default="src", help="which embedding")
+
+    rollout = pictures.add_parser(
+        "rollout",
+        parents=[common],
+        help="attention rollout of a Vision Transformer's class token over images of its task",
+        description=(
+            "For each --index image of --split of the model's task (from its job.json): the "
+            "image, the class token's attention rollout over the patches (Abnar and Zuidema "
+            "2020) and the overlay, titled with the label and the prediction; one PNG each in "
+            "--out (default ./rollout)."
+        ),
+    )
+    rollout.add_argument("model", help="a VisionTransformer trained by attnlab train")
+    rollout.add_argument(
+        "--split", choices=("test", "valid", "train"), default="test", help="images of (test)"
+    )
+    rollout.add_argument(
+        "--index", type=_indices, default=[0, 1, 2, 3], help="which images, e.g. 0,7 (0,1,2,3)"
+    )
+
+    pe = pictures.add_parser(
+        "pe",
+        parents=[common],
+        help="the sinusoidal encoding matrix and its dot-product similarity (sec. 3.5)",
+    )
+    pe.add_argument("--d-model", type=_positive_int, default=128, help="width (128)")
+    pe.add_argument("--length", type=_positive_int, default=100, help="positions (100)")
+
+    masks = pictures.add_parser(
+        "masks",
+        parents=[common],
+        help="padding, look-ahead and combined masks of a padded batch (T9-T11)",
+    )
+    masks.add_argument("--lengths", type=_parse_lengths, default=[4, 2], help="e.g. 4,2,3")
+    masks.add_argument("--max-len", type=_positive_int, default=None, help="pad to this length")
+    masks.add_argument("--no-causal", action="store_true", help="padding masks only")
+
+    lr = pictures.add_parser(
+        "lr", parents=[common], help="the learning-rate schedule of eq. 3 (warmup, then 1/sqrt)"
+    )
+    lr.add_argument("--d-model", type=_positive_int, default=512, help="d_model (512)")
+    lr.add_argument("--warmup", type=_positive_int, default=4000, help="warmup steps (4000)")
+    lr.add_argument("--steps", type=_positive_int, default=100_000, help="steps drawn (100000)")
+    lr.add_argument(
+        "--extra", type=_pair, action="append", help="more curves, D_MODEL:WARMUP (repeatable)"
+    )
+    lr.add_argument("--no-extra", action="store_true", help="only the main curve")
+
+    curves = pictures.add_parser(
+        "curves", parents=[common], help="training curves from a metrics CSV (a 'step' column)"
+    )
+    curves.add_argument("csv", help="metrics CSV written by training")
+    viz.set_defaults(func=cmd_viz)
