@@ -2,7 +2,7 @@
 
 One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
 `tour` (demo, masks, config, flops, explain), `pictures` (viz) and `jobs` (train, translate,
-evaluate, serve). The argument types that several groups use live here.
+evaluate, serve); the argument types that several groups use are in `_args`.
 """
 
 from __future__ import annotations
@@ -12,33 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-
-
-def _parse_lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers such as 4,2, got {text!r}"
-        ) from None
-    if not lengths or min(lengths) < 0:
-        raise argparse.ArgumentTypeError(f"expected non-negative lengths, got {text!r}")
-    return lengths
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-# The group modules import the argument types above from this package, so they come after them.
-from . import jobs, pictures, tour  # noqa: E402
-from .jobs import _build_job  # noqa: E402
+from . import jobs, pictures, tour
+from .jobs import _build_job
 
 __all__ = ["_build_job", "build_parser", "main"]
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..model import TransformerConfig
-from . import _positive_int
+from ._args import _positive_int
 
 
 def _setting(text: str) -> tuple[str, str, object]:

@@ -10,7 +10,7 @@ import torch
 
 from ..model import Transformer
 from ..vision import VisionTransformer
-from . import _parse_lengths, _positive_int
+from ._args import _parse_lengths, _positive_int
 
 
 def _ids(text: str) -> list[int]:

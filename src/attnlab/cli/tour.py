@@ -15,7 +15,7 @@ from ..generate import beam_search, greedy_search
 from ..masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..positional import SinusoidalPositionalEncoding
-from . import _parse_lengths, _positive_int
+from ._args import _parse_lengths, _positive_int
 
 
 def _grid(mask: torch.Tensor) -> str:
