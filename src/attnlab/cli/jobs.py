@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..model import TransformerConfig
+from ..vision import VisionConfig
 from ._args import _positive_int
 
 
@@ -194,8 +195,11 @@ def add_parsers(sub) -> None:
             "atomically, average the last checkpoints into OUT/model, and score the test split "
             "with beam search (sacreBLEU, chrF, exact match) into OUT/results.json. Settings "
             "come from --config (TOML: [task] [tokenizer] [model] [train] [eval]), then the "
-            "flags, then --set. Under torchrun it trains with DistributedDataParallel. The "
-            "text task trains a decoder-only language model instead, scored by perplexity."
+            "flags, then --set; what they leave out comes from the task's own recipe. Under "
+            "torchrun it trains with DistributedDataParallel. The text task trains a "
+            "decoder-only language model instead, scored by perplexity; the digits task a "
+            "Vision Transformer on scikit-learn's 8x8 digits (AdamW, cosine schedule, "
+            "augmentation), scored by accuracy."
         ),
     )
     train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
@@ -214,10 +218,12 @@ def add_parsers(sub) -> None:
     train.add_argument(
         "--preset",
         default=None,
-        choices=TransformerConfig.preset_names(),
-        help="model preset (small)",
+        choices=TransformerConfig.preset_names() + VisionConfig.preset_names(),
+        help="model preset (the task's: tiny for numbers, small for multi30k, digits for digits)",
     )
-    train.add_argument("--vocab-size", type=_positive_int, default=None, help="BPE size (8000)")
+    train.add_argument(
+        "--vocab-size", type=_positive_int, default=None, help="BPE size (the task's)"
+    )
     train.add_argument("--max-steps", type=_positive_int, default=None, help="optimizer steps")
     train.add_argument("--max-epochs", type=_positive_int, default=None, help="epochs")
     train.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget")
@@ -275,11 +281,13 @@ def add_parsers(sub) -> None:
 
     evaluate = sub.add_parser(
         "evaluate",
-        help="score a trained model on its task: sacreBLEU, chrF, exact match",
+        help="score a trained model on its task: sacreBLEU, chrF, exact match; accuracy",
         description=(
             "Translate a split of the model's task (from its job.json) with beam search and "
             "score it: sacreBLEU BLEU and chrF (cased, detokenised; signatures printed) and "
-            "exact match. --json prints one object with bleu, chrf, exact_match (a fraction)."
+            "exact match. --json prints one object with bleu, chrf, exact_match (a fraction). "
+            "A language model is scored by perplexity; a Vision Transformer (the digits task) "
+            "by accuracy (--json: accuracy, correct, images, per_class)."
         ),
     )
     evaluate.add_argument("--model", required=True, help="model directory (OUT/model)")
