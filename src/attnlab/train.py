@@ -755,17 +755,7 @@ class Trainer:
         """Summed label-smoothed cross-entropy of a collated batch over its non-pad targets
         (or over its images, for a classifier)."""
         if self.is_classifier:
-            images, labels = (t.to(self.device, non_blocking=True) for t in batch)
-            if self.config.augment and module.training:
-                images = random_affine(images)
-            with self._autocast():
-                logits = module(images)  # (B, classes)
-            return F.cross_entropy(
-                logits.float(),
-                labels,
-                label_smoothing=self.config.label_smoothing,
-                reduction="sum",
-            )
+            return self._image_loss(module, batch)[0]
         src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in batch)
         with self._autocast():
             logits = module(tgt_in) if self.is_lm else module(src, tgt_in)  # (B, T, V)
@@ -776,6 +766,20 @@ class Trainer:
             label_smoothing=self.config.label_smoothing,
             reduction="sum",
         )
+
+    def _image_loss(self, module: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        """A classifier's summed label-smoothed cross-entropy over the images of ``batch``
+        (jittered when ``augment`` and training), and which images the model classed right:
+        ``(loss (), correct (B,) bool)``."""
+        images, labels = (t.to(self.device, non_blocking=True) for t in batch)
+        if self.config.augment and module.training:
+            images = random_affine(images)
+        with self._autocast():
+            logits = module(images).float()  # (B, classes)
+        loss = F.cross_entropy(
+            logits, labels, label_smoothing=self.config.label_smoothing, reduction="sum"
+        )
+        return loss, logits.argmax(dim=-1) == labels
 
     def _dummy_loss(self, module: nn.Module) -> Tensor:
         """A zero loss that touches every parameter: a replica whose share of a global batch
@@ -874,16 +878,9 @@ class Trainer:
                     continue
                 batch = self._collate(self.valid_examples, indices)
                 if self.is_classifier:
-                    images, labels = (t.to(self.device) for t in batch)
-                    with self._autocast():
-                        logits = self.model(images).float()
-                    loss += F.cross_entropy(
-                        logits,
-                        labels,
-                        label_smoothing=self.config.label_smoothing,
-                        reduction="sum",
-                    ).double()
-                    correct += int((logits.argmax(dim=-1) == labels).sum())
+                    batch_loss, hits = self._image_loss(self.model, batch)
+                    loss += batch_loss.double()
+                    correct += int(hits.sum())
                 else:
                     loss += self._loss_sum(self.model, batch).double()
                 count += self._count(batch)
