@@ -19,7 +19,7 @@ if os.environ.get("CI"):
 
 @pytest.fixture(scope="session")
 def numbers_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small English->German numbers Transformer trained for the session (~20 s): 2 encoder
+    """A small English->German numbers Transformer trained for the session (~10 s): 2 encoder
     and 2 decoder layers of 4 heads, so that pages and pictures have layers and heads to tell
     apart. Returns its model directory (config, weights, tokenizer)."""
     from attnlab.cli import main
