@@ -58,12 +58,21 @@ def dataclass_from(cls: type, data: object, what: str) -> Any:
 
 
 class PresetConfig:
-    """What the models' config dataclasses share: named presets, and a JSON-ready dict form.
+    """What the models' config dataclasses share: checked on construction, named presets, the
+    per-head width, and a JSON-ready dict form.
 
-    A subclass is a dataclass with a ``PRESETS`` table of ``name -> {field: value}``.
+    A subclass is a dataclass with a ``PRESETS`` table of ``name -> {field: value}``, the fields
+    ``d_model`` and ``num_heads``, and a ``validate()`` that raises ValueError naming the field.
     """
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __post_init__(self) -> None:
+        self.validate()  # type: ignore[attr-defined]
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads  # type: ignore[attr-defined]
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Any:

@@ -157,13 +157,6 @@ class TransformerConfig(PresetConfig):
         },
     }
 
-    def __post_init__(self) -> None:
-        self.validate()
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
-
     @property
     def target_vocab_size(self) -> int:
         """The decoder's vocabulary: ``tgt_vocab_size``, or the shared ``vocab_size``."""

@@ -40,6 +40,7 @@ import base64
 import contextlib
 import csv
 import dataclasses
+import functools
 import hashlib
 import inspect
 import io
@@ -920,7 +921,9 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    @functools.cached_property
     def _data_fingerprint(self) -> str:
+        """A hash of the training data (computed once: it is saved with every checkpoint)."""
         if isinstance(self.train_examples, LabelledImages):
             return self.train_examples.fingerprint()
         digest = hashlib.sha256()
@@ -977,7 +980,7 @@ class Trainer:
             "world_size": self.world_size,
             "data": {
                 "train_examples": len(self.train_examples),
-                "fingerprint": self._data_fingerprint(),
+                "fingerprint": self._data_fingerprint,
             },
             "metrics_columns": self._metrics.columns if self._metrics is not None else [],
             "train_config": self.config.to_dict(),
@@ -1028,7 +1031,7 @@ class Trainer:
         data = state["data"]
         if (
             data["train_examples"] != len(self.train_examples)
-            or data["fingerprint"] != self._data_fingerprint()
+            or data["fingerprint"] != self._data_fingerprint
         ):
             raise ValueError(
                 f"resume: {path} was trained on other data ({data['train_examples']} examples, "

@@ -118,9 +118,6 @@ class VisionConfig(PresetConfig):
         "vit-l16": {"d_model": 1024, "num_heads": 16, "d_ff": 4096, "num_layers": 24},
     }
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     @property
     def grid_size(self) -> int:
         """Patches along each side: ``image_size // patch_size``."""
@@ -130,10 +127,6 @@ class VisionConfig(PresetConfig):
     def num_patches(self) -> int:
         """N, the patch tokens: ``grid_size ** 2`` (the sequence is ``1 + N`` long)."""
         return self.grid_size**2
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
 
     def validate(self) -> None:
         """Raise ValueError (naming the field) unless the config describes a buildable model."""

@@ -193,6 +193,16 @@ def _check_int(value: object, name: str, minimum: int) -> int:
     return int(value)
 
 
+def share(batch: Sequence[int], num_replicas: int, rank: int) -> list[int]:
+    """Replica ``rank``'s contiguous share of a global ``batch`` cut into ``num_replicas``
+    shares whose sizes differ by at most one (``numpy.array_split``'s cut; a share is empty
+    when the batch has fewer items than replicas)."""
+    size, extra = divmod(len(batch), num_replicas)
+    start = rank * size + min(rank, extra)
+    stop = start + size + (1 if rank < extra else 0)
+    return list(batch[start:stop])
+
+
 class TokenBatcher:
     """Batches of example indices bounded by a token budget, bucketed by length.
 
@@ -344,10 +354,7 @@ class TokenBatcher:
 
     def share(self, batch: Sequence[int]) -> list[int]:
         """This rank's contiguous share of a global ``batch`` (``numpy.array_split``'s cut)."""
-        size, extra = divmod(len(batch), self.num_replicas)
-        start = self.rank * size + min(self.rank, extra)
-        stop = start + size + (1 if self.rank < extra else 0)
-        return list(batch[start:stop])
+        return share(batch, self.num_replicas, self.rank)
 
     def num_batches(self, epoch: int) -> int:
         """The number of (global) batches in ``epoch``."""

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_offset, check_positive_int, shape_of
+from .batching import share
 
 __all__ = ["DIGITS_CLASSES", "ImageBatcher", "LabelledImages", "digits", "random_affine"]
 
@@ -160,9 +161,7 @@ class ImageBatcher:
 
     def share(self, batch: Sequence[int]) -> list[int]:
         """This rank's contiguous share of a global ``batch`` (``numpy.array_split``'s cut)."""
-        size, extra = divmod(len(batch), self.num_replicas)
-        start = self.rank * size + min(self.rank, extra)
-        return list(batch[start : start + size + (1 if self.rank < extra else 0)])
+        return share(batch, self.num_replicas, self.rank)
 
     def num_batches(self, epoch: int) -> int:
         """The number of (global) batches in an epoch."""
