@@ -6,7 +6,12 @@ names the offending argument and, where a shape is the problem, the shape itself
 
 from __future__ import annotations
 
+import queue
 import re
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -535,3 +540,209 @@ def test_case_ids_are_unique_and_plenty():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
     assert len(ids) >= 20
+
+
+# -- the command line's error boundary ---------------------------------------------------------
+#
+# Every failure of `attnlab` is one line on stderr, "attnlab COMMAND: error: ...", with exit
+# status 2 for bad input and 1 for a failure at run time (130 for Ctrl-C); `attnlab --debug`
+# shows the traceback instead. In-process cases replace a command's function with one that
+# raises; the subprocess cases run the real command against a real fault.
+
+
+def _fail_with(monkeypatch, error: BaseException) -> None:
+    from attnlab.cli import tour
+
+    def command(args):
+        raise error
+
+    monkeypatch.setattr(tour, "cmd_masks", command)
+
+
+SAFETENSORS_FULL_DISK = (
+    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+    'left on device" })'
+)
+
+
+def _safetensor_error(message: str) -> Exception:
+    from safetensors import SafetensorError
+
+    return SafetensorError(message)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "line"),
+    [
+        (ValueError("--lengths: expected positive integers"), 2, "--lengths: expected positive"),
+        (TypeError("beam_size: expected an int, got str"), 2, "beam_size: expected an int"),
+        (FileNotFoundError("runs/x/model: no such directory"), 2, "runs/x/model: no such"),
+        (PermissionError(13, "Permission denied"), 2, "Permission denied"),
+        (OSError(28, "No space left on device"), 1, "No space left on device"),
+        (ConnectionResetError(104, "Connection reset by peer"), 1, "Connection reset by peer"),
+        (MemoryError(), 1, "out of memory"),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                         "1600000000000 bytes.\nException raised from malloc at alloc_cpu.cpp:116"),
+            1,
+            "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+            "1600000000000 bytes. [...]",
+        ),
+        (None, 1, "SafetensorError: " + SAFETENSORS_FULL_DISK),
+        (AttributeError("'list' object has no attribute 'get'"), 1,
+         "unexpected AttributeError: 'list' object has no attribute 'get' (a bug; "),
+        (KeyError("task"), 1, "unexpected KeyError: task (a bug; "),
+    ],
+    ids=[
+        "value", "type", "missing-file", "permission", "full-disk", "network", "memory",
+        "torch-oom", "safetensors-full-disk", "attribute", "key",
+    ],
+)  # fmt: skip
+def test_cli_errors_are_one_line_with_the_right_status(monkeypatch, capsys, error, status, line):
+    from attnlab.cli import main
+
+    _fail_with(
+        monkeypatch, error if error is not None else _safetensor_error(SAFETENSORS_FULL_DISK)
+    )
+    assert main(["masks"]) == status
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("attnlab masks: error: ")
+    assert line in err
+    assert "Traceback" not in err
+
+
+def test_cli_ctrl_c_is_one_line_and_130(monkeypatch, capsys):
+    from attnlab.cli import main
+
+    _fail_with(monkeypatch, KeyboardInterrupt())
+    assert main(["masks"]) == 130
+    assert capsys.readouterr().err == "attnlab masks: interrupted\n"
+
+
+def test_cli_debug_shows_the_traceback(monkeypatch):
+    from attnlab.cli import main
+
+    _fail_with(monkeypatch, AttributeError("'list' object has no attribute 'get'"))
+    with pytest.raises(AttributeError, match="no attribute 'get'"):
+        main(["--debug", "masks"])
+    _fail_with(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        main(["--debug", "masks"])
+
+
+def _job_json_holding_a_list(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "job.json").write_text("[]\n")
+    return model
+
+
+def test_cli_a_job_json_holding_a_list_is_one_line(tmp_path, capsys):
+    from attnlab.cli import main
+
+    status = main(["evaluate", "--model", str(_job_json_holding_a_list(tmp_path))])
+    err = capsys.readouterr().err
+    assert status in (1, 2)
+    assert err.count("\n") == 1 and err.startswith("attnlab evaluate: error: ")
+
+
+@pytest.mark.xfail(
+    reason="jobs.evaluate_model must check that job.json holds a JSON object and name the file "
+    "(jobs.py, a later phase); until then the boundary reports it as an unexpected error",
+    strict=False,
+)
+def test_cli_a_job_json_holding_a_list_is_bad_input(tmp_path, capsys):
+    from attnlab.cli import main
+
+    assert main(["evaluate", "--model", str(_job_json_holding_a_list(tmp_path))]) == 2
+    assert "job.json" in capsys.readouterr().err
+
+
+# -- through the real command, in a subprocess -------------------------------------------------
+
+
+def _attnlab(*argv: str, **options) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnlab", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **options,
+    )
+
+
+def _lines(stream) -> queue.Queue:
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in stream], daemon=True).start()
+    return lines
+
+
+def _finish(process: subprocess.Popen, what: str) -> tuple[int, str]:
+    try:
+        code = process.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"{what}: the command did not end within 180 s")
+    return code, process.stderr.read()
+
+
+def test_cli_sigint_during_training_exits_130_with_one_line(tmp_path):
+    process = _attnlab(
+        "train", "--config", "configs/numbers.toml", "--out", str(tmp_path / "run"),
+        "--no-progress", "--max-steps", "100000", "--checkpoint-every", "100000",
+    )  # fmt: skip
+    lines = _lines(process.stdout)
+    try:
+        first = lines.get(timeout=180)  # "attnlab train: numbers en->de into ..."
+    except queue.Empty:
+        process.kill()
+        pytest.fail(f"attnlab train printed nothing in 180 s: {process.stderr.read()}")
+    assert first.startswith("attnlab train: ")
+    process.send_signal(signal.SIGINT)
+    code, err = _finish(process, "SIGINT")
+    assert code == 130, err
+    assert err == "attnlab train: interrupted\n"
+
+
+def _limit_file_size(limit: int):
+    """For a child process: files may not grow past ``limit`` bytes (the write fails with EFBIG
+    instead of the default SIGXFSZ): a disk that refuses, without filling a real one."""
+
+    def apply() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return apply
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_cli_a_disk_that_refuses_a_picture_is_one_line_and_1(tmp_path):
+    out = tmp_path / "pe.png"
+    out.write_bytes(b"the old picture")
+    process = _attnlab("viz", "pe", "--out", str(out), preexec_fn=_limit_file_size(2000))
+    code, err = _finish(process, "a refused write")
+    assert code == 1, err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"attnlab viz: error: {out}: not written (File too large)")
+    assert out.read_bytes() == b"the old picture"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pe.png"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_cli_a_disk_that_refuses_the_weights_is_one_line_and_1(tmp_path):
+    """safetensors (Rust) reports the refused write as a SafetensorError: one line too."""
+    process = _attnlab(
+        "train", "--config", "configs/numbers.toml", "--out", str(tmp_path / "run"),
+        "--no-progress", "--max-steps", "1", "--checkpoint-every", "1", "--eval-every", "1",
+        "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "task.high=199",
+        "--set", "task.valid_size=20", "--set", "task.test_size=20",
+        "--set", "tokenizer.vocab_size=300",
+        preexec_fn=_limit_file_size(100_000),
+    )  # fmt: skip
+    code, err = _finish(process, "a refused weights file")
+    assert code == 1, err
+    assert err.count("\n") == 1, err
+    assert "File too large" in err and "Traceback" not in err

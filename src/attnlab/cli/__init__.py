@@ -15,7 +15,7 @@ from .. import __version__
 from . import jobs, pictures, tour
 from .jobs import _build_job
 
-__all__ = ["_build_job", "build_parser", "main"]
+__all__ = ["_build_job", "build_parser", "describe_error", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="The Transformer of 'Attention Is All You Need': exact, fast, explained.",
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show the full traceback instead of one line (for bug reports)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     tour.add_parsers(sub)
@@ -34,16 +39,70 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Every failure is one line on stderr, ``attnlab COMMAND: error: ...``,
+    and an exit status: 2 for bad input (a wrong value, a missing or unreadable file, and
+    argparse's usage errors), 1 for a failure at run time (a full disk, a failed download,
+    out of memory, or a bug), 130 for Ctrl-C. ``--debug`` shows the traceback instead."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()
-        return 2
+        return EXIT_INPUT
     try:
         return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
-    except (ValueError, TypeError, OSError) as error:  # bad input or a missing / unreadable file
-        print(f"attnlab {args.command}: error: {error}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"attnlab {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        if args.debug:
+            raise
+        status, message = describe_error(error)
+        print(f"attnlab {args.command}: error: {message}", file=sys.stderr)
+        return status
+
+
+#: Exit statuses of :func:`main` (2 is also argparse's for a usage error; 130 is 128 + SIGINT).
+EXIT_RUNTIME, EXIT_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+
+#: Errors that mean the user's input was wrong: a value, or a path they named.
+INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    FileExistsError,
+    PermissionError,
+)
+
+
+def describe_error(error: Exception) -> tuple[int, str]:
+    """``(exit status, one line)`` for an error that ends a command. Library errors already
+    name the argument or file; they are shown as they are, on one line. A runtime failure of
+    a library underneath (torch, safetensors) is named by its class; anything else is a bug,
+    and the line says so."""
+    text = str(error).strip()
+    if isinstance(error, KeyError) and len(error.args) == 1:  # str() would quote it
+        text = str(error.args[0])
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[0] if lines else ""
+    if len(lines) > 1:
+        line += " [...]"  # e.g. a C++ stack trace from torch: --debug shows it
+    if len(line) > 1000:
+        line = line[:997] + "..."
+    if isinstance(error, INPUT_ERRORS):
+        return EXIT_INPUT, line or type(error).__name__
+    kind = type(error).__name__
+    if isinstance(error, OSError):  # a full disk, an I/O error, the network
+        return EXIT_RUNTIME, line or kind
+    if isinstance(error, MemoryError):
+        return EXIT_RUNTIME, f"out of memory{': ' + line if line else ''}"
+    if isinstance(error, RuntimeError) or type(error).__module__.startswith("safetensors"):
+        return EXIT_RUNTIME, f"{kind}: {line}" if line else kind
+    where = f"{kind}: {line}" if line else kind
+    return EXIT_RUNTIME, f"unexpected {where} (a bug; `attnlab --debug ...` shows where)"
