@@ -383,6 +383,199 @@ def test_multi30k_unreachable_server(tmp_path):
         multi30k(tmp_path / "cache", base_url=url, timeout=5)
 
 
+@contextlib.contextmanager
+def raw_server(answer):
+    """A TCP server on 127.0.0.1 whose every connection is handed to ``answer(connection)``
+    in its own thread; yields the base URL ``http://127.0.0.1:PORT/raw/``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve_forever():
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # the accept timed out, or the listener closed
+                continue
+            threading.Thread(target=answer, args=(connection, stop), daemon=True).start()
+
+    thread = threading.Thread(target=serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/raw/"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def _drip(head: bytes, drop: bytes):
+    """A server that sends ``head``, then ``drop`` every 50 ms for up to 60 s: each read gets
+    a byte well within any per-read timeout, and the answer never completes."""
+
+    def answer(connection: socket.socket, stop: threading.Event) -> None:
+        with connection:
+            connection.recv(65536)  # the request
+            try:
+                connection.sendall(head)
+                for _ in range(1200):
+                    if stop.wait(0.05):
+                        return
+                    connection.sendall(drop)
+            except OSError:  # the client gave up and closed: the point of the test
+                return
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("head", "drop"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n", b"x"),  # a slow body
+        (b"HTTP/1.1 200 OK\r\n", b"X-Slow: y\r\n"),  # headers that never end
+    ],
+    ids=["body", "headers"],
+)
+def test_multi30k_download_has_an_overall_deadline(tmp_path, head, drop):
+    cache = tmp_path / "cache"
+    with raw_server(_drip(head, drop)) as url, pytest.raises(OSError) as error:
+        multi30k(cache, base_url=url, timeout=30, deadline=1)
+    assert str(error.value) == (
+        f"could not download train.en.gz from {url}train.en.gz: not complete within 1 s (the "
+        f"download deadline)"
+    )
+    assert _leftovers(cache) == []
+
+
+def _redirect_to(location: str):
+    def answer(connection: socket.socket, stop: threading.Event) -> None:
+        with connection:
+            connection.recv(65536)
+            connection.sendall(
+                b"HTTP/1.1 302 Found\r\nLocation: " + location.encode() + b"\r\n"
+                b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+
+    return answer
+
+
+def test_multi30k_redirects_within_http_are_followed(tmp_path):
+    site = tmp_path / "site" / "moved"
+    site.mkdir(parents=True)
+    (site / "train.en.gz").write_bytes(gzip.compress(b"not Multi30K\n"))
+    with serve(tmp_path / "site") as (target, requested):
+        moved = target.replace("/raw/", "/moved/")
+        with (
+            raw_server(_redirect_to(moved + "train.en.gz")) as url,
+            pytest.raises(ValueError, match=r"train\.en\.gz downloaded from .* has sha256"),
+        ):
+            multi30k(tmp_path / "cache", base_url=url)
+    assert requested == ["/moved/train.en.gz"]  # followed, then refused for its digest
+
+
+def test_multi30k_a_redirect_to_another_scheme_is_refused(tmp_path):
+    with (
+        raw_server(_redirect_to("file:///etc/passwd")) as url,
+        pytest.raises(OSError, match=r"HTTP 302 .*'file:///etc/passwd' is not allowed"),
+    ):
+        multi30k(tmp_path / "cache", base_url=url)
+    assert _leftovers(tmp_path / "cache") == []
+
+
+@pytest.fixture
+def https_url(tmp_path, monkeypatch):
+    """An HTTPS server on 127.0.0.1 with a self-signed certificate that this process trusts;
+    every request is redirected to ``http://127.0.0.1:1/...``. Yields its base URL."""
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    monkeypatch.setattr(ssl, "_create_default_https_context", lambda *a, **k: trusting)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:1{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        server.socket = server_side.wrap_socket(server.socket, server_side=True)
+        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        try:
+            yield f"https://127.0.0.1:{server.server_address[1]}/raw/"
+        finally:
+            server.shutdown()
+            thread.join()
+
+
+def test_multi30k_a_redirect_from_https_to_http_is_refused(tmp_path, https_url):
+    with pytest.raises(OSError) as error:
+        multi30k(tmp_path / "cache", base_url=https_url)
+    message = str(error.value)
+    assert message.startswith(f"could not download train.en.gz from {https_url}train.en.gz: ")
+    assert "refused a redirect from https to http (http://127.0.0.1:1/raw/train.en.gz)" in message
+    assert _leftovers(tmp_path / "cache") == []
+
+
+def _fake_gz_files(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in MULTI30K_SHA256:
+        (directory / name).write_bytes(gzip.compress(b"A caption.\n"))
+
+
+def test_multi30k_a_damaged_cached_file_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    _fake_gz_files(cache)
+    with pytest.raises(ValueError) as error:
+        multi30k(cache, base_url="http://127.0.0.1:1/never-asked/")
+    message = str(error.value)
+    assert message.startswith(str(cache / "train.en.gz") + ": sha256 ")
+    assert MULTI30K_SHA256["train.en.gz"][0] in message and "delete it" in message
+    # download=False: the files are the user's own, read as they are
+    assert multi30k(cache, download=False)["train"] == [("A caption.", "A caption.")]
+
+
+@needs_multi30k
+def test_multi30k_cached_files_are_hashed_once_per_process(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    shutil.copytree(MULTI30K_DIR, cache)
+    monkeypatch.setattr(corpora, "_VERIFIED", set())  # a fresh process
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(*args):
+        hashed.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(corpora.hashlib, "sha256", counting)
+    offline = "http://127.0.0.1:1/never-asked/"
+    first = multi30k(cache, base_url=offline)
+    assert len(hashed) == 6  # each cached file, once
+    assert multi30k(cache, base_url=offline).splits == first.splits
+    assert len(hashed) == 6  # not again in this process
+    data = bytearray((cache / "val.de.gz").read_bytes())
+    data[100] ^= 0x01
+    (cache / "val.de.gz").write_bytes(bytes(data))  # changed since: hashed again, refused
+    with pytest.raises(ValueError, match=r"val\.de\.gz: sha256 .* a damaged or different copy"):
+        multi30k(cache, base_url=offline)
+
+
 def test_parallel_corpus_getitem_rejects_unhashable_split():
     corpus = ParallelCorpus("numbers", "en", "de", {"train": [("one", "eins")]})
     with pytest.raises(KeyError, match=r"has splits \['train'\]"):

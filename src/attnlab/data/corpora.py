@@ -16,12 +16,18 @@ sentence pairs, keyed ``"train"``, ``"valid"`` and ``"test"``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
+import http.client
 import os
 import random
+import socket
+import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Sequence
@@ -356,28 +362,115 @@ def default_multi30k_dir() -> Path:
     return Path(cache) / "attnlab" / "multi30k"
 
 
-def _download(url: str, destination: Path, timeout: float) -> None:
+class _Deadline:
+    """One deadline for every connection of a download: when it passes, the sockets still open
+    are shut down, which wakes a read blocked on a server that drips bytes (a per-read timeout
+    alone never fires while a byte arrives now and then)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._timers: list[threading.Timer] = []
+
+    def remaining(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def watch(self, sock: socket.socket) -> None:
+        timer = threading.Timer(self.remaining(), self._expire, args=(sock,))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _expire(self, sock: socket.socket) -> None:
+        self.expired = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+class _DowngradeError(urllib.error.URLError):
+    """A redirect to a weaker scheme (https -> http) or to anything but http(s)."""
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """A urllib opener whose connections are shut when ``deadline`` passes, and whose redirects
+    never leave https for http (nor http(s) for another scheme)."""
+
+    class Connection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    class SecureConnection(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    class Handler(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(Connection, req)
+
+    class SecureHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(SecureConnection, req, context=self._context)
+
+    class Redirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            old = urllib.parse.urlsplit(req.full_url).scheme.lower()
+            new = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl)).scheme.lower()
+            if new not in ("http", "https") or (old == "https" and new != "https"):
+                raise _DowngradeError(
+                    f"refused a redirect from {old} to {new} ({_clip(newurl)}): a download never "
+                    f"moves to a weaker scheme"
+                )
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+    return urllib.request.build_opener(Handler, SecureHandler, Redirects)
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _download(url: str, destination: Path, timeout: float, deadline: _Deadline) -> None:
     """Fetch ``url`` into ``destination`` (named like a key of MULTI30K_SHA256) if its digest
-    matches; write it atomically, so no partial or unverified file is ever left behind."""
+    matches; write it atomically, so no partial or unverified file is ever left behind.
+    ``timeout``: seconds for any one connect or read; ``deadline``: for the whole download."""
     name = destination.name
     expected_digest, expected_size = MULTI30K_SHA256[name]
     request = urllib.request.Request(url, headers={"User-Agent": "attnlab"})
     limit = 2 * expected_size  # a wrong URL serving something huge is cut off, then refused
     chunks, received = [], 0
+    late = (
+        f"could not download {name} from {url}: not complete within {deadline.seconds:g} s "
+        f"(the download deadline)"
+    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        if deadline.remaining() <= 0:
+            raise OSError(late)
+        with _opener(deadline).open(request, timeout=min(timeout, deadline.remaining())) as answer:
             while received <= limit:
-                chunk = response.read(1 << 16)
+                chunk = answer.read1(1 << 16)  # what has arrived: a drip cannot hold it
                 if not chunk:
                     break
                 chunks.append(chunk)
                 received += len(chunk)
+                if deadline.remaining() <= 0:
+                    raise OSError(late)
+        if deadline.expired:  # the shut socket read as the end of the answer
+            raise OSError(late)
     except urllib.error.HTTPError as exc:
         exc.close()  # it holds the error response open
         raise OSError(
             f"could not download {name} from {url}: HTTP {exc.code} {exc.reason}"
         ) from exc
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        if deadline.expired or deadline.remaining() <= 0:
+            raise OSError(late) from exc
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise OSError(f"could not download {name} from {url}: {reason}") from exc
     data = b"".join(chunks)
@@ -389,6 +482,39 @@ def _download(url: str, destination: Path, timeout: float) -> None:
         )
     destination.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(destination, lambda temp: Path(temp).write_bytes(data))
+    _VERIFIED.add(_identity(destination))
+
+
+#: Files checked against MULTI30K_SHA256 in this process, by (path, size, mtime): a cached file
+#: is hashed again on its first use in each process, and after any change.
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def _identity(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _verify_cached(path: Path) -> None:
+    """Check a local Multi30K file that has a published digest (the ``.gz`` names) once per
+    process; plain-text copies have none and are read as they are."""
+    if path.name not in MULTI30K_SHA256:
+        return
+    identity = _identity(path)
+    if identity in _VERIFIED:
+        return
+    expected_digest, expected_size = MULTI30K_SHA256[path.name]
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected_digest:
+        raise ValueError(
+            f"{path}: sha256 {digest.hexdigest()} ({identity[1]} bytes), expected "
+            f"{expected_digest} ({expected_size} bytes): a damaged or different copy; delete it "
+            f"to download it again"
+        )
+    _VERIFIED.add(identity)
 
 
 def multi30k(
@@ -399,6 +525,7 @@ def multi30k(
     download: bool = True,
     base_url: str | None = None,
     timeout: float = 60.0,
+    deadline: float = 900.0,
 ) -> ParallelCorpus:
     """Multi30K task 1: 29,000 / 1,014 / 1,000 captions for train / valid / test.
 
@@ -408,14 +535,21 @@ def multi30k(
     :func:`default_multi30k_dir`). Files that are missing are downloaded when ``download`` is
     true, from ``base_url``, else ``$ATTNLAB_MULTI30K_URL``, else :data:`MULTI30K_URL`: each is
     checked against :data:`MULTI30K_SHA256` and only then written (atomically) into that
-    directory. Files already there are read as they are. Sentences are stripped of surrounding
-    white space.
+    directory. ``timeout`` bounds each connect and read, ``deadline`` (seconds) all the
+    downloads of the call together; a redirect from https to http (or to another scheme) is
+    refused. With ``download`` true the directory is a download cache: its ``.gz`` files (the
+    published names, which have digests) are hashed again on their first use in the process,
+    and a damaged copy is an error; plain-text copies, and every file when ``download`` is
+    false, are read as they are.
+    Sentences are stripped of surrounding white space.
 
     Raises:
-        ValueError: an unknown language, or the same language on both sides; a download whose
-            SHA-256 does not match (naming the file and both digests); a malformed file.
+        ValueError: an unknown language, or the same language on both sides; a download or a
+            cached ``.gz`` file whose SHA-256 does not match (naming the file and both
+            digests); a malformed file.
         FileNotFoundError: files are missing and ``download`` is false.
-        OSError: a download failed (naming the file and URL).
+        OSError: a download failed, or took longer than ``deadline`` (naming the file and
+            URL).
     """
     for lang, name in ((src_lang, "src_lang"), (tgt_lang, "tgt_lang")):
         if lang not in MULTI30K_LANGS:
@@ -423,6 +557,7 @@ def multi30k(
     if src_lang == tgt_lang:
         raise ValueError(f"src_lang, tgt_lang: expected two languages, got {src_lang!r} twice")
     timeout = check_positive_number(timeout, "timeout")
+    deadline = check_positive_number(deadline, "deadline")
     directory = Path(data_dir).expanduser() if data_dir is not None else default_multi30k_dir()
     base_url = base_url or os.environ.get("ATTNLAB_MULTI30K_URL") or MULTI30K_URL
 
@@ -439,12 +574,19 @@ def multi30k(
             f"Multi30K: {directory} lacks {', '.join(missing)} (or the same names without .gz) "
             f"and download=False; put the files there, or pass data_dir or set ATTNLAB_MULTI30K"
         )
-    for name in missing:
-        _download(base_url.rstrip("/") + "/" + name, directory / name, timeout)
+    clock = _Deadline(deadline)
+    try:
+        for name in missing:
+            _download(base_url.rstrip("/") + "/" + name, directory / name, timeout, clock)
+    finally:
+        clock.cancel()
 
     splits = {}
     for split, stem in _MULTI30K_STEMS.items():
         src_path = local(stem, src_lang) or directory / f"{stem}.{src_lang}.gz"
         tgt_path = local(stem, tgt_lang) or directory / f"{stem}.{tgt_lang}.gz"
+        for path in (src_path, tgt_path):
+            if download and path.is_file():  # the download cache: never trust a damaged copy
+                _verify_cached(path)
         splits[split] = _read_pairs(src_path, tgt_path)
     return ParallelCorpus("multi30k", src_lang, tgt_lang, splits)
