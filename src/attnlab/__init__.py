@@ -13,6 +13,7 @@ matplotlib), :mod:`attnlab.explain` (the tutorial's claims, run), :mod:`attnlab.
 """
 
 from . import generate, layers, masks, positional
+from ._version import __version__
 from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
 from .generate import Generation, beam_search, greedy_search, sample
 from .layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
@@ -33,8 +34,6 @@ from .positional import (
     SinusoidalPositionalEncoding,
 )
 from .vision import VisionConfig, VisionTransformer
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ALiBi",

@@ -1,41 +1,61 @@
-"""Argument checks shared by the modules: each error names the argument and what was expected."""
+"""Argument checks shared by the modules: each error names the argument and what was expected.
+
+Every module checks its arguments with these, so that one kind of mistake reads the same
+everywhere: ``d_model: expected a positive int, got 0``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from torch import Tensor
 
 
+def is_number(value: object) -> bool:
+    """An int or a float, and not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(value: object, name: str, *, minimum: int = 1) -> int:
+    """Return ``value``, or raise ValueError unless it is an int >= ``minimum`` (bools are not
+    counts). Minimum 1 reads "a positive int", 0 "a non-negative int"."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        kind = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    return value
+
+
 def check_positive_int(value: object, name: str) -> None:
     """Raise ValueError unless ``value`` is an int >= 1 (bools are not counts)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    check_int(value, name, minimum=1)
 
 
 def check_offset(offset: object, name: str = "offset") -> None:
     """Raise ValueError unless ``offset`` is an int >= 0."""
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"{name}: expected a non-negative int, got {offset!r}")
+    check_int(offset, name, minimum=0)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def check_bool(value: object, name: str) -> bool:
+    """Return ``value``, or raise ValueError unless it is a bool (0 and 1 are not)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected a bool, got {value!r}")
+    return value
 
 
 def check_rate(value: object, name: str) -> float:
     """Return ``value`` as a float, or raise ValueError unless it is a number in [0, 1)."""
-    if not (_is_number(value) and 0 <= value < 1):
+    if not (is_number(value) and 0 <= value < 1):
         raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
     return float(value)
 
 
 def check_positive_number(value: object, name: str) -> float:
     """Return ``value`` as a float, or raise ValueError unless it is a finite number > 0."""
-    if not (_is_number(value) and math.isfinite(value) and value > 0):
+    if not (is_number(value) and math.isfinite(value) and value > 0):
         raise ValueError(f"{name}: expected a positive number, got {value!r}")
     return float(value)
 
@@ -57,42 +77,7 @@ def dataclass_from(cls: type, data: object, what: str) -> Any:
     return cls(**data)
 
 
-class PresetConfig:
-    """What the models' config dataclasses share: checked on construction, named presets, the
-    per-head width, and a JSON-ready dict form.
-
-    A subclass is a dataclass with a ``PRESETS`` table of ``name -> {field: value}``, the fields
-    ``d_model`` and ``num_heads``, and a ``validate()`` that raises ValueError naming the field.
-    """
-
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
-
-    def __post_init__(self) -> None:
-        self.validate()  # type: ignore[attr-defined]
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads  # type: ignore[attr-defined]
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Any:
-        """A named configuration (see :meth:`preset_names`), with fields replaced by
-        ``overrides``, e.g. ``TransformerConfig.preset("small", positional="rotary")``."""
-        if name not in cls.PRESETS:
-            raise ValueError(f"preset: unknown name {name!r}; expected one of {cls.preset_names()}")
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
-        if unknown:
-            raise ValueError(f"overrides: unknown config fields {unknown}")
-        return cls(**{**cls.PRESETS[name], **overrides})
-
-    @classmethod
-    def preset_names(cls) -> list[str]:
-        return list(cls.PRESETS)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Any:
-        """Build from a mapping such as ``to_dict()``'s; unknown keys are an error."""
-        return dataclass_from(cls, data, "config")
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'patience'?"`` when ``name`` is close to one of ``known``, else ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -14,12 +14,16 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from .model import WEIGHTS_FILE, TransformerConfig, TransformerEncoder
+from .config import TransformerConfig
+from .pretrained import WEIGHTS_FILE, model_class
+
+if TYPE_CHECKING:  # attnlab.model imports this module (TransformerEncoder.from_bert)
+    from .model import TransformerEncoder
 
 __all__ = ["bert_config", "load_bert"]
 
@@ -152,7 +156,7 @@ def load_bert(
         if not tensor.dtype.is_floating_point and name not in _IGNORED_NAMES:
             raise ValueError(f"{weights_path}: {name}: dtype {tensor.dtype}, expected floating")
 
-    model = TransformerEncoder(config)
+    model: TransformerEncoder = model_class("encoder")(config)  # type: ignore[assignment]
     state = model.state_dict()
     used: set[str] = set()
     converted: dict[str, Tensor] = {}

@@ -31,7 +31,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
-    PresetConfig,
     check_positive_int,
     check_positive_number,
     check_rate,
@@ -39,8 +38,9 @@ from ._checks import (
 )
 from ._ops import dropout
 from .attention import MultiHeadAttention
+from .config import PresetConfig
 from .layers import ACTIVATIONS, Encoder
-from .model import _MODEL_TYPES, _Pretrained
+from .pretrained import PretrainedModel, register_model_type
 
 __all__ = [
     "PatchEmbedding",
@@ -339,7 +339,7 @@ def _check_vision_config(config: object) -> VisionConfig:
     return config
 
 
-class VisionTransformer(_Pretrained):
+class VisionTransformer(PretrainedModel):
     """The Vision Transformer (Dosovitskiy et al. 2021, sec. 3.1, figure 1, eq. 1-4).
 
     ``z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos`` (eq. 1), dropout, then ``num_layers``
@@ -457,7 +457,7 @@ class VisionTransformer(_Pretrained):
         return weights
 
 
-_MODEL_TYPES[VisionTransformer.model_type] = VisionTransformer
+register_model_type(VisionTransformer)
 
 
 # -- attention rollout -------------------------------------------------------------------------

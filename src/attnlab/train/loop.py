@@ -65,13 +65,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from ._checks import dataclass_from
-from ._io import atomic_write, current_umask, write_json
-from .data.batching import Example, Examples, TokenBatcher, collate
-from .data.images import ImageBatcher, LabelledImages, random_affine
-from .model import Transformer, TransformerLM, load_weights
-from .schedule import cosine_lambda, transformer_lambda
-from .vision import VisionTransformer
+from .._checks import dataclass_from
+from .._io import atomic_write, current_umask, write_json
+from ..data.batching import Example, Examples, TokenBatcher, collate
+from ..data.images import ImageBatcher, LabelledImages, random_affine
+from ..model import Transformer, TransformerLM, load_weights
+from ..schedule import cosine_lambda, transformer_lambda
+from ..vision import VisionTransformer
 
 __all__ = [
     "CHECKPOINT_FORMAT",
