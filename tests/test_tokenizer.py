@@ -1,17 +1,24 @@
-"""The byte-level BPE tokenizer: exact round trips (property tests), special tokens, files,
-errors, and speed on Multi30K when its files are present."""
+"""The tokenizer (BPE over characters with byte fallback): exact round trips (property tests,
+characters never seen in training included), byte tokens that never break a character and never
+turn into U+FFFD (the tokenizer alone, a model forced toward a lone lead byte, and a trained
+numbers model on every German number word with ä/ö/ü/ß), special tokens, files (the stated
+format, byte-level files of earlier versions, refusals), errors, and speed on Multi30K when its
+files are present."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
+import tokenizers as hf
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _paths import MULTI30K_DIR
+from attnlab import Transformer, TransformerConfig
 from attnlab.data import corpora, numbers
 from attnlab.data.tokenizer import (
     SPECIAL_TOKENS,
@@ -68,6 +75,68 @@ def test_round_trip_on_any_unicode_never_needs_unk(tok, text):
     assert tok.decode(ids) == text
 
 
+UNSEEN_CHARS = st.characters(blacklist_categories=("Cs",)).filter(lambda c: c not in TRAINED_CHARS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.sampled_from([*TRAINED_CHARS, " "]), UNSEEN_CHARS), max_size=60).map(
+        "".join
+    )
+)
+def test_round_trip_with_characters_never_seen_in_training(tok, text):
+    """Trained characters are never spelled in bytes; unseen ones are, and come back whole.
+    The decoding agrees with Hugging Face's own decoder (ByteFallback + Fuse) on these ids."""
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert tok.backend.decode(ids) == text
+    byte_ids = [i for i in ids if 4 <= i < 260]
+    unseen_bytes = sum(len(c.encode("utf-8")) for c in text if c not in TRAINED_CHARS)
+    assert len(byte_ids) == unseen_bytes
+    assert "".join(tok.tokens(text)).count("\\x") <= unseen_bytes
+
+
+def test_training_text_never_needs_a_byte_token(tok):
+    ids = [i for row in tok.encode_batch(_corpus()) for i in row]
+    assert min(ids) >= 260
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_id_sequence_decodes_without_replacement_characters(tok, data):
+    """Whatever ids a model emits, decoding writes no U+FFFD: bytes that do not form a
+    character are escaped, and otherwise the text is Hugging Face's decoding."""
+    byte_ids = st.integers(4, 259)
+    ids = data.draw(st.lists(st.one_of(byte_ids, st.integers(0, tok.vocab_size - 1)), max_size=30))
+    text = tok.decode(ids)
+    assert "\ufffd" not in text
+    reference = tok.backend.decode(ids, skip_special_tokens=True)
+    if "\ufffd" not in reference:  # (HF writes U+FFFD for each byte of an invalid run)
+        assert text == reference
+    assert tok.decode_batch([ids, ids]) == [text, text]
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (["z", "w", "<0xC3>", "l", "f"], "zw\\xc3lf"),  # a lone lead byte between pieces
+        (["<0xC3>", "<eos>"], "\\xc3"),  # ... before EOS: the model's error, shown
+        (["z", "w", "<0xC3>", "<0xB6>", "l", "f"], "zwölf"),  # a complete byte sequence
+        (["<0xC3>", "<pad>", "<0xB6>"], "ö"),  # specials dropped first, as HF does
+        (["<0xC3>", "<0xB6>", "<0xB6>"], "ö\\xb6"),  # a stray continuation byte
+        (["<0xE2>", "<0x82>"], "\\xe2\\x82"),  # a truncated 3-byte character
+        (["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"], "😀"),
+        (["<0xED>", "<0xA0>", "<0x80>"], "\\xed\\xa0\\x80"),  # a surrogate is not UTF-8
+        (["<0x41>", "b"], "Ab"),
+    ],
+)
+def test_byte_tokens_decode_to_characters_or_visible_escapes(tok, pieces, expected):
+    ids = [tok.backend.token_to_id(piece) for piece in pieces]
+    assert None not in ids
+    assert tok.decode(ids) == expected
+    assert "\ufffd" not in expected
+
+
 @pytest.mark.parametrize(
     "text",
     ["", " ", "  leading", "trailing  ", "a  b   c", "\tTab", "Ärger über Öl.", "1234567890"],
@@ -81,6 +150,78 @@ def test_batch_matches_single(tok):
     assert ids == [tok.encode(s) for s in SENTENCES]
     assert tok.decode_batch(ids) == SENTENCES
     assert tok.decode_batch([]) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Models: no decoder output holds U+FFFD
+
+
+def _umlaut_numbers(high: int) -> list[tuple[str, str]]:
+    """Every number in [0, high] whose German word has ä, ö, ü or ß: (English, German)."""
+    corpus = numbers(high=high, valid_size=30, test_size=30)
+    pairs = [pair for split in ("train", "valid", "test") for pair in corpus[split]]
+    return [(en, de) for en, de in pairs if set(de) & set("äöüß")]
+
+
+def test_numbers_model_never_writes_a_replacement_character(numbers_model_dir):
+    """The session's numbers model (0..999) on every number whose German has ä/ö/ü/ß, with
+    greedy search, beam search and sampling."""
+    from attnlab.evaluate import Translator
+    from attnlab.generate import sample
+
+    pairs = _umlaut_numbers(999)
+    assert len(pairs) > 300
+    sources = [en for en, _ in pairs]
+    outputs = {}
+    for beam in (1, 4):
+        translator = Translator.load(numbers_model_dir, beam_size=beam, device="cpu")
+        outputs[f"beam {beam}"] = translator.translate(sources)
+    tok = translator.tgt_tokenizer
+    assert tok.format == 2
+    ids = translator.src_tokenizer.encode_batch(sources)
+    generator = torch.Generator().manual_seed(0)
+    drawn = sample(translator.model, ids, generator=generator, max_new_tokens=30)
+    outputs["sampled"] = tok.decode_batch(drawn.tolist())
+    for name, texts in outputs.items():
+        assert len(texts) == len(sources)
+        broken = [t for t in texts if "\ufffd" in t]
+        assert not broken, (name, broken[:5])
+    assert any(set(t) & set("öüß") for t in outputs["beam 4"])  # it does write them
+
+
+class _LoneLeadByte(Transformer):
+    """A model forced toward an incomplete byte sequence: after BOS it prefers the lone lead
+    byte <0xC3> (half of "ö"), then EOS."""
+
+    def decode(self, tgt_ids, *args, **kwargs):
+        logits = super().decode(tgt_ids, *args, **kwargs)  # (N, T, V); keeps the cache going
+        forced = torch.full_like(logits, -20.0)
+        last = tgt_ids[:, -1:]  # (N, 1)
+        lead = 4 + 0xC3
+        forced[..., lead] = torch.where(last == self.config.bos_id, 20.0, -20.0)
+        forced[..., self.config.eos_id] = torch.where(last == lead, 20.0, 0.0)
+        return forced
+
+
+def test_a_model_forced_toward_a_lone_lead_byte_still_writes_valid_text(tok):
+    from attnlab.evaluate import Translator
+    from attnlab.generate import greedy_search, sample
+
+    torch.manual_seed(0)
+    config = TransformerConfig.preset(
+        "tiny", vocab_size=tok.vocab_size, share_embeddings=True, d_model=16, num_heads=2,
+        d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
+    )  # fmt: skip
+    model = _LoneLeadByte(config)
+    sources = ["twelve", "three hundred and twelve"]
+    ids = tok.encode_batch(sources)
+    assert greedy_search(model, ids).tolist() == [[4 + 0xC3]] * 2  # the model's error
+    for beam in (1, 4):
+        assert Translator(model, tok, tok, beam_size=beam).translate(sources) == ["\\xc3"] * 2
+    drawn = sample(model, ids, generator=torch.Generator().manual_seed(0))
+    texts = tok.decode_batch(drawn.tolist())
+    assert texts == ["\\xc3"] * 2
+    assert all(text.encode("utf-8").decode("utf-8") == text for text in texts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,10 +266,12 @@ def test_tokens_and_labels_are_readable(tok):
     assert not any("Ġ" in p or "Ã" in p for p in pieces)
     ids = tok.encode("Männer")
     assert tok.labels([tok.bos_id, *ids, tok.eos_id]) == ["<bos>", *tok.tokens("Männer"), "<eos>"]
-    # A character split across pieces shows its bytes escaped, one label per id.
-    split = [tok.backend.token_to_id("Ã"), tok.backend.token_to_id("¤")]  # "ä" = C3 A4
+    # A character spelled in byte tokens shows its bytes escaped, one label per id.
+    split = [tok.backend.token_to_id("<0xC3>"), tok.backend.token_to_id("<0xA4>")]  # "ä"
     assert tok.labels(split) == ["\\xc3", "\\xa4"]
     assert tok.decode(split) == "ä"
+    unseen = tok.tokens("a€")  # "€" = E2 82 AC, never seen in training
+    assert unseen == ["a", "\\xe2", "\\x82", "\\xac"]
 
 
 def test_training_is_deterministic(tok):
@@ -138,9 +281,9 @@ def test_training_is_deterministic(tok):
 
 def test_train_accepts_a_generator_and_skips_empty_texts():
     texts = (s for s in ["", *SENTENCES, ""])
-    small = Tokenizer.train(texts, vocab_size=300, min_frequency=1)
+    small = Tokenizer.train(texts, vocab_size=340, min_frequency=1)
     assert small.decode(small.encode(SENTENCES[2])) == SENTENCES[2]
-    assert small.vocab_size == 300
+    assert small.vocab_size == 340
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,6 +294,12 @@ def test_train_accepts_a_generator_and_skips_empty_texts():
     ("texts", "kwargs", "exc", "pattern"),
     [
         (SENTENCES, {"vocab_size": 259}, ValueError, r"vocab_size: expected at least 260 \(4"),
+        (
+            SENTENCES,
+            {"vocab_size": 270},
+            ValueError,
+            r"vocab_size: 270 cannot hold the \d+ distinct characters of texts .* at least \d+",
+        ),
         (SENTENCES, {"vocab_size": 300.0}, TypeError, r"vocab_size: expected an int"),
         (SENTENCES, {"vocab_size": 300, "min_frequency": 0}, ValueError, r"min_frequency"),
         ([], {"vocab_size": 300}, ValueError, r"texts: no non-empty text to train on"),
@@ -220,8 +369,130 @@ def test_load_errors_name_the_file(tok, tmp_path):
         Tokenizer.load(swapped)
 
 
+def test_saved_file_states_its_format_and_stays_a_standard_tokenizer_json(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["model"]["attnlab"] == {"format": "bpe-chars-byte-fallback", "version": 2}
+    assert data["model"]["byte_fallback"] is True
+    assert tok.format == 2 and Tokenizer.load(path).format == 2
+    plain = hf.Tokenizer.from_file(str(path))  # Hugging Face reads past the field
+    plain.encode_special_tokens = True
+    assert [plain.encode(s, add_special_tokens=False).ids for s in SENTENCES] == (
+        tok.encode_batch(SENTENCES)
+    )
+    assert plain.to_str() == tok.backend.to_str()
+
+
+def _byte_level_tokenizer_json(texts: list[str], vocab_size: int) -> str:
+    """A tokenizer file as attnlab wrote it before format 2: GPT-2's byte-level BPE."""
+    backend = hf.Tokenizer(hf.models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = hf.decoders.ByteLevel()
+    trainer = hf.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    return backend.to_str(pretty=True) + "\n"
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+def test_byte_level_files_of_earlier_versions_work_as_before(byte_level_file, text):
+    old, reference = byte_level_file
+    ids = reference.encode(text, add_special_tokens=False).ids
+    assert old.encode(text) == ids
+    assert old.decode(ids) == reference.decode(ids, skip_special_tokens=True) == text
+
+
+@pytest.fixture(scope="module")
+def byte_level_file(tmp_path_factory) -> tuple[Tokenizer, hf.Tokenizer]:
+    path = tmp_path_factory.mktemp("old") / "tokenizer.json"
+    path.write_text(_byte_level_tokenizer_json(_corpus(), 420), encoding="utf-8")
+    old = Tokenizer.load(path)
+    reference = hf.Tokenizer.from_file(str(path))
+    reference.encode_special_tokens = True
+    return old, reference
+
+
+def test_a_byte_level_file_keeps_its_format_labels_and_bytes(byte_level_file, tmp_path):
+    old, reference = byte_level_file
+    assert old.format == 1 and old.vocab_size == reference.get_vocab_size()
+    split = [reference.token_to_id("Ã"), reference.token_to_id("¤")]  # "ä" = C3 A4
+    assert old.labels(split) == ["\\xc3", "\\xa4"]
+    assert old.decode(split) == "ä"
+    assert old.decode(split[:1]) == reference.decode(split[:1]) == "\ufffd"  # as before
+    assert "".join(old.tokens("Zwei  Männer")) == "Zwei  Männer"
+    old.save(tmp_path / "again.json")  # written as it was, without a format field
+    assert (tmp_path / "again.json").read_text(encoding="utf-8") == reference.to_str(
+        pretty=True
+    ) + "\n"
+
+
+def _edited(tok: Tokenizer, tmp_path, edit) -> Path:
+    path = tmp_path / "edited.json"
+    tok.save(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _swap_ids(data: dict, a: str, b: str) -> None:
+    vocab = data["model"]["vocab"]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+
+
+@pytest.mark.parametrize(
+    ("edit", "pattern"),
+    [
+        (
+            lambda d: d["model"]["attnlab"].update(version=3),
+            r"edited\.json: tokenizer format 3 was written by a newer attnlab; this one reads "
+            r"formats 1 and 2",
+        ),
+        (
+            lambda d: d["model"].update(attnlab="two"),
+            r"edited\.json: unreadable attnlab format field \"two\"; expected \{\"format\"",
+        ),
+        (
+            lambda d: d.update(pre_tokenizer={"type": "Whitespace"}),
+            r"edited\.json: states attnlab tokenizer format 2, but its pre_tokenizer is "
+            r"\{\"type\": \"Whitespace\"\}, expected \{\"type\": \"Split\"",
+        ),
+        (
+            lambda d: d["model"].update(byte_fallback=False),
+            r"states attnlab tokenizer format 2, but its model's byte_fallback is false",
+        ),
+        (
+            lambda d: _swap_ids(d, "<0x41>", "a"),
+            r"states attnlab tokenizer format 2, but byte token <0x41> has id \d+, expected id 69",
+        ),
+        (
+            lambda d: (d["model"].pop("attnlab"), d.update(decoder=None)),
+            r"edited\.json: not a tokenizer layout that attnlab reads exactly: as format 2 "
+            r"\(BPE over characters with byte fallback\), its decoder is null",
+        ),
+    ],
+)
+def test_files_that_cannot_be_read_exactly_are_refused(tok, tmp_path, edit, pattern):
+    path = _edited(tok, tmp_path, edit)
+    with pytest.raises(ValueError, match=pattern) as caught:
+        Tokenizer.load(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_format_2_file_without_its_field_still_loads(tok, tmp_path):
+    path = _edited(tok, tmp_path, lambda d: d["model"].pop("attnlab"))
+    assert Tokenizer.load(path).encode_batch(SENTENCES) == tok.encode_batch(SENTENCES)
+
+
 def test_save_tokenizers_joint_and_separate(tok, tmp_path):
-    other = Tokenizer.train(SENTENCES, vocab_size=280, min_frequency=1)
+    other = Tokenizer.train(SENTENCES, vocab_size=340, min_frequency=1)
     save_tokenizers(tmp_path, tok)
     assert sorted(p.name for p in tmp_path.iterdir()) == [TOKENIZER_FILE]
     src, tgt = load_tokenizers(tmp_path)
