@@ -175,12 +175,40 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _queue_size(text: str) -> int:
+    """``--queue``: 0 to 256."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 256, got {text!r}")
+    return value
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve import run
+    from ..serve.limits import Limits
 
     if not Path(args.model).is_dir():
         raise FileNotFoundError(f"--model: {args.model}: no such model directory (OUT/model)")
-    run(args.model, host=args.host, port=args.port, beam_size=args.beam_size)
+    if not 0 < args.request_timeout <= 3600:
+        raise ValueError(
+            f"--request-timeout: expected 0 < seconds <= 3600, got {args.request_timeout}"
+        )
+    limits = Limits(
+        queue=args.queue,
+        request_timeout=args.request_timeout,
+        attention_elements=args.max_weights,
+    )
+    run(
+        args.model,
+        host=args.host,
+        port=args.port,
+        beam_size=args.beam_size,
+        limits=limits,
+        allow_hosts=args.allow_host or (),
+    )
     return 0
 
 
@@ -314,12 +342,43 @@ def add_serve_parser(sub) -> None:
         description=(
             "Serve the attention explorer of an encoder-decoder model trained by `attnlab "
             "train`: a page at / and a JSON API under /api (docs/serve.md). It binds the "
-            "loopback interface by default; the API has no authentication. --port 0 picks a "
-            "free port; the URL printed has the real one."
+            "loopback interface by default and answers only requests addressed to it (the Host "
+            "header); the API has no authentication. The model runs one request at a time, "
+            "with --queue more waiting; beyond, or after --request-timeout, a request gets a "
+            "503 with Retry-After. --port 0 picks a free port; the URL printed has the real one."
         ),
     )
     serve.add_argument("--model", required=True, help="model directory (OUT/model)")
     serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
     serve.add_argument("--beam-size", type=_positive_int, default=4, help="default beam, 1-16 (4)")
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the loopback names "
+        "and --host always; '*' any: no DNS-rebinding protection)",
+    )
+    serve.add_argument(
+        "--queue",
+        type=_queue_size,
+        metavar="N",
+        default=8,
+        help="model requests that may wait while one runs, 0-256; more get a 503 (8)",
+    )
+    serve.add_argument(
+        "--max-weights",
+        type=_positive_int,
+        default=1 << 18,
+        metavar="N",
+        help="the most attention weights in one answer; the page fetches further layers as it "
+        "shows them (262144)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a model request's longest wait and run before its 503 (30)",
+    )
     serve.set_defaults(func=cmd_serve)

@@ -2,16 +2,21 @@
 
 :func:`create_app` loads the model once and returns the ASGI app; :func:`run` serves it with
 uvicorn. Every client error is a 4xx answer ``{"error": message, "status": code}``, where the
-message names the field and what was expected; bad input never gets a 500.
+message names the field and what was expected; bad input never gets a 500, and a bug's 500
+says nothing of the server's insides (its details go to one log line).
 
 Request bodies are checked before any route sees them (:class:`BodyGuard`): at most 64 KiB
-(read in chunks, never more than that), ``application/json``, UTF-8, valid JSON. Then pydantic
-checks the shape strictly (``"text": 5`` is an error, not ``"5"``), and the model work runs in
-a sync endpoint, in uvicorn's thread pool, under the explorer's lock.
+(read in chunks, never more than that, within ``Limits.body_timeout``), ``application/json``,
+UTF-8, valid JSON. Then pydantic checks the shape strictly (``"text": 5`` is an error, not
+``"5"``). The routes that run the model (translate, attention) wait in the model's bounded
+queue (:class:`~attnlab.serve.limits.ModelQueue`) without holding a thread, and are checked
+and tokenized before they queue; the others (model, positional, masks, the page) never wait
+for the model. The limits and the HTTP guards are in :mod:`attnlab.serve.limits`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -19,27 +24,43 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .explorer import Explorer, InputError
+from .explorer import ATTENTION_DECIMALS, Explorer, InputError
+from .limits import (
+    LOOPBACK_NAMES,
+    Busy,
+    ClientGone,
+    HeadAsGet,
+    HostGuard,
+    InternalErrors,
+    Limits,
+    ModelQueue,
+    error_response,
+    server_config,
+)
 
-__all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "create_app", "make_server", "run"]
+__all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "Limits", "create_app", "make_server", "run"]
 
 #: The largest request body accepted (413 above it).
 MAX_BODY_BYTES = 64 * 1024
 #: The page's files: index.html, its script and stylesheet.
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_BEAM = 16
+#: The longest name under /static/ (a longer one is a 404 before the file system is asked).
+MAX_STATIC_NAME = 64
 
 log = logging.getLogger("attnlab.serve")
 
@@ -61,6 +82,15 @@ class AttentionRequest(TranslateRequest):
     target: str | None = Field(
         None, description="a target sentence to teacher-force (null or blank: the model's own)"
     )
+    layers: list[int] | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="layer indices to return (encoder and decoder alike), null for all",
+    )
+    heads: list[int] | None = Field(
+        None, min_length=1, max_length=256, description="head indices to return, null for all"
+    )
 
 
 class MasksRequest(_Strict):
@@ -81,6 +111,7 @@ class ModelInfo(BaseModel):
     beam_size: int
     vocab_size: int
     tgt_vocab_size: int
+    positional_max_length: int
 
 
 class TranslateResponse(BaseModel):
@@ -92,12 +123,26 @@ class TranslateResponse(BaseModel):
     max_len: int
 
 
+class AttentionMaps(BaseModel):
+    layers: list[int] = Field(description="the layers returned, in increasing order")
+    heads: list[int] = Field(description="the heads returned, in increasing order")
+    queries: int = Field(description="rows of each map")
+    keys: int = Field(description="columns of each map")
+    weights: list[float] = Field(
+        description="every map, flat in [layer][head][query][key] order, rounded to "
+        f"{ATTENTION_DECIMALS} decimals"
+    )
+
+
 class AttentionResponse(TranslateResponse):
     teacher_forced: bool
     target_tokens: list[str]
-    encoder: list[list[list[list[float]]]] = Field(description="[layer][head][source][source]")
-    decoder: list[list[list[list[float]]]] = Field(description="[layer][head][target][target]")
-    cross: list[list[list[list[float]]]] = Field(description="[layer][head][target][source]")
+    encoder: AttentionMaps = Field(description="queries and keys: source_tokens")
+    decoder: AttentionMaps = Field(description="queries and keys: target_tokens")
+    cross: AttentionMaps = Field(description="queries: target_tokens, keys: source_tokens")
+    elements: int = Field(description="attention weights in this answer")
+    max_elements: int = Field(description="the most the server returns in one answer")
+    capped: bool = Field(description="true when some asked-for layers were left out")
 
 
 class PositionalResponse(BaseModel):
@@ -130,10 +175,6 @@ BODIES: dict[str, type[BaseModel]] = {
 }
 
 # -- errors ------------------------------------------------------------------------------------
-
-
-def error_response(status: int, message: str, headers: dict[str, str] | None = None):
-    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
 _JSON_TYPES = {
@@ -245,12 +286,16 @@ def _json_problem(body: bytes) -> str | None:
 class BodyGuard:
     """ASGI middleware for the POST routes of :data:`BODIES`: 413 for a body over
     ``limit`` bytes (by Content-Length, or counted while reading: never more than ``limit`` + 1
-    bytes are held), 415 unless ``application/json``, 400 unless UTF-8 JSON. A body that
-    passes is handed on to the app as it came."""
+    bytes are held), 408 for one not received within ``timeout`` seconds, 415 unless
+    ``application/json``, 400 unless UTF-8 JSON. A body that passes is handed on to the app as
+    it came."""
 
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int = MAX_BODY_BYTES, timeout: float = Limits.body_timeout
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in BODIES:
@@ -268,8 +313,15 @@ class BodyGuard:
             await error_response(415, problem)(scope, receive, send)
             return
         chunks, size = [], 0
+        deadline = asyncio.get_running_loop().time() + self.timeout
         while True:
-            message = await receive()
+            try:  # a client that sends its body a byte at a time is cut off
+                left = deadline - asyncio.get_running_loop().time()
+                message = await asyncio.wait_for(receive(), timeout=max(left, 0))
+            except asyncio.TimeoutError:
+                late = f"body: not received within {self.timeout:g} s"
+                await error_response(408, late, {"Connection": "close"})(scope, receive, send)
+                return
             if message["type"] == "http.disconnect":
                 return  # the client left: nobody to answer
             chunk = message.get("body", b"")
@@ -299,7 +351,7 @@ class BodyGuard:
 
 # -- the app -----------------------------------------------------------------------------------
 
-_STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+_STATIC_NAME = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9_.-]{{0,{MAX_STATIC_NAME - 1}}}")
 _MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -317,10 +369,14 @@ def create_app(
     beam_size: int = 4,
     device: str | torch.device | None = None,
     static_dir: str | os.PathLike | None = None,
+    limits: Limits | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
 ) -> FastAPI:
     """The explorer's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
     once). ``beam_size``: the default beam (1-16); ``device``: default CUDA when available;
-    ``static_dir``: the page's files (default the package's ``static/``).
+    ``static_dir``: the page's files (default the package's ``static/``); ``limits``: queue,
+    timeouts, connection and answer sizes (:class:`Limits`' defaults); ``allowed_hosts``: the
+    names the Host header may carry (default the loopback names; ``"*"``: any).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not a directory.
@@ -330,7 +386,9 @@ def create_app(
         raise TypeError(f"beam_size: expected an int, got {type(beam_size).__name__}")
     if not 1 <= beam_size <= MAX_BEAM:
         raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {beam_size}")
+    limits = limits if limits is not None else Limits()
     explorer = Explorer(model_dir, beam_size=beam_size, device=device)
+    queue = ModelQueue(waiting=limits.queue, timeout=limits.request_timeout)
     static = Path(static_dir) if static_dir is not None else STATIC_DIR
     app = FastAPI(
         title="attnlab attention explorer",
@@ -342,27 +400,54 @@ def create_app(
         responses={"4XX": {"model": ErrorResponse, "description": "a client error"}},
     )
     app.state.explorer = explorer
-    app.add_middleware(BodyGuard)
+    app.state.queue = queue
+    app.state.limits = limits
+    # Starlette runs the last added outermost: errors, then Host, then HEAD, then bodies.
+    app.add_middleware(BodyGuard, timeout=limits.body_timeout)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(HostGuard, allowed=allowed_hosts)
+    app.add_middleware(InternalErrors)
     _install_error_handlers(app)
+    busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
     @app.get("/api/model", response_model=ModelInfo)
-    def model_info() -> dict:
+    async def model_info() -> dict:
         """What the page needs to know about the model."""
         return explorer.info()
 
-    @app.post("/api/translate", response_model=TranslateResponse)
-    def translate(request: TranslateRequest) -> dict:
+    @app.post("/api/translate", response_model=TranslateResponse, responses=busy)
+    async def translate(body: TranslateRequest, request: Request) -> dict:
         """Translate one sentence (beam search; beam_size 1 is greedy)."""
-        return explorer.translate(request.text, request.beam_size)
+        source, fields = await run_in_threadpool(explorer.prepare_translate, body.text)
+        return await queue.run(
+            lambda: explorer.run_translate(source, fields, body.beam_size), request.receive
+        )
 
-    @app.post("/api/attention", response_model=AttentionResponse)
-    def attention(request: AttentionRequest) -> dict:
-        """Translate, and return every layer's and head's attention weights."""
-        return explorer.attention(request.text, request.beam_size, request.target)
+    @app.post("/api/attention", response_model=AttentionResponse, responses=busy)
+    async def attention(body: AttentionRequest, request: Request) -> Response:
+        """Translate, and return the attention weights of the asked-for layers and heads
+        (all by default), at most ``max_elements`` of them."""
+        job = await run_in_threadpool(
+            explorer.prepare_attention,
+            body.text,
+            body.beam_size,
+            body.target,
+            body.layers,
+            body.heads,
+        )
+        result = await queue.run(lambda: explorer.run_attention(job), request.receive)
+
+        def encode() -> bytes:  # in a worker thread, with the model free for the next request
+            answer = explorer.attention_answer(result, job, limits.attention_elements)
+            return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+
+        return Response(await run_in_threadpool(encode), media_type="application/json")
 
     @app.get("/api/positional", response_model=PositionalResponse)
     def positional(
-        length: int | None = Query(None, description="positions, 1 to max_len (default 64)"),
+        length: int | None = Query(
+            None, description="positions, 1 to positional_max_length (default 64)"
+        ),
     ) -> dict:
         """The model's positional encoding, its similarity, or its bias."""
         return explorer.positional(length)
@@ -385,11 +470,15 @@ def create_app(
 
 def _static_file(directory: Path, name: str) -> FileResponse:
     """The file ``name`` directly in ``directory`` (no sub-directories, no hidden files, no
-    links out), else a 404."""
+    links out, at most :data:`MAX_STATIC_NAME` characters), else a 404."""
     if _STATIC_NAME.fullmatch(name) is None or ".." in name:
         raise StarletteHTTPException(404, f"not found: /static/{_clip(name, 80)}")
     path = directory / name
-    if path.is_symlink() or not path.is_file():
+    try:
+        found = not path.is_symlink() and path.is_file()
+    except OSError:  # a name the file system refuses: nothing of that name is here
+        found = False
+    if not found:
         what = "the page (index.html)" if name == "index.html" else f"/static/{name}"
         raise StarletteHTTPException(404, f"not found: {what} is not in {directory.name}/")
     media = _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
@@ -413,6 +502,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def unusable(request: Request, exc: InputError) -> JSONResponse:
         return error_response(422, str(exc))
 
+    @app.exception_handler(Busy)
+    async def busy(request: Request, exc: Busy) -> JSONResponse:
+        return error_response(503, str(exc), {"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, exc: ClientGone) -> JSONResponse:
+        return error_response(503, "the client closed the connection")  # read by nobody
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         where = f"{request.method} {_clip(request.url.path)}"
@@ -425,11 +522,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         else:
             message = str(exc.detail)
         return error_response(exc.status_code, message, headers)
-
-    @app.exception_handler(Exception)
-    async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
 # -- serving -----------------------------------------------------------------------------------
@@ -450,8 +542,8 @@ def bind(host: str, port: int) -> socket.socket:
         raise ValueError(f"port: expected 0 to 65535, got {port!r}")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as error:
-        raise OSError(f"host: cannot resolve {host!r} ({error.strerror})") from None
+    except socket.gaierror as error:  # a name that is not this machine's: bad input
+        raise ValueError(f"host: cannot resolve {host!r} ({error.strerror})") from None
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -471,7 +563,8 @@ def url_of(sock: socket.socket) -> str:
 
 def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level="warning"):
     """A uvicorn server for ``app`` and its bound socket: ``(server, sock)``; start it with
-    ``server.run(sockets=[sock])`` (in a thread, stop it with ``server.should_exit = True``)."""
+    ``server.run(sockets=[sock])`` (in a thread, stop it with ``server.should_exit = True``).
+    The server keeps ``app``'s limits (timeouts, connections: see :func:`server_config`)."""
     sock = bind(host, port)
     return _server(app, log_level), sock
 
@@ -479,7 +572,18 @@ def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_
 def _server(app: FastAPI, log_level: str):
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="off"))
+    limits = getattr(app.state, "limits", None) or Limits()
+    return uvicorn.Server(server_config(app, limits, log_level))
+
+
+def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> list[str]:
+    """The Host names a server bound to ``host`` answers: the loopback names, ``host``
+    itself (unless it is the any-address ``0.0.0.0`` or ``::``, which no client names), and
+    ``extra``."""
+    names = list(LOOPBACK_NAMES)
+    if host not in ("0.0.0.0", "::", ""):
+        names.append(host)
+    return [*names, *extra]
 
 
 def run(
@@ -489,12 +593,16 @@ def run(
     port: int = 8000,
     beam_size: int = 4,
     log_level: str = "warning",
+    limits: Limits | None = None,
+    allow_hosts: Sequence[str] = (),
 ) -> None:
     """Serve the explorer of ``model_dir`` until interrupted; prints its URL. ``port`` 0
-    picks a free port (the printed URL has the real one)."""
+    picks a free port (the printed URL has the real one). The Host header must be a loopback
+    name, ``host``, or one of ``allow_hosts`` (``"*"``: any)."""
     sock = bind(host, port)  # first: a busy port fails before the model loads
+    allowed = allowed_hosts_for(host, allow_hosts)
     try:
-        app = create_app(model_dir, beam_size=beam_size)
+        app = create_app(model_dir, beam_size=beam_size, limits=limits, allowed_hosts=allowed)
     except BaseException:
         sock.close()
         raise
@@ -502,7 +610,8 @@ def run(
     if not _is_loopback(host):
         print(
             f"attnlab serve: warning: listening on {host}, beyond this machine; the API has no "
-            f"authentication: anyone who can reach the port can use it",
+            f"authentication: anyone who can reach the port can use it (Host names answered: "
+            f"{', '.join(allowed)}; add more with --allow-host)",
             file=sys.stderr,
             flush=True,
         )
@@ -514,3 +623,4 @@ def run(
         print("attnlab serve: stopped", flush=True)
     finally:
         sock.close()
+        app.state.queue.close()

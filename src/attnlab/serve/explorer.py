@@ -1,14 +1,18 @@
 """The attention explorer's model work, apart from HTTP: one loaded model, its tokenizers and a
 lock; each method takes plain values and returns JSON-ready dicts (docs/serve.md).
 
-The web server runs requests in worker threads; every model and tokenizer call here happens
-under one :class:`threading.Lock`, so requests never interleave inside the model.
+Every use of the model happens under one :class:`threading.Lock`, so requests never interleave
+inside it, and only the model's work does: checking and tokenizing a request comes before
+(a target too long is refused before any beam search), and turning tensors into answers
+after, so that the lock is held for the forward passes alone. The positional and mask answers
+read no model state that a forward pass changes and take no lock.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,22 +21,63 @@ from torch import Tensor
 from ..generate import EXTRA_LENGTH, beam_search, greedy_search
 from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from ..model import Transformer
-from ..positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding
+from ..positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
 
-__all__ = ["DECIMALS", "Explorer", "InputError"]
+__all__ = [
+    "ATTENTION_DECIMALS",
+    "DECIMALS",
+    "MASKS_MAX_TOKENS",
+    "MAX_ATTENTION_ELEMENTS",
+    "POSITIONAL_MAX_LENGTH",
+    "AttentionJob",
+    "Explorer",
+    "InputError",
+]
 
-#: Attention weights and positional values are rounded to this many decimals in answers.
+#: Positional values are rounded to this many decimals in answers.
 DECIMALS = 5
+#: Attention weights (probabilities) are rounded to this many decimals in answers.
+ATTENTION_DECIMALS = 4
+#: The most attention weights in one answer, unless the caller says otherwise.
+MAX_ATTENTION_ELEMENTS = 1 << 18
+#: The longest positional answer (a ``length x d_model`` table and its ``length^2`` similarity).
+POSITIONAL_MAX_LENGTH = 256
+#: Mask answers cut each sentence to at most this many tokens (``B x S x S`` values).
+MASKS_MAX_TOKENS = 128
+KINDS = ("encoder", "decoder", "cross")
 
 
 class InputError(ValueError):
     """A request's value the model cannot take (the message names the field): a 422."""
 
 
-def rounded(tensor: Tensor) -> list:
-    """``tensor`` as nested lists of floats rounded to :data:`DECIMALS` (in float64, so that
-    the JSON shows ``0.12345``, not float32's ``0.12345000356435776``)."""
-    return tensor.detach().to("cpu", torch.float64).round(decimals=DECIMALS).tolist()
+def rounded(tensor: Tensor, decimals: int = DECIMALS) -> list:
+    """``tensor`` as nested lists of floats rounded to ``decimals`` (in float64, so that the
+    JSON shows ``0.12345``, not float32's ``0.12345000356435776``)."""
+    return tensor.detach().to("cpu", torch.float64).round(decimals=decimals).tolist()
+
+
+@dataclass
+class AttentionJob:
+    """One ``/api/attention`` request, checked and tokenized (no model work yet).
+
+    ``source``: source ids cut to ``max_len``; ``fields``: the answer's truncation fields;
+    ``words``: the teacher-forced target's ids, or None for the model's own output;
+    ``layers`` and ``heads``: the indices asked for, sorted.
+    """
+
+    text: str
+    source: list[int]
+    fields: dict
+    beam_size: int
+    words: list[int] | None
+    layers: list[int]
+    heads: list[int]
 
 
 def cosine_similarity(rows: Tensor) -> Tensor:
@@ -101,18 +146,29 @@ class Explorer:
             "beam_size": self.beam_size,
             "vocab_size": c.vocab_size,
             "tgt_vocab_size": c.target_vocab_size,
+            "positional_max_length": self.positional_max_length(),
         }
 
     # -- /api/translate ------------------------------------------------------------------------
 
     def translate(self, text: str, beam_size: int | None = None) -> dict:
         """The translation of ``text`` with its token lists (docs/serve.md)."""
-        with self.lock, torch.no_grad():
-            return self._translate(text, beam_size)[0]
+        return self.run_translate(*self.prepare_translate(text), beam_size)
 
-    def _translate(self, text: str, beam_size: int | None) -> tuple[dict, list[int], list[int]]:
-        """``(answer, source ids, generated ids with EOS)``; call under the lock."""
-        source, answer = self._source(text)
+    def prepare_translate(self, text: str) -> tuple[list[int], dict]:
+        """``(source ids cut to max_len, the answer's truncation fields)``; an
+        :class:`InputError` for an empty text or an unpaired surrogate. No model work."""
+        return self._source(text)
+
+    def run_translate(self, source: list[int], fields: dict, beam_size: int | None) -> dict:
+        """The model's part of :meth:`translate`, under the lock."""
+        with self.lock, torch.no_grad():
+            return self._translate(source, fields, beam_size)[0]
+
+    def _translate(
+        self, source: list[int], fields: dict, beam_size: int | None
+    ) -> tuple[dict, list[int]]:
+        """``(answer, generated ids with EOS)``; call under the lock."""
         output = self._generate(source, beam_size or self.beam_size)
         eos = self.config.eos_id
         words = output[:-1] if output and output[-1] == eos else output
@@ -120,9 +176,9 @@ class Explorer:
             "translation": self.tgt_tokenizer.decode(words),
             "source_tokens": self.src_tokenizer.labels(source),
             "output_tokens": self.tgt_tokenizer.labels(output),
-            **answer,
+            **fields,
         }
-        return answer, source, output
+        return answer, output
 
     def _source(self, text: str) -> tuple[list[int], dict]:
         """Source ids of ``text`` cut to ``max_len``, and the answer's truncation fields."""
@@ -144,56 +200,140 @@ class Explorer:
 
     # -- /api/attention ------------------------------------------------------------------------
 
-    def attention(self, text: str, beam_size: int | None = None, target: str | None = None) -> dict:
+    def attention(
+        self,
+        text: str,
+        beam_size: int | None = None,
+        target: str | None = None,
+        *,
+        layers: list[int] | None = None,
+        heads: list[int] | None = None,
+        max_elements: int = MAX_ATTENTION_ELEMENTS,
+    ) -> dict:
         """:meth:`translate`'s answer and the attention weights of the decoder's inputs: the
-        model's own output, or ``target`` teacher-forced (docs/serve.md)."""
-        forced = target is not None and target.strip() != ""
-        if forced:
+        model's own output, or ``target`` teacher-forced (docs/serve.md). The three steps that
+        the server runs apart: :meth:`prepare_attention`, :meth:`run_attention` (under the
+        lock), :meth:`attention_answer`."""
+        job = self.prepare_attention(text, beam_size, target, layers, heads)
+        return self.attention_answer(self.run_attention(job), job, max_elements)
+
+    def prepare_attention(
+        self,
+        text: str,
+        beam_size: int | None = None,
+        target: str | None = None,
+        layers: list[int] | None = None,
+        heads: list[int] | None = None,
+    ) -> AttentionJob:
+        """Check and tokenize an attention request; an :class:`InputError` for any bad value,
+        before the model runs (an over-long target costs no beam search)."""
+        source, fields = self._source(text)
+        words = None
+        if target is not None and target.strip() != "":
             _check_text(target, "target")
+            words = self.tgt_tokenizer.encode(target)
+            room = self.config.max_len - 1
+            if len(words) > room:
+                raise InputError(
+                    f"target: {len(words)} tokens; the model takes at most {room} "
+                    f"(max_len {self.config.max_len} minus <bos>)"
+                )
+        c = self.config
+        depth = max(c.num_encoder_layers, c.num_decoder_layers)
+        return AttentionJob(
+            text=text,
+            source=source,
+            fields=fields,
+            beam_size=beam_size or self.beam_size,
+            words=words,
+            layers=_indices(layers, depth, "layers"),
+            heads=_indices(heads, c.num_heads, "heads"),
+        )
+
+    def run_attention(self, job: AttentionJob) -> dict:
+        """The model's part of an attention request, under the lock: the translation, and
+        every layer's and head's weights as CPU tensors ``(L, H, T_q, T_k)`` under ``maps``."""
         with self.lock, torch.no_grad():
-            answer, source, output = self._translate(text, beam_size)
-            if forced:
-                words = self.tgt_tokenizer.encode(target)
-                room = self.config.max_len - 1
-                if len(words) > room:
-                    raise InputError(
-                        f"target: {len(words)} tokens; the model takes at most {room} "
-                        f"(max_len {self.config.max_len} minus <bos>)"
-                    )
-                output = [*words, self.config.eos_id]
+            answer, output = self._translate(job.source, job.fields, job.beam_size)
+            if job.words is not None:
+                output = [*job.words, self.config.eos_id]
                 answer["output_tokens"] = self.tgt_tokenizer.labels(output)
             inputs = [self.config.bos_id, *output[:-1]]  # row i predicts output[i]
             maps = self.model.attention(
-                torch.tensor([source], device=self.device),
+                torch.tensor([job.source], device=self.device),
                 torch.tensor([inputs], device=self.device),
             )
-            answer.update(
-                teacher_forced=forced,
-                target_tokens=self.tgt_tokenizer.labels(inputs),
-                encoder=rounded(torch.stack([w[0] for w in maps.encoder])),  # (L, H, S, S)
-                decoder=rounded(torch.stack([w[0] for w in maps.decoder])),  # (L, H, T, T)
-                cross=rounded(torch.stack([w[0] for w in maps.cross])),  # (L, H, T, S)
+            tensors = {
+                kind: torch.stack([w[0] for w in getattr(maps, kind)]).to("cpu") for kind in KINDS
+            }  # (L, H, T_q, T_k) each
+        answer.update(
+            teacher_forced=job.words is not None,
+            target_tokens=self.tgt_tokenizer.labels(inputs),
+            maps=tensors,
+        )
+        return answer
+
+    def attention_answer(self, result: dict, job: AttentionJob, max_elements: int) -> dict:
+        """:meth:`run_attention`'s result as the JSON answer, with no lock held: the weights
+        of the asked-for heads, of as many of the asked-for layers as fit ``max_elements``
+        weights (the first one always), each kind flat in ``[layer][head][query][key]``
+        order, rounded to :data:`ATTENTION_DECIMALS`."""
+        answer = dict(result)
+        maps: dict[str, Tensor] = answer.pop("maps")
+        heads = torch.tensor(job.heads)
+
+        def cost(layer: int) -> int:
+            return sum(
+                len(job.heads) * m.shape[2] * m.shape[3] for m in maps.values() if layer < len(m)
             )
+
+        chosen, total = [], 0
+        for layer in job.layers:
+            if chosen and total + cost(layer) > max_elements:
+                break
+            chosen.append(layer)
+            total += cost(layer)
+        for kind, weights in maps.items():
+            layers = [layer for layer in chosen if layer < len(weights)]
+            picked = weights[layers][:, heads] if layers else weights[:0]
+            answer[kind] = {
+                "layers": layers,
+                "heads": list(job.heads),
+                "queries": int(weights.shape[2]),
+                "keys": int(weights.shape[3]),
+                "weights": rounded(picked.reshape(-1), ATTENTION_DECIMALS),
+            }
+        answer.update(elements=total, max_elements=max_elements, capped=chosen != job.layers)
         return answer
 
     # -- /api/positional -----------------------------------------------------------------------
 
     def default_length(self) -> int:
-        return min(self.config.max_len, 64)
+        return min(self.positional_max_length(), 64)
+
+    def positional_max_length(self) -> int:
+        """The longest ``length`` :meth:`positional` takes: ``max_len``, at most
+        :data:`POSITIONAL_MAX_LENGTH`."""
+        return min(self.config.max_len, POSITIONAL_MAX_LENGTH)
 
     def positional(self, length: int | None = None) -> dict:
-        """The model's positional information for the first ``length`` positions."""
+        """The model's positional information for the first ``length`` positions. It reads
+        only fixed or learned tables (no lock: it never waits for the model)."""
         c = self.config
         if length is None:
             length = self.default_length()
-        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= c.max_len:
-            raise InputError(f"length: expected an integer from 1 to {c.max_len}, got {length!r}")
+        most = self.positional_max_length()
+        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= most:
+            raise InputError(f"length: expected an integer from 1 to {most}, got {length!r}")
         kind = c.positional
         answer = {"kind": kind, "length": length, "d_model": c.d_model}
-        with self.lock, torch.no_grad():
+        with torch.no_grad():
             position = self.model.src_embed.position
             if kind in ("sinusoidal", "learned"):
-                table = position.table(length).float()  # (length, d_model)
+                if isinstance(position, SinusoidalPositionalEncoding):  # computed, not cached:
+                    table = position.table(length, dtype=torch.float64).float()  # no writes
+                else:
+                    table = position.table(length).float()  # (length, d_model)
                 answer["matrix"] = rounded(table)
                 answer["similarity"] = rounded(cosine_similarity(table.double()))
                 answer["note"] = (
@@ -236,22 +376,23 @@ class Explorer:
     # -- /api/masks ----------------------------------------------------------------------------
 
     def masks(self, texts: list[str]) -> dict:
-        """The padding, look-ahead and combined masks of ``texts`` as one padded batch."""
+        """The padding, look-ahead and combined masks of ``texts`` as one padded batch, each
+        cut to ``max_len`` tokens, at most :data:`MASKS_MAX_TOKENS`."""
         for i, text in enumerate(texts):
             _check_text(text, f"texts[{i}]")
-        pad, max_len = self.config.pad_id, self.config.max_len
-        with self.lock:
-            encoded = [self.src_tokenizer.encode(text) for text in texts]
-            truncated = [len(ids) > max_len for ids in encoded]
-            encoded = [ids[:max_len] for ids in encoded]
-            width = max(len(ids) for ids in encoded)
-            ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-            for b, row in enumerate(encoded):
-                ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-            padding = padding_mask_from_ids(ids, pad)  # (B, S)
-            look_ahead = causal_mask(width)  # (S, S)
-            combined = combine_masks(causal_mask(width), key_mask(padding))  # (B, 1, S, S)
-            tokens = [self.src_tokenizer.labels(row) for row in ids.tolist()]
+        pad = self.config.pad_id
+        max_len = min(self.config.max_len, MASKS_MAX_TOKENS)
+        encoded = [self.src_tokenizer.encode(text) for text in texts]  # no model: no lock
+        truncated = [len(ids) > max_len for ids in encoded]
+        encoded = [ids[:max_len] for ids in encoded]
+        width = max(len(ids) for ids in encoded)
+        ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        for b, row in enumerate(encoded):
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        padding = padding_mask_from_ids(ids, pad)  # (B, S)
+        look_ahead = causal_mask(width)  # (S, S)
+        combined = combine_masks(causal_mask(width), key_mask(padding))  # (B, 1, S, S)
+        tokens = [self.src_tokenizer.labels(row) for row in ids.tolist()]
         return {
             "tokens": tokens,
             "padding": padding.tolist(),
@@ -272,6 +413,22 @@ def _check_text(text: str, name: str) -> None:
             f"{name}: holds an unpaired surrogate (U+{ord(bad):04X}) at character {error.start}; "
             f"expected valid Unicode text"
         ) from None
+
+
+def _indices(values: list[int] | None, count: int, name: str) -> list[int]:
+    """``values`` (layer or head indices) checked against ``range(count)`` and sorted; None
+    means all of them."""
+    if values is None:
+        return list(range(count))
+    if not values:
+        raise InputError(f"{name}: expected at least one index, or null for all {count}")
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+            raise InputError(f"{name}[{i}]: expected 0 to {count - 1}, got {value!r}")
+    if len(set(values)) != len(values):
+        twice = next(v for v in values if values.count(v) > 1)
+        raise InputError(f"{name}: {twice} appears twice; expected distinct indices")
+    return sorted(values)
 
 
 def _find(model: torch.nn.Module, kind: type) -> torch.nn.Module:

@@ -511,6 +511,8 @@ const state = {
   tab: "attention",
   positionalLoaded: false,
   masksLoaded: false,
+  request: null, // the body of the last /api/attention request, to fetch more layers
+  loading: null, // a layer being fetched
 };
 
 const KIND_INFO = {
@@ -530,6 +532,52 @@ const KIND_INFO = {
     keys: "source tokens",
   },
 };
+
+// The API sends each kind's maps flat ({layers, heads, queries, keys, weights}) and, for a long
+// sentence, only the layers that fit its cap: unpack them to data[kind][layer][head][q][k],
+// with null for a layer not sent yet (it is fetched when shown).
+function layerCount(kind) {
+  return kind === "encoder" ? state.model.encoder_layers : state.model.decoder_layers;
+}
+
+function mergeMaps(target, data) {
+  for (const kind of ["encoder", "decoder", "cross"]) {
+    const sent = data[kind];
+    if (!target[kind]) target[kind] = Array.from({ length: layerCount(kind) }, () => null);
+    const size = sent.queries * sent.keys;
+    sent.layers.forEach((layer, li) => {
+      const heads = Array.from({ length: state.model.num_heads }, () => null);
+      sent.heads.forEach((head, hi) => {
+        const start = (li * sent.heads.length + hi) * size;
+        const rows = [];
+        for (let i = 0; i < sent.queries; i++) {
+          rows.push(sent.weights.slice(start + i * sent.keys, start + (i + 1) * sent.keys));
+        }
+        heads[head] = rows;
+      });
+      target[kind][layer] = heads;
+    });
+  }
+  return target;
+}
+
+async function loadLayer(layer) {
+  if (state.loading !== null || !state.request) return;
+  state.loading = layer;
+  const request = state.request;
+  try {
+    const data = await api("/api/attention", { ...request, layers: [layer] });
+    if (state.request === request) mergeMaps(state.data, data);
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    state.loading = null;
+    // Draw what is now there; a layer chosen meanwhile is fetched in turn (a failed one is
+    // not retried until chosen again).
+    const shown = state.data && state.data[state.kind][state.layer];
+    if (state.data && (shown || state.layer !== layer)) renderAttention();
+  }
+}
 
 function axesFor(kind, data) {
   if (kind === "encoder") return [data.source_tokens, data.source_tokens];
@@ -574,7 +622,7 @@ function syncSelectors() {
   const layers = state.data[state.kind];
   state.layer = clamp(state.layer, 0, layers.length - 1);
   fillSelect($("#layer"), layers.map((_, i) => [i, `layer ${i}`]), state.layer);
-  const heads = layers[state.layer].length;
+  const heads = state.model.num_heads;
   if (state.head !== "all") state.head = clamp(state.head, 0, heads - 1);
   const headOptions = heads > 1 ? [["all", "all heads"]] : [];
   for (let h = 0; h < heads; h++) headOptions.push([h, `head ${h}`]);
@@ -608,6 +656,13 @@ function renderAttention() {
   const info = KIND_INFO[state.kind];
   const perHead = data[state.kind][state.layer];
   const linked = state.kind !== "cross";
+  if (!perHead) {
+    // A layer beyond the answer's cap: fetch it, then draw.
+    host.replaceChildren();
+    $("#view-caption").textContent = `${info.title}, layer ${state.layer}: loading…`;
+    loadLayer(state.layer);
+    return;
+  }
   host.replaceChildren();
   host.dataset.kind = state.kind;
   host.dataset.layer = state.layer;
@@ -710,7 +765,9 @@ function renderSelectionInfo() {
     return;
   }
   const [queries, keys] = axesFor(state.kind, state.data);
-  const matrix = state.data[state.kind][state.layer][state.head];
+  const layer = state.data[state.kind][state.layer];
+  if (!layer) return;
+  const matrix = layer[state.head];
   const linked = state.kind !== "cross";
   const parts = [];
   const top = (pairs) =>
@@ -753,7 +810,16 @@ async function translate() {
   $("#panel-attention").setAttribute("aria-busy", "true");
   try {
     const data = await api("/api/attention", body);
-    state.data = data;
+    state.request = body;
+    state.data = mergeMaps(
+      {
+        translation: data.translation,
+        source_tokens: data.source_tokens,
+        target_tokens: data.target_tokens,
+        output_tokens: data.output_tokens,
+      },
+      data,
+    );
     state.pinned = null;
     state.hover = null;
     $("#result").hidden = false;
@@ -1115,8 +1181,9 @@ async function init() {
     fillSelect(beam, sorted.map((b) => [b, b === 1 ? "1 (greedy)" : String(b)]), m.beam_size);
     const range = $("#pos-length");
     const number = $("#pos-length-number");
-    range.max = number.max = String(m.max_len);
-    const dflt = Math.min(m.max_len, 64);
+    const longest = m.positional_max_length || m.max_len;
+    range.max = number.max = String(longest);
+    const dflt = Math.min(longest, 64);
     range.value = number.value = String(dflt);
     $("#pos-length-value").textContent = String(dflt);
     document.body.dataset.ready = "true";
