@@ -1,13 +1,16 @@
-"""Scoring (sacreBLEU, chrF, exact match) and the job file (TOML) of `attnlab train`."""
+"""Scoring (sacreBLEU, chrF, exact match; which of them is the headline), what `attnlab
+evaluate` and `attnlab train` print and write about it, the job file (TOML) of `attnlab train`,
+and starting a run over (--overwrite) or refusing to in terms of the command's flags."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from attnlab.cli import main
-from attnlab.evaluate import Scores, perplexity, score
+from attnlab.evaluate import Headline, Scores, headline, perplexity, score
 from attnlab.jobs import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +39,51 @@ def test_perfect_and_empty_hypotheses():
     assert score(refs, refs).bleu == pytest.approx(100.0)
     assert score(refs, refs).exact_match == 1.0
     assert score(["", ""], refs).bleu == 0.0
+
+
+def test_short_references_make_exact_match_and_chrf_the_headline():
+    """Single number words: corpus BLEU has no 4-grams to count and reads 0 for translations
+    that are nearly all right, so it is not the headline."""
+    refs = ["zwölf", "dreihundertzwölf", "einundzwanzig", "null", "sieben"]
+    hyps = ["zwölf", "dreihundertzwölf", "einundzwanzig", "null", "acht"]
+    result = score(hyps, refs)
+    assert result.bleu == 0.0 and result.exact_match == pytest.approx(0.8)
+    assert result.headline == ("exact_match", "chrf")
+    assert result.short_references == 1.0
+    assert result.note.startswith("100.0% of the references are shorter than 4 tokens")
+    data = result.to_dict()
+    assert data["headline"] == ["exact_match", "chrf"] and data["note"] == result.note
+    json.dumps(data)
+
+
+def test_sentences_keep_bleu_and_chrf_as_the_headline():
+    refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Gras.", "Eine Frau liest ein Buch."]
+    result = score(refs, refs)
+    assert result.headline == ("bleu", "chrf") and result.note is None
+    assert result.short_references == 0.0
+
+
+@pytest.mark.parametrize(
+    ("refs", "metrics", "short"),
+    [
+        (["a b c"], ("exact_match", "chrf"), 1.0),  # 3 tokens: no 4-gram
+        (["a b c d"], ("bleu", "chrf"), 0.0),  # 4 tokens: one 4-gram
+        (["Zwölf."], ("exact_match", "chrf"), 1.0),  # 13a splits the full stop: 2 tokens
+        (["a b c d e", "a", "a b c d"], ("bleu", "chrf"), 1 / 3),
+        (["a b c d e", "a", "b"], ("exact_match", "chrf"), 2 / 3),  # mostly short
+        (["a b c d e", "a"], ("bleu", "chrf"), 0.5),  # half is not "mostly"
+    ],
+)
+def test_headline_counts_references_shorter_than_4_tokens(refs, metrics, short):
+    lead = headline(refs)
+    assert isinstance(lead, Headline)
+    assert lead.metrics == metrics and lead.short_references == pytest.approx(short)
+    assert (lead.note is None) == (metrics == ("bleu", "chrf"))
+
+
+def test_headline_refuses_no_references():
+    with pytest.raises(ValueError, match=r"^references: empty"):
+        headline([])
 
 
 @pytest.mark.parametrize(
@@ -113,3 +161,120 @@ def test_cli_set_needs_table_key_value(capsys):
 def test_evaluate_needs_a_trained_model_directory(tmp_path, capsys):
     assert main(["evaluate", "--model", str(tmp_path)]) == 2
     assert "job.json: missing" in capsys.readouterr().err
+
+
+# -- what the commands print and write ------------------------------------------------------------
+
+
+def test_evaluate_json_names_the_headline_on_numbers(numbers_model_dir, capsys):
+    argv = ["evaluate", "--model", str(numbers_model_dir), "--json", "--limit", "12"]
+    assert main([*argv, "--beam-size", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["headline"] == ["exact_match", "chrf"] and report["short_references"] == 1.0
+    assert "shorter than 4 tokens" in report["note"]
+    assert report["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no")
+    assert report["sentences"] == 12 and 0.0 <= report["exact_match"] <= 1.0
+
+
+def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_model_dir, capsys):
+    from attnlab.cli.jobs import _print_scores
+
+    assert main(["evaluate", "--model", str(numbers_model_dir), "--limit", "5", "--show", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("test (5 sentences, beam search): exact match ")
+    assert "; BLEU " in printed[0]
+    assert printed[1].startswith("  note: 100.0% of the references are shorter than 4 tokens")
+    assert printed[2].startswith("  BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a")
+    # results.json of the session's run holds the same, and `attnlab train` printed it so.
+    results = json.loads((numbers_model_dir.parent / "results.json").read_text("utf-8"))
+    assert results["headline"] == ["exact_match", "chrf"] and results["note"]
+    _print_scores(results)
+    summary = capsys.readouterr().out.splitlines()
+    assert summary[0].startswith(f"test ({results['sentences']} sentences, beam search): exact")
+    assert summary[1].startswith("  note: ")
+
+
+def test_scores_of_sentences_print_bleu_first():
+    from attnlab.cli.jobs import _translation_scores
+
+    refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Gras."]
+    line = _translation_scores({**score(refs, refs).to_dict()})
+    assert line == "BLEU 100.00, chrF 100.00; exact match 100.0%"
+    legacy = {"bleu": 1.0, "chrf": 2.0, "exact_match": 0.5}  # results.json of an older run
+    assert _translation_scores(legacy) == "BLEU 1.00, chrF 2.00; exact match 50.0%"
+
+
+@pytest.mark.parametrize(
+    ("training", "printed"),
+    [
+        ({"stop_reason": "max_steps", "steps": 3000}, ""),
+        (
+            {"stop_reason": "max_minutes", "steps": 812},
+            "note: training stopped at the time cap (--max-minutes 15.0) after 812 steps, "
+            "before its max_steps = 3000; on a faster or less busy machine",
+        ),
+    ],
+)
+def test_the_time_cap_says_so_when_it_ends_training(training, printed, capsys):
+    from attnlab.cli.jobs import _print_time_cap
+
+    _print_time_cap(training, {"max_steps": 3000, "max_minutes": 15.0})
+    out = capsys.readouterr().out
+    assert out.startswith(printed) and bool(out) == bool(printed)
+
+
+def _fake_run(out: Path) -> None:
+    """A run directory as an interrupted `attnlab train` leaves it: one complete checkpoint."""
+    from attnlab.train.checkpoint import CHECKPOINT_FILES
+
+    step = out / "checkpoints" / "step-00000002"
+    step.mkdir(parents=True)
+    for name in CHECKPOINT_FILES:
+        (step / name).write_text("{}")
+    (out / "job.json").write_text("{}")
+
+
+TINY = [
+    "--config", "configs/numbers.toml", "--no-progress", "--max-steps", "2",
+    "--eval-every", "2", "--checkpoint-every", "2", "--set", "task.high=99",
+    "--set", "task.valid_size=10", "--set", "task.test_size=10", "--set", "model.d_model=32",
+    "--set", "model.d_ff=64", "--set", "model.num_encoder_layers=1",
+    "--set", "model.num_decoder_layers=1", "--set", "train.average_last=1",
+    "--set", "eval.bleu_sentences=5", "--set", "eval.beam_size=1",
+    "--set", "tokenizer.vocab_size=300",
+]  # fmt: skip
+
+
+def test_a_second_run_into_the_same_out_names_the_flags(tmp_path, capsys):
+    out = tmp_path / "run"
+    _fake_run(out)
+    assert main(["train", *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "already holds a run (checkpoint step-00000002); pass --resume to continue it, " in err
+    assert "--overwrite to start it over" in err and "resume=True" not in err
+    assert main(["train", *TINY, "--out", str(out), "--resume", "--overwrite"]) == 2
+    assert "--resume, --overwrite: choose one" in capsys.readouterr().err
+
+
+def test_overwrite_starts_an_earlier_run_over(tmp_path, capsys):
+    out = tmp_path / "run"
+    _fake_run(out)
+    (out / "notes.txt").write_text("part of the earlier run's directory")
+    assert main(["train", *TINY, "--out", str(out), "--overwrite"]) == 0
+    printed = capsys.readouterr().out
+    assert f"--overwrite: removed the earlier run in {out}/" in printed
+    assert not (out / "notes.txt").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000002"]
+    results = json.loads((out / "results.json").read_text("utf-8"))
+    assert results["training"]["steps"] == 2 and results["training"]["stop_reason"] == "max_steps"
+
+
+def test_overwrite_leaves_a_directory_that_is_not_a_run(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("not a run")
+    assert main(["train", *TINY, "--out", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "--overwrite: " in err and "does not look like an attnlab run" in err
+    assert (out / "thesis.tex").read_text() == "not a run"

@@ -6,7 +6,11 @@
   batches.
 * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
-  and the fraction of exact matches.
+  and the fraction of exact matches; and which of them to read first (:func:`headline`).
+* :func:`headline`: BLEU counts matching 1- to 4-grams (Papineni et al. 2002), so where most
+  references are shorter than 4 tokens (single number words, say) it has next to nothing to
+  count and reads 0 for good translations. There exact match and chrF are the headline and
+  BLEU comes with a note saying why; elsewhere BLEU and chrF are, as in the literature.
 
 Perplexity of a language model comes with training's validation loss (``exp(loss)``);
 :func:`lm_perplexity` measures it on any lines. :func:`classify` scores an image classifier
@@ -25,7 +29,65 @@ import torch
 from ._checks import check_positive_int
 from .generate import beam_search, greedy_search
 
-__all__ = ["Scores", "Translator", "classify", "lm_perplexity", "perplexity", "score"]
+__all__ = [
+    "BLEU_MAX_ORDER",
+    "Headline",
+    "Scores",
+    "Translator",
+    "classify",
+    "headline",
+    "lm_perplexity",
+    "perplexity",
+    "score",
+]
+
+#: The longest n-gram that corpus BLEU counts (sacreBLEU's default, the paper's BLEU-4).
+BLEU_MAX_ORDER = 4
+#: Above this fraction of references shorter than ``BLEU_MAX_ORDER`` tokens, BLEU is no
+#: headline: "mostly" short.
+SHORT_REFERENCES_LIMIT = 0.5
+
+
+@dataclass(frozen=True)
+class Headline:
+    """Which scores say how good translations of a set of references are.
+
+    ``metrics``: the keys of :class:`Scores` to show first, in order (``("exact_match",
+    "chrf")`` or ``("bleu", "chrf")``); ``short_references``: the fraction (0..1) of references
+    with fewer than ``BLEU_MAX_ORDER`` tokens (sacreBLEU's 13a tokenisation, what BLEU counts);
+    ``note``: why BLEU is not among the metrics, or None.
+    """
+
+    metrics: tuple[str, ...]
+    short_references: float
+    note: str | None
+
+
+def headline(references: Sequence[str]) -> Headline:
+    """The headline metrics for ``references`` (one string per sentence).
+
+    Corpus BLEU is a geometric mean of 1- to 4-gram precisions (with sacreBLEU's exp
+    smoothing): a reference shorter than 4 tokens offers no 4-gram to match, so where more
+    than half of them are that short, BLEU says little about the translations (0.00 for a
+    test set of single words, however good). Exact match and chrF (character n-grams, which
+    a single word has) lead there, and the note says why BLEU does not. Otherwise BLEU and chrF
+    lead, with their signatures, as in the literature.
+    """
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    refs = list(references)
+    if not refs:
+        raise ValueError("references: empty; nothing to score")
+    tokenize = Tokenizer13a()
+    short = sum(len(tokenize(ref).split()) < BLEU_MAX_ORDER for ref in refs) / len(refs)
+    if short <= SHORT_REFERENCES_LIMIT:
+        return Headline(("bleu", "chrf"), short, None)
+    note = (
+        f"{short:.1%} of the references are shorter than {BLEU_MAX_ORDER} tokens, so corpus "
+        f"BLEU (up to {BLEU_MAX_ORDER}-grams) has little or nothing to count here: exact match "
+        f"and chrF are the headline"
+    )
+    return Headline(("exact_match", "chrf"), short, note)
 
 
 @dataclass
@@ -34,6 +96,8 @@ class Scores:
 
     ``bleu`` and ``chrf`` are sacreBLEU's (0..100), with their signatures; ``exact_match`` the
     fraction (0..1) of hypotheses equal to their reference; ``sentences`` how many.
+    ``headline``, ``short_references`` and ``note``: :func:`headline` of the references (which
+    scores to read first, and why not BLEU where it says little).
     """
 
     bleu: float
@@ -42,14 +106,21 @@ class Scores:
     sentences: int
     bleu_signature: str
     chrf_signature: str
+    headline: tuple[str, ...] = ("bleu", "chrf")
+    short_references: float = 0.0
+    note: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as JSON-ready values (``headline`` a list)."""
+        data = asdict(self)
+        data["headline"] = list(self.headline)
+        return data
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     """sacreBLEU BLEU (13a tokenisation, cased) and chrF of ``hypotheses`` against one
-    reference each, plus exact match. Raises on empty or mismatched inputs."""
+    reference each, plus exact match and the :func:`headline` of the references. Raises on
+    empty or mismatched inputs."""
     from sacrebleu.metrics import BLEU, CHRF
 
     hyps, refs = list(hypotheses), list(references)
@@ -65,6 +136,7 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
             raise TypeError(f"{name}[{bad}]: expected a str, got {type(texts[bad]).__name__}")
     bleu, chrf = BLEU(), CHRF()
     exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(hyps)
+    lead = headline(refs)
     return Scores(
         bleu=bleu.corpus_score(hyps, [refs]).score,
         chrf=chrf.corpus_score(hyps, [refs]).score,
@@ -72,6 +144,9 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
         sentences=len(hyps),
         bleu_signature=str(bleu.get_signature()),
         chrf_signature=str(chrf.get_signature()),
+        headline=lead.metrics,
+        short_references=lead.short_references,
+        note=lead.note,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -71,9 +72,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     job = _build_job(args)
     out = Path(args.out or f"runs/{job.task.name}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume, --overwrite: choose one (continue the run, or start it over)")
     rank, world = init_distributed()  # under torchrun: join the group; else (0, 1)
     try:
         if rank == 0:
+            _prepare_out(out, resume=args.resume, overwrite=args.overwrite)
             languages = "" if job.task.is_image else f" {job.task.src_lang}->{job.task.tgt_lang}"
             where = f"{job.task.name}{languages} into {out}/"
             ranks = f" on {world} processes" if world > 1 else ""
@@ -89,11 +93,79 @@ def cmd_train(args: argparse.Namespace) -> int:
         destroy_distributed()
     if rank != 0:
         return 0
+    _print_time_cap(result.get("training", {}), job.train)
     _print_scores(result)
     use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
     return 0
+
+
+#: What `attnlab train` writes into its --out directory: --overwrite removes a directory only
+#: when it holds one of these, the mark of an earlier run.
+_RUN_MARKS = ("checkpoints", "results.json")
+
+
+def _prepare_out(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse, in terms of the command's flags, an --out that already holds a trained run
+    (unless --resume or --overwrite); with --overwrite remove that run."""
+    from ..train import find_checkpoints
+
+    if resume or not out.exists():
+        return
+    if not out.is_dir():
+        raise NotADirectoryError(f"--out: {out} exists and is not a directory")
+    marks = [name for name in _RUN_MARKS if (out / name).exists()]
+    if overwrite:
+        if not marks:
+            if any(out.iterdir()):
+                raise FileExistsError(
+                    f"--overwrite: {out} does not look like an attnlab run (no "
+                    f"{' or '.join(_RUN_MARKS)}); not removing it: choose another --out"
+                )
+            return
+        if Path.cwd().resolve().is_relative_to(out.resolve()):
+            raise ValueError(f"--overwrite: {out} holds the current directory; not removing it")
+        shutil.rmtree(out)
+        print(f"attnlab train: --overwrite: removed the earlier run in {out}/", flush=True)
+        return
+    checkpoints = find_checkpoints(out)
+    if checkpoints:
+        raise FileExistsError(
+            f"--out: {out} already holds a run (checkpoint {checkpoints[-1].name}); pass "
+            f"--resume to continue it, --overwrite to start it over, or choose another --out"
+        )
+
+
+def _print_time_cap(training: dict, train_options: dict) -> None:
+    """Say so when the wall-clock safety cap, not the step or epoch budget, ended training:
+    the result then depends on the machine's speed."""
+    if training.get("stop_reason") != "max_minutes":
+        return
+    budget = [
+        f"{name} = {train_options[name]}"
+        for name in ("max_steps", "max_epochs")
+        if train_options.get(name) is not None
+    ]
+    planned = f", before its {' / '.join(budget)}" if budget else ""
+    cap, steps = train_options.get("max_minutes"), training.get("steps")
+    print(
+        f"note: training stopped at the time cap (--max-minutes {cap}) after {steps} steps"
+        f"{planned}; on a faster or less busy machine the same command trains further, so "
+        f"this result is not reproducible",
+        flush=True,
+    )
+
+
+def _translation_scores(result: dict) -> str:
+    """The translation scores on one line, the headline first (evaluate.headline)."""
+    shown = {
+        "bleu": f"BLEU {result['bleu']:.2f}",
+        "chrf": f"chrF {result['chrf']:.2f}",
+        "exact_match": f"exact match {result['exact_match']:.1%}",
+    }
+    lead = [shown.pop(key) for key in result.get("headline", ("bleu", "chrf"))]
+    return ", ".join(lead) + (f"; {', '.join(shown.values())}" if shown else "")
 
 
 def _print_scores(result: dict, show: int = 3) -> None:
@@ -118,9 +190,10 @@ def _print_scores(result: dict, show: int = 3) -> None:
         return
     print(
         f"{result['split']} ({result['sentences']:,} sentences, beam search): "
-        f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
-        f"exact match {result['exact_match']:.1%}"
+        f"{_translation_scores(result)}"
     )
+    if result.get("note"):
+        print(f"  note: {result['note']} (BLEU {result['bleu']:.2f})")
     print(f"  BLEU signature: {result['bleu_signature']}")
     print(f"  chrF signature: {result['chrf_signature']}")
     for example in result.get("examples", [])[:show]:
@@ -164,12 +237,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return 0
     if args.json:
         keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task")
-        report = {k: result[k] for k in keys}
-        report["bleu_signature"], report["chrf_signature"] = (
-            result["bleu_signature"],
-            result["chrf_signature"],
-        )
-        print(json.dumps(report))
+        keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
+        print(json.dumps({k: result[k] for k in keys}))
         return 0
     _print_scores(result, show=args.show)
     return 0
@@ -218,7 +287,8 @@ def add_parsers(sub) -> None:
         help="train a translation model end to end: corpus, tokenizers, model, checkpoints",
         description=(
             "Train an encoder-decoder Transformer from scratch: load the task's corpus, train "
-            "byte-level BPE tokenizers on its training split, train with the paper's recipe "
+            "BPE tokenizers (over characters, with byte fallback) on its training split, train "
+            "with the paper's recipe "
             "(Adam, eq. 3 warmup schedule, label smoothing, token-budget batches), checkpoint "
             "atomically, average the last checkpoints into OUT/model, and score the test split "
             "with beam search (sacreBLEU, chrF, exact match) into OUT/results.json. Settings "
@@ -284,6 +354,12 @@ def add_parsers(sub) -> None:
         help="any other setting, e.g. model.d_model=128 (repeatable)",
     )
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over: remove --out first when it holds an earlier run (checkpoints/ or "
+        "results.json)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
@@ -313,7 +389,10 @@ def add_parsers(sub) -> None:
         description=(
             "Translate a split of the model's task (from its job.json) with beam search and "
             "score it: sacreBLEU BLEU and chrF (cased, detokenised; signatures printed) and "
-            "exact match. --json prints one object with bleu, chrf, exact_match (a fraction). "
+            "exact match. Where most references are shorter than 4 tokens, exact match and "
+            "chrF are the headline and BLEU comes with a note (it has no 4-grams to count). "
+            "--json prints one object with bleu, chrf, exact_match (a fraction), headline (the "
+            "keys to read first), short_references, note and the signatures. "
             "A language model is scored by perplexity; a Vision Transformer (the digits task) "
             "by accuracy (--json: accuracy, correct, images, per_class)."
         ),
