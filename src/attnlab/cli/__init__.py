@@ -1,8 +1,8 @@
 """The ``attnlab`` command line. Thin: it parses arguments, calls the library and prints.
 
 One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
-`tour` (demo, masks, config, flops, explain), `pictures` (viz) and `jobs` (train, translate,
-evaluate, serve); the argument types that several groups use are in `_args`.
+`tour` (demo, masks, config, flops, explain), `pictures` (viz), `jobs` (train, translate,
+evaluate, serve) and `export`; the argument types that several groups use are in `_args`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import jobs, pictures, tour
+from . import export, jobs, pictures, tour
 from .jobs import _build_job
 
 __all__ = ["_build_job", "build_parser", "describe_error", "main"]
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_serve_parser(sub)
     pictures.add_parsers(sub)
     jobs.add_parsers(sub)
+    export.add_parsers(sub)
     return parser
 
 
