@@ -25,14 +25,8 @@ from safetensors.torch import load_file
 from attnlab.data.batching import collate, make_lm_examples
 from attnlab.model import Transformer, TransformerConfig, TransformerLM, load_pretrained
 from attnlab.schedule import transformer_lr
-from attnlab.train import (
-    METRICS_COLUMNS,
-    TrainConfig,
-    Trainer,
-    _capture_rng,
-    _restore_rng,
-    find_checkpoints,
-)
+from attnlab.train import METRICS_COLUMNS, TrainConfig, Trainer, find_checkpoints
+from attnlab.train.rng import capture_rng, restore_rng
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _train_worker as worker
@@ -291,7 +285,7 @@ def test_max_minutes_and_tensorboard_scalars(
         def close(self) -> None:
             logged.append(("closed", 0.0, 0))
 
-    monkeypatch.setattr(train_module, "_tensorboard", lambda out: Writer())
+    monkeypatch.setattr(train_module, "open_tensorboard", lambda out: Writer())
     config = TrainConfig(
         out=str(tmp_path / "run"),
         max_tokens=64,
@@ -380,7 +374,7 @@ def test_rng_states_round_trip_through_json() -> None:
     random.seed(5)
     np.random.seed(5)
     random.gauss(0, 1)  # a cached Gaussian is part of Python's state
-    state = json.loads(json.dumps(_capture_rng(device)))
+    state = json.loads(json.dumps(capture_rng(device)))
     first = (
         torch.rand(3),
         random.random(),
@@ -388,7 +382,7 @@ def test_rng_states_round_trip_through_json() -> None:
         np.random.rand(),
         np.random.randn(),
     )
-    _restore_rng(state, device)
+    restore_rng(state, device)
     again = (
         torch.rand(3),
         random.random(),

@@ -353,10 +353,10 @@ def train_job(
     others return ``{}``).
     """
     from .data.batching import TokenBatcher
-    from .train import TrainConfig, Trainer, _world
+    from .train import TrainConfig, Trainer, world
 
     started = time.perf_counter()
-    rank, _ = _world()
+    rank, _ = world()
     if rank != 0:
         log = lambda message: None  # noqa: E731 - one voice in a distributed run
     out = Path(out)

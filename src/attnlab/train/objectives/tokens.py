@@ -1,0 +1,116 @@
+"""What the sequence objectives share: framed token examples in token-budget batches, and the
+label-smoothed cross-entropy (Vaswani et al. 2017, sec. 5.4) over the non-pad target tokens."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...data.batching import Examples, TokenBatcher, collate
+from ..config import TrainConfig
+from ..metrics import METRICS_COLUMNS
+from .base import Batch, autocast
+
+__all__ = ["TokenObjective"]
+
+
+class TokenObjective:
+    """The loss of a model that maps token ids to next-token logits ``(B, T, V)``, summed over
+    the non-pad target tokens. A subclass says how the model is called (:meth:`logits`) and
+    whether it reads the sources (``uses_source``)."""
+
+    model_class: ClassVar[type[nn.Module]]
+    uses_source: ClassVar[bool]
+    unit: ClassVar[str] = "tokens"
+    columns: ClassVar[tuple[str, ...]] = METRICS_COLUMNS
+    rate_unit: ClassVar[str] = "tok/s"
+    validation_counts: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, model: nn.Module, config: TrainConfig, device: torch.device) -> None:
+        self.model_config: Any = model.config
+        self.config = config
+        self.device = device
+        self.pad_id: int = self.model_config.pad_id
+
+    def logits(self, module: nn.Module, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """``(B, T, V)`` logits of the target inputs (and, if the model reads it, the source)."""
+        raise NotImplementedError
+
+    def prepare(self, data: object, name: str) -> Examples:
+        examples = _as_examples(data, name)
+        config = self.model_config
+        if self.uses_source and (examples.src_lengths == 0).any():
+            i = int(np.flatnonzero(examples.src_lengths == 0)[0])
+            raise ValueError(f"{name}[{i}]: empty source; a Transformer needs a source sentence")
+        src_vocab, tgt_vocab = config.vocab_size, config.target_vocab_size
+        for i, example in enumerate(examples):
+            if example.src and self.uses_source and max(example.src) >= src_vocab:
+                raise ValueError(
+                    f"{name}[{i}]: source id {max(example.src)} is outside the model's "
+                    f"vocabulary [0, {src_vocab})"
+                )
+            if max(example.tgt) >= tgt_vocab:
+                raise ValueError(
+                    f"{name}[{i}]: target id {max(example.tgt)} is outside the model's "
+                    f"vocabulary [0, {tgt_vocab})"
+                )
+        return examples
+
+    def batcher(self, data: Examples, name: str, **options: Any) -> TokenBatcher:
+        try:
+            return TokenBatcher.for_examples(data, self.config.max_tokens, **options)
+        except ValueError as e:  # an example longer than the budget: say which set it is in
+            raise ValueError(f"{name}: {e}") from None
+
+    def collate(self, data: Examples, indices: Sequence[int]) -> Batch:
+        return collate(data, indices, self.pad_id)
+
+    def count(self, batch: Batch) -> int:
+        return int((batch[2] != self.pad_id).sum())
+
+    def loss(self, module: nn.Module, batch: Batch) -> Tensor:
+        src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in batch)
+        with autocast(self.device, self.config):
+            logits = self.logits(module, src, tgt_in)  # (B, T, V)
+        return F.cross_entropy(
+            logits.float().flatten(0, 1),  # (B * T, V)
+            tgt_out.flatten(),  # (B * T,)
+            ignore_index=self.pad_id,
+            label_smoothing=self.config.label_smoothing,
+            reduction="sum",
+        )
+
+    def evaluate_batch(self, module: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, int]]:
+        return self.loss(module, batch), {}
+
+    def validation_metrics(self, sums: Mapping[str, float], count: float) -> dict[str, float]:
+        return {}
+
+    def dummy_loss(self, module: nn.Module) -> Tensor:
+        bos = torch.full((1, 1), self.model_config.bos_id, device=self.device)
+        with autocast(self.device, self.config):
+            logits = self.logits(module, bos, bos)
+        return logits.float().sum() * 0.0
+
+    def fingerprint(self, data: Examples) -> str:
+        digest = hashlib.sha256()
+        digest.update(data.src_lengths.tobytes())
+        digest.update(data.tgt_lengths.tobytes())
+        return digest.hexdigest()[:16]
+
+
+def _as_examples(examples: object, name: str) -> Examples:
+    if isinstance(examples, Examples):
+        return examples
+    if isinstance(examples, Sequence) and not isinstance(examples, (str, bytes)):
+        try:
+            return Examples(examples)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{name}: {e}") from None
+    raise TypeError(f"{name}: expected Examples (make_examples), got {type(examples).__name__}")
