@@ -102,8 +102,8 @@ def unsupported(model: object, target: str) -> list[str]:
     express, each naming the option (empty when it can be exported).
 
     Both targets take the encoder-decoder :class:`attnlab.Transformer`. CTranslate2 expresses
-    every option of its config except rotary and ALiBi positions; Marian (Hugging Face) needs
-    post-LN, sinusoidal positions, no embedding LayerNorm and LayerNorm epsilon 1e-5.
+    every option of its config except ALiBi positions; Marian (Hugging Face) needs post-LN,
+    sinusoidal positions, no embedding LayerNorm and LayerNorm epsilon 1e-5.
     """
     target = _check_target(target)
     name = _TARGET_NAMES[target]
@@ -283,18 +283,23 @@ def to_ctranslate2(
     src_tokens = _vocabulary(src, c.vocab_size, "source")
     tgt_tokens = _vocabulary(tgt, c.target_vocab_size, "target")
     out = _check_out_dir(out_dir, force)
-    import ctranslate2  # noqa: F401  (a clear ImportError before anything is built)
-
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "ctranslate2: not installed; `pip install ctranslate2` to export to CTranslate2"
+        ) from None
     spec = _ctranslate2_spec(model, src_tokens, tgt_tokens, tgt.unk_id)
+    joint = _same_tokenizer(src, tgt)
 
     def build(directory: Path) -> None:
         from .data.tokenizer import save_tokenizers
 
         spec.optimize(quantization=quantization)
         spec.save(str(directory))
-        save_tokenizers(directory, src, None if _same_tokenizer(src, tgt) else tgt)
+        save_tokenizers(directory, src, None if joint else tgt)
         (directory / "README.md").write_text(
-            _ctranslate2_readme(c, src_tokens, tgt_tokens, quantization, src is tgt),
+            _ctranslate2_readme(c, src_tokens, tgt_tokens, quantization, joint),
             encoding="utf-8",
         )
 
@@ -398,11 +403,12 @@ Transformer computes attnlab's function: same weights, attnlab's sinusoidal posi
 import ctranslate2
 from tokenizers import Tokenizer  # attnlab's tokenizer files are Hugging Face tokenizers
 
-source_tokenizer = Tokenizer.from_file("{tokenizer}")
-target_tokenizer = Tokenizer.from_file("{target_tokenizer}")
+model_dir = "THIS_DIRECTORY"
+source_tokenizer = Tokenizer.from_file(f"{{model_dir}}/{tokenizer}")
+target_tokenizer = Tokenizer.from_file(f"{{model_dir}}/{target_tokenizer}")
 source_tokenizer.encode_special_tokens = True  # as attnlab: "<eos>" in text is plain text
 
-translator = ctranslate2.Translator("THIS_DIRECTORY", device="cpu")
+translator = ctranslate2.Translator(model_dir, device="cpu")
 texts = ["..."]
 tokens = [source_tokenizer.encode(t, add_special_tokens=False).tokens for t in texts]
 results = translator.translate_batch(
@@ -416,8 +422,10 @@ ids = [[target_tokenizer.token_to_id(t) for t in r.hypotheses[0]] for r in resul
 print([target_tokenizer.decode(i) for i in ids])
 ```
 
-With attnlab installed, `attnlab.data.tokenizer.load_tokenizers("THIS_DIRECTORY")` gives the
-same tokenizers: token strings are `[tok.backend.id_to_token(i) for i in tok.encode(text)]`.
+With attnlab installed, `attnlab.data.tokenizer.load_tokenizers(model_dir)` gives the same
+tokenizers: token strings are `[tok.backend.id_to_token(i) for i in tok.encode(text)]`, and
+`tok.decode(ids)` is attnlab's text exactly (it writes bytes that form no character as
+escapes such as `\\xc3`, where the `tokenizers` decoder writes U+FFFD).
 
 Length penalty: attnlab's beam search ranks by `log P / ((5 + |Y|) / 6) ** alpha` (|Y| counts
 EOS; alpha 0.6 by default), CTranslate2 by `log P / |Y| ** length_penalty` (|Y| without EOS).

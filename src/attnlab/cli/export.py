@@ -18,9 +18,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     if args.quantization is not None and args.to != "ctranslate2":
         raise ValueError(f"--quantization: only --to ctranslate2 quantizes, not --to {args.to}")
-    out = export_model(
-        args.model_dir, args.out_dir, to=args.to, quantization=args.quantization, force=args.force
-    )
+    try:
+        out = export_model(
+            args.model_dir,
+            args.out_dir,
+            to=args.to,
+            quantization=args.quantization,
+            force=args.force,
+        )
+    except ImportError as error:  # the target's package is missing: not a bug, one line
+        raise RuntimeError(str(error)) from error
     print(f"attnlab export: wrote the {args.to} model to {out}/")
     return 0
 
