@@ -16,6 +16,7 @@ from _paths import MULTI30K_DIR as MULTI30K
 from attnlab import load_pretrained
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
+from attnlab.jobs import TASKS, Job, TaskOptions, recipe
 
 SMALL = [
     "--set", "task.high=299", "--set", "task.valid_size=30", "--set", "task.test_size=30",
@@ -139,22 +140,107 @@ def test_a_language_model_on_a_text_file(tmp_path, capsys):
     assert report["perplexity"] == pytest.approx(results["perplexity"], rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("task", "config"), [("numbers", "numbers.toml"), ("multi30k", "multi30k-en-de.toml")]
-)
-def test_a_task_alone_runs_the_recipe_of_its_config_file(task, config):
-    """`attnlab train --task NAME` with no --config trains what configs/ describes: the built-in
-    defaults (jobs.TASK_DEFAULTS) and the committed files must not drift apart."""
-    from attnlab.jobs import Job
+@pytest.mark.parametrize("task", [name for name, task in TASKS.items() if task.recipe])
+def test_a_task_alone_runs_its_recipe_the_file_in_configs(task):
+    """`attnlab train --task NAME` with no --config runs the task's recipe: the packaged TOML
+    file that configs/ links to (one copy of each recipe), and its values are valid."""
+    from_file = Job.from_toml(Path("configs") / TASKS[task].recipe)
+    alone = Job.from_dict({"task": {"name": task}})
+    assert alone.to_dict() == from_file.to_dict()
+    assert alone.task.name == task
+    alone.check()
+    assert recipe(task) == recipe(task) and recipe(task) is not recipe(task)  # fresh copies
 
-    from_file = Job.from_toml(Path("configs") / config).to_dict()
-    alone = Job.from_dict({"task": {"name": task}}).to_dict()
-    assert alone == from_file
+
+def test_the_cli_offers_the_registered_tasks():
+    from attnlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    train = sub.choices["train"]
+    (task,) = [a for a in train._actions if a.dest == "task"]
+    assert tuple(task.choices) == tuple(TASKS) == ("numbers", "multi30k", "files", "text", "digits")
+
+
+# -- a job is checked before any work ---------------------------------------------------------
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Record any call that reads a corpus or trains a tokenizer (none may happen)."""
+    from attnlab.data import corpora
+    from attnlab.data.tokenizer import Tokenizer
+
+    calls: list[str] = []
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            raise AssertionError(f"{name} was called before the job was checked")
+
+        return call
+
+    monkeypatch.setattr(TaskOptions, "load", refuse("TaskOptions.load"))
+    for name in ("numbers", "multi30k", "parallel_files", "text_corpus"):
+        monkeypatch.setattr(corpora, name, refuse(f"corpora.{name}"))
+    monkeypatch.setattr(Tokenizer, "train", refuse("Tokenizer.train"))
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--set", "train.patiense=3"], "[train] fields ['patiense']; did you mean 'patience'?"),
+        (["--set", "model.d_modle=64"], "[model] fields ['d_modle']; did you mean 'd_model'?"),
+        (["--set", "eval.beam=2"], "unknown [eval] fields ['beam']; did you mean 'beam_size'?"),
+        (["--set", "model.d_model=-1"], "[model] d_model: expected a positive int, got -1"),
+        (["--set", "train.warmup=0"], "[train] warmup: expected a positive int, got 0"),
+        (["--preset", "digits"], "[model] preset: unknown name 'digits'; expected one of"),
+        (["--set", "train.out=x"], "[train] out: the run directory is given by --out"),
+    ],
+)  # fmt: skip
+def test_a_job_typo_fails_before_any_work(argv, expected, tmp_path, capsys, no_work):
+    """Through the real CLI: one line naming the table and the setting, with the nearest known
+    key for a near miss; no corpus read, no tokenizer trained, no run directory created."""
+    out = tmp_path / "run"
+    assert main(["train", "--task", "numbers", "--out", str(out), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab train: error: ") and err.count("\n") == 1, err
+    assert expected in err
+    assert not out.exists() and no_work == []
+
+
+def test_a_job_file_typo_names_the_file_and_the_table(tmp_path, capsys, no_work):
+    job = tmp_path / "vit.toml"
+    job.write_text('[task]\nname = "digits"\n\n[model]\nnum_layer = 2\n', encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(job), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "vit.toml: unknown [model] fields ['num_layer']; did you mean 'num_layers'?" in err
+    assert not out.exists() and no_work == []
+    job.write_text("[trian]\nmax_steps = 5\n", encoding="utf-8")
+    assert main(["train", "--config", str(job), "--out", str(out)]) == 2
+    assert "vit.toml: unknown tables ['trian']; did you mean [train]?" in capsys.readouterr().err
+    assert not out.exists() and no_work == []
+
+
+def test_train_job_checks_values_before_creating_the_run_directory(tmp_path, no_work):
+    from attnlab.jobs import train_job
+
+    job = Job.from_dict({"task": {"name": "digits"}, "train": {"lr": -1.0}})
+    with pytest.raises(ValueError, match=r"^\[train\] lr: expected a positive number, got -1.0"):
+        train_job(job, tmp_path / "run")
+    assert not (tmp_path / "run").exists() and no_work == []
+
+
+def test_a_job_json_that_is_not_tables_is_named(tmp_path):
+    from attnlab.jobs import evaluate_model
+
+    (tmp_path / "job.json").write_text("[]\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"job\.json: expected tables of settings, got list"):
+        evaluate_model(tmp_path)
 
 
 def test_job_tables_must_be_tables():
-    from attnlab.jobs import Job
-
     with pytest.raises(TypeError, match=r"\[train\]: expected a table of settings, got 5"):
         Job.from_dict({"train": 5})
     job = Job.from_dict({"task": {"name": "digits"}, "train": {"max_epochs": 3}})

@@ -67,17 +67,27 @@ def shape_of(value: object) -> object:
 
 def dataclass_from(cls: type, data: object, what: str) -> Any:
     """``cls(**data)`` for a dataclass ``cls``, refusing a non-mapping (TypeError) and unknown
-    keys (ValueError ``unknown {what} fields [...]``, with the known ones)."""
+    keys (ValueError, see :func:`check_keys`)."""
     if not isinstance(data, Mapping):
         raise TypeError(f"data: expected a mapping of {what} fields, got {type(data).__name__}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} fields {unknown}; known: {sorted(known)}")
+    check_keys(data, [f.name for f in dataclasses.fields(cls)], what)
     return cls(**data)
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """``"; did you mean 'patience'?"`` when ``name`` is close to one of ``known``, else ``""``."""
+def check_keys(data: Mapping[str, object], known: Iterable[str], what: str) -> None:
+    """Raise ValueError ``unknown {what} fields [...]`` unless every key of ``data`` is one of
+    ``known``; with the nearest known key when one is close (``did you mean``), else the
+    known ones."""
+    known = sorted(known)
+    unknown = sorted(set(data) - set(known))
+    if not unknown:
+        return
+    near = closest(unknown[0], known) if len(unknown) == 1 else None
+    hint = f"did you mean {near!r}?" if near else f"known: {known}"
+    raise ValueError(f"unknown {what} fields {unknown}; {hint}")
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The one of ``known`` nearest to ``name`` when it is close (a likely typo), else None."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None

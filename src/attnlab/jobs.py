@@ -1,12 +1,18 @@
-"""The main job: train a translation model end to end, and evaluate it.
+"""The main job: train a model end to end, and evaluate it.
 
-A :class:`Job` is one TOML file (or its defaults) with four tables::
+A :class:`Job` is one TOML file (or a task's recipe alone) with five tables::
 
-    [task]       # what to learn: numbers | multi30k | files, languages, where the data is
-    [tokenizer]  # byte-level BPE: vocabulary size, joint or separate
-    [model]      # a TransformerConfig preset and any field to override
+    [task]       # what to learn: numbers | multi30k | files | text | digits, the data
+    [tokenizer]  # BPE: vocabulary size, joint or separate
+    [model]      # a TransformerConfig (VisionConfig for digits) preset and fields to override
     [train]      # attnlab.train.TrainConfig fields (batch tokens, schedule, steps, ...)
     [eval]       # beam search for the final test and the BLEU measured while training
+
+What a job leaves out comes from its task's recipe, a packaged TOML file
+(``attnlab/recipes/*.toml``, linked from the repository's ``configs/``); the tasks are the
+registry :data:`TASKS`. Every key of every table is checked when the job is parsed
+(:meth:`Job.from_dict`, with "did you mean" for a near miss), and every value of ``[model]``
+and ``[train]`` by :meth:`Job.check`, before any work starts.
 
 :func:`train_job` runs it: load the corpus, train the tokenizers on the training split only,
 encode, build the model, train (checkpoints, resume, metrics), average the last checkpoints
@@ -17,93 +23,83 @@ on a split of its task.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ._checks import dataclass_from
+from ._checks import check_keys, closest, dataclass_from
 from ._io import write_json
 
-__all__ = ["EvalOptions", "Job", "TaskOptions", "TokenizerOptions", "evaluate_model", "train_job"]
+__all__ = [
+    "TASKS",
+    "EvalOptions",
+    "Job",
+    "Task",
+    "TaskOptions",
+    "TokenizerOptions",
+    "evaluate_model",
+    "recipe",
+    "train_job",
+]
 
 JOB_FILE = "job.json"
 RESULTS_FILE = "results.json"
-TASKS = ("numbers", "multi30k", "files", "text", "digits")
-# What a task's job starts from where the TOML (or the command line) leaves a setting out, so
-# that `attnlab train --task NAME` alone runs a sensible recipe. numbers and multi30k: the values
-# of configs/numbers.toml (the demo) and configs/multi30k-en-de.toml (the benchmark; a test
-# keeps them equal). digits: 150 epochs (3,000 steps) of ViT-style training with affine
-# augmentation, about 90 s on 2 CPU cores (README, Performance).
-TASK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "numbers": {
-        "task": {"valid_size": 500, "test_size": 500},
-        "tokenizer": {"vocab_size": 400, "joint": True},
-        "model": {
-            "preset": "tiny",
-            "d_model": 128,
-            "num_heads": 4,
-            "d_ff": 512,
-            "num_encoder_layers": 2,
-            "num_decoder_layers": 2,
-            "dropout": 0.1,
-            "max_len": 64,
-        },
-        "train": {
-            "max_tokens": 2048,
-            "warmup": 300,
-            "lr_factor": 0.5,
-            "max_minutes": 3.0,
-            "eval_every": 200,
-            "checkpoint_every": 200,
-            "keep_checkpoints": 3,
-            "average_last": 3,
-            "log_every": 20,
-        },
-        "eval": {"beam_size": 4, "alpha": 0.6, "bleu_sentences": 200},
-    },
-    "multi30k": {
-        "task": {"max_len": 100},
-        "tokenizer": {"vocab_size": 8000, "joint": True},
-        "model": {"preset": "small", "dropout": 0.1, "max_len": 256},
-        "train": {
-            "max_tokens": 4096,
-            "warmup": 800,
-            "lr_factor": 0.5,
-            "max_minutes": 60.0,
-            "eval_every": 250,
-            "checkpoint_every": 250,
-            "keep_checkpoints": 5,
-            "average_last": 5,
-            "patience": 8,
-            "log_every": 25,
-        },
-        "eval": {"beam_size": 4, "alpha": 0.6, "bleu_sentences": 300},
-    },
-    "digits": {
-        "model": {"preset": "digits"},
-        "train": {
-            "batch_size": 64,
-            "schedule": "cosine",
-            "lr": 3e-3,
-            "warmup": 210,
-            "weight_decay": 0.1,
-            "augment": True,
-            "max_epochs": 150,
-            "max_minutes": 2.0,
-            "eval_every": 100,
-            "checkpoint_every": 200,
-            "keep_checkpoints": 3,
-            "average_last": 1,
-            "log_every": 20,
-        },
-    },
+TABLES = ("task", "tokenizer", "model", "train", "eval")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task a job can name: what it trains (``kind``: ``translation``, ``language_model`` or
+    ``image_classification``) and its recipe, the packaged TOML file in ``attnlab/recipes``
+    that fills in what a job leaves out (None: the tables' own defaults)."""
+
+    name: str
+    kind: str
+    recipe: str | None = None
+
+
+# The task registry: `attnlab train --task` offers these, in this order.
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task("numbers", "translation", "numbers.toml"),
+        Task("multi30k", "translation", "multi30k-en-de.toml"),
+        Task("files", "translation"),
+        Task("text", "language_model"),
+        Task("digits", "image_classification", "digits.toml"),
+    )
 }
+
+
+def recipe(name: str) -> dict[str, dict[str, Any]]:
+    """The tables of task ``name``'s recipe (empty for a task without one), a fresh copy: what
+    ``attnlab train --task NAME`` runs where the command line leaves a setting out."""
+    return copy.deepcopy(_read_recipe(TASKS[name].recipe)) if name in TASKS else {}
+
+
+@functools.cache
+def _read_recipe(file: str | None) -> dict[str, dict[str, Any]]:
+    if file is None:
+        return {}
+    text = resources.files("attnlab").joinpath("recipes", file).read_text(encoding="utf-8")
+    return _toml().loads(text)  # type: ignore[no-any-return]
+
+
+def _toml() -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib
 
 
 @dataclass
@@ -143,11 +139,11 @@ class TaskOptions:
 
     @property
     def is_lm(self) -> bool:
-        return self.name == "text"
+        return TASKS[self.name].kind == "language_model"
 
     @property
     def is_image(self) -> bool:
-        return self.name == "digits"
+        return TASKS[self.name].kind == "image_classification"
 
     def _sizes(self, valid: int, test: int) -> dict[str, int]:
         return {
@@ -230,15 +226,23 @@ class Job:
     eval: EvalOptions = field(default_factory=EvalOptions)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Job:
-        unknown = sorted(set(data) - {"task", "tokenizer", "model", "train", "eval"})
+    def from_dict(cls, data: Mapping[str, Any]) -> Job:
+        """The job of ``data`` (tables of settings) over its task's recipe. Every key of every
+        table is checked (ValueError naming the table and key, with the nearest known key);
+        the values are checked by :meth:`check`."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"expected tables of settings, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(TABLES))
         if unknown:
+            near = closest(unknown[0], TABLES) if len(unknown) == 1 else None
+            hint = f"did you mean [{near}]? " if near else ""
             raise ValueError(
-                f"unknown tables {unknown}; a job has [task], [tokenizer], [model], [train], [eval]"
+                f"unknown tables {unknown}; {hint}a job has [task], [tokenizer], [model], "
+                f"[train], [eval]"
             )
         task = data.get("task", {})
         name = task.get("name", TaskOptions.name) if isinstance(task, Mapping) else None
-        defaults = TASK_DEFAULTS.get(name, {}) if isinstance(name, str) else {}
+        defaults = recipe(name) if isinstance(name, str) else {}
 
         def table(key: str, fallback: dict[str, Any] | None = None) -> Any:
             given = data.get(key, {})
@@ -246,20 +250,42 @@ class Job:
                 raise TypeError(f"[{key}]: expected a table of settings, got {given!r:.60}")
             return {**defaults.get(key, fallback or {}), **given}
 
+        from .train.config import TrainConfig
+
+        task_options = dataclass_from(TaskOptions, table("task"), "[task]")
+        model, train = table("model", {"preset": "small"}), table("train")
+        config_class = _model_config_class(task_options)
+        check_keys(model, ["preset", *_field_names(config_class)], "[model]")
+        if "out" in train:
+            raise ValueError("[train] out: the run directory is given by --out, not in [train]")
+        check_keys(train, [f for f in _field_names(TrainConfig) if f != "out"], "[train]")
         return cls(
-            task=dataclass_from(TaskOptions, table("task"), "[task]"),
+            task=task_options,
             tokenizer=dataclass_from(TokenizerOptions, table("tokenizer"), "[tokenizer]"),
-            model=table("model", {"preset": "small"}),
-            train=table("train"),
+            model=model,
+            train=train,
             eval=dataclass_from(EvalOptions, table("eval"), "[eval]"),
         )
 
+    def check(self) -> None:
+        """Check the values of ``[model]`` and ``[train]`` (the other tables check theirs when
+        built): build the model config (for vocabularies of ``[tokenizer] vocab_size``) and the
+        TrainConfig. ValueError naming the table and the setting; no file is touched."""
+        from .train.config import TrainConfig
+
+        try:
+            self.model_config(self.tokenizer.vocab_size, self.tokenizer.vocab_size)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"[model] {e}") from None
+        try:
+            TrainConfig(out=".", **self.train)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"[train] {e}") from None
+
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> Job:
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover
-            import tomli as tomllib
+        """The job of TOML file ``path``; errors name the file."""
+        tomllib = _toml()
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: config file not found")
@@ -300,6 +326,22 @@ class Job:
             share_embeddings=joint,
         )
         return TransformerConfig.preset(preset, **options)
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _model_config_class(task: TaskOptions) -> type:
+    """The config dataclass of the task's model: VisionConfig for an image task, else
+    TransformerConfig."""
+    if task.is_image:
+        from .vision import VisionConfig
+
+        return VisionConfig
+    from .config import TransformerConfig
+
+    return TransformerConfig
 
 
 def _tokenizers(job: Job, corpus, directory: Path, reuse: bool, rank: int):
@@ -356,10 +398,12 @@ def train_job(
     from .train import TrainConfig, Trainer, world
 
     started = time.perf_counter()
+    job.check()  # before any work: reading the corpus, training tokenizers, creating `out`
+    out = Path(out)
+    train_config = TrainConfig(out=str(out), **job.train)
     rank, _ = world()
     if rank != 0:
         log = lambda message: None  # noqa: E731 - one voice in a distributed run
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = job.task.load()
     splits = corpus if job.task.is_lm or job.task.is_image else corpus.splits
@@ -369,7 +413,6 @@ def train_job(
         else f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}"
     )
     log(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
-    train_config = TrainConfig(out=str(out), **job.train)
     padding: float | None = None
     tokenizer_dir: Path | None = None
     if job.task.is_image:
@@ -537,7 +580,10 @@ def evaluate_model(
                 f"{path}: missing; the model was not saved by `attnlab train`, so its task is "
                 f"unknown"
             )
-        job = Job.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        try:
+            job = Job.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
     if corpus is None:
         corpus = job.task.load()
     if split is None:

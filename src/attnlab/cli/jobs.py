@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..jobs import TASKS
 from ..model import TransformerConfig
 from ..vision import VisionConfig
 from ._args import _positive_int
@@ -303,7 +304,7 @@ def add_parsers(sub) -> None:
     train.add_argument("--config", default=None, help="TOML job file, e.g. configs/numbers.toml")
     train.add_argument(
         "--task",
-        choices=("numbers", "multi30k", "files", "text", "digits"),
+        choices=tuple(TASKS),  # the task registry
         default=None,
         help="numbers (offline default), multi30k, files ([task] paths), text (a language "
         "model on --text-file), or digits (a Vision Transformer on scikit-learn's 8x8 digits)",
