@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test demo tour train-multi30k train-digits serve bench explain lint format clean
+.PHONY: test test-load demo tour train-multi30k train-digits serve bench explain lint format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ serve: $(STAMP)
 
 tour: $(STAMP)
 	$(VENV)/bin/attnlab demo
+
+# The explorer under load: 50 clients for 60 s against `attnlab serve` on 127.0.0.1, with torch
+# threads 1 and 2 (run `make demo` first, or set MODEL); only 200s and 503s may come back.
+test-load: $(STAMP)
+	$(PY) benchmarks/serve_load.py --model $(MODEL) --out benchmarks/results/serve_load.json
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py

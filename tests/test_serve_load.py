@@ -1,0 +1,64 @@
+"""A short load test of the explorer (`make test-load` runs the full one: 50 clients for 60 s,
+benchmarks/serve_load.py): 20 concurrent clients, each on its own connection, ask a fixed
+number of requests of the usual mix against a real uvicorn server on 127.0.0.1 with a small
+queue. Every answer is a 200 or a 503, some are 200s, and afterwards the server answers as the
+library does. No latency is asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from attnlab.serve import create_app
+from attnlab.serve.app import make_server, url_of
+from attnlab.serve.limits import Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("serve_load", ROOT / "benchmarks/serve_load.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_twenty_clients_get_200_or_503_and_the_server_still_answers(numbers_model_dir):
+    serve_load = _load_script()
+    app = create_app(numbers_model_dir, device="cpu", limits=Limits(queue=2))
+    server, sock = make_server(app, port=0)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        url = url_of(sock)
+        answers = asyncio.run(serve_load.load(url, 20, requests=8, seed=7))
+        assert len(answers) == 160
+        statuses = {answer.status for answer in answers}
+        assert statuses <= {200, 503}, statuses
+        admitted = [a for a in answers if a.status == 200]
+        assert {a.route for a in admitted} >= {"model", "positional", "masks"}
+        assert any(a.route in ("attention", "translate") for a in admitted)
+        refused = sum(a.status == 503 for a in answers)
+        counts = app.state.queue.counts
+        assert refused == counts["refused"] + counts["expired"]  # every 503 was the queue's
+        for text in ("forty-two", "three hundred and twelve"):  # and it still answers right
+            answer = httpx.post(url + "api/translate", json={"text": text}, timeout=120)
+            assert answer.status_code == 200
+            assert answer.json() == app.state.explorer.translate(text)
+        assert app.state.queue.pending == 0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=120)
+        sock.close()
+        app.state.queue.close()
