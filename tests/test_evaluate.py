@@ -138,13 +138,13 @@ def test_job_errors_name_the_table_and_key(tmp_path):
 
 def test_cli_settings_override_the_file(monkeypatch):
     """--config, then flags, then --set: the job `attnlab train` would run."""
-    from attnlab.cli import _build_job, build_parser
+    from attnlab.cli import build_job, build_parser
 
     argv = [
         "train", "--config", str(ROOT / "configs" / "numbers.toml"), "--max-steps", "7",
         "--set", "model.d_model=64", "--set", "train.accumulate=2", "--set", "task.high=99",
     ]  # fmt: skip
-    job = _build_job(build_parser().parse_args(argv))
+    job = build_job(build_parser().parse_args(argv))
     assert job.train["max_steps"] == 7 and job.train["accumulate"] == 2
     assert job.model["d_model"] == 64 and job.task.high == 99
     assert job.task.name == "numbers" and job.tokenizer.vocab_size == 400

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from .. import __version__
 from . import export, jobs, pictures, tour
-from .jobs import _build_job
+from .jobs import build_job
 
-__all__ = ["_build_job", "build_parser", "describe_error", "main"]
+__all__ = ["build_job", "build_parser", "describe_error", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def _parse_lengths(text: str) -> list[int]:
+def parse_lengths(text: str) -> list[int]:
     try:
         lengths = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -17,7 +17,7 @@ def _parse_lengths(text: str) -> list[int]:
     return lengths
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:

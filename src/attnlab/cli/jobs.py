@@ -11,7 +11,7 @@ from pathlib import Path
 from ..jobs import TASKS
 from ..model import TransformerConfig
 from ..vision import VisionConfig
-from ._args import _positive_int
+from ._args import positive_int
 
 
 def _setting(text: str) -> tuple[str, str, object]:
@@ -29,7 +29,7 @@ def _setting(text: str) -> tuple[str, str, object]:
     return table, name, value
 
 
-def _build_job(args: argparse.Namespace):
+def build_job(args: argparse.Namespace):
     from ..jobs import Job
 
     if args.config:
@@ -71,7 +71,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..jobs import train_job
     from ..train import destroy_distributed, init_distributed
 
-    job = _build_job(args)
+    job = build_job(args)
     out = Path(args.out or f"runs/{job.task.name}")
     if args.resume and args.overwrite:
         raise ValueError("--resume, --overwrite: choose one (continue the run, or start it over)")
@@ -321,20 +321,20 @@ def add_parsers(sub) -> None:
         help="model preset (the task's: tiny for numbers, small for multi30k, digits for digits)",
     )
     train.add_argument(
-        "--vocab-size", type=_positive_int, default=None, help="BPE size (the task's)"
+        "--vocab-size", type=positive_int, default=None, help="BPE size (the task's)"
     )
-    train.add_argument("--max-steps", type=_positive_int, default=None, help="optimizer steps")
-    train.add_argument("--max-epochs", type=_positive_int, default=None, help="epochs")
+    train.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps")
+    train.add_argument("--max-epochs", type=positive_int, default=None, help="epochs")
     train.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget")
     train.add_argument(
-        "--max-tokens", type=_positive_int, default=None, help="tokens per batch and side (4096)"
+        "--max-tokens", type=positive_int, default=None, help="tokens per batch and side (4096)"
     )
-    train.add_argument("--warmup", type=_positive_int, default=None, help="warmup steps (4000)")
+    train.add_argument("--warmup", type=positive_int, default=None, help="warmup steps (4000)")
     train.add_argument(
-        "--eval-every", type=_positive_int, default=None, help="validation every N steps"
+        "--eval-every", type=positive_int, default=None, help="validation every N steps"
     )
     train.add_argument(
-        "--checkpoint-every", type=_positive_int, default=None, help="checkpoint every N steps"
+        "--checkpoint-every", type=positive_int, default=None, help="checkpoint every N steps"
     )
     train.add_argument(
         "--device",
@@ -345,7 +345,7 @@ def add_parsers(sub) -> None:
     train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     train.add_argument("--seed", type=int, default=None, help="random seed (0)")
     train.add_argument(
-        "--beam-size", type=_positive_int, default=None, help="beam for the final test (4)"
+        "--beam-size", type=positive_int, default=None, help="beam for the final test (4)"
     )
     train.add_argument(
         "--set",
@@ -374,12 +374,12 @@ def add_parsers(sub) -> None:
     )
     translate.add_argument("--model", required=True, help="model directory (OUT/model)")
     translate.add_argument("text", nargs="*", help="sentences; none or '-' reads stdin")
-    translate.add_argument("--beam-size", type=_positive_int, default=4, help="beam (4)")
+    translate.add_argument("--beam-size", type=positive_int, default=4, help="beam (4)")
     translate.add_argument(
-        "--max-tokens", type=_positive_int, default=4096, help="source tokens per batch (4096)"
+        "--max-tokens", type=positive_int, default=4096, help="source tokens per batch (4096)"
     )
     translate.add_argument(
-        "--batch-lines", type=_positive_int, default=64, help="stdin lines per batch (64)"
+        "--batch-lines", type=positive_int, default=64, help="stdin lines per batch (64)"
     )
     translate.add_argument("--device", default=None, help="cpu or cuda (default: auto)")
     translate.set_defaults(func=cmd_translate)
@@ -405,10 +405,10 @@ def add_parsers(sub) -> None:
         default=None,
         help="split (test; valid for a language model)",
     )
-    evaluate.add_argument("--beam-size", type=_positive_int, default=None, help="beam")
-    evaluate.add_argument("--limit", type=_positive_int, default=None, help="first N pairs")
+    evaluate.add_argument("--beam-size", type=positive_int, default=None, help="beam")
+    evaluate.add_argument("--limit", type=positive_int, default=None, help="first N pairs")
     evaluate.add_argument(
-        "--show", type=_positive_int, default=3, help="held-out examples to print (3)"
+        "--show", type=positive_int, default=3, help="held-out examples to print (3)"
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_evaluate)
@@ -431,7 +431,7 @@ def add_serve_parser(sub) -> None:
     serve.add_argument("--model", required=True, help="model directory (OUT/model)")
     serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
-    serve.add_argument("--beam-size", type=_positive_int, default=4, help="default beam, 1-16 (4)")
+    serve.add_argument("--beam-size", type=positive_int, default=4, help="default beam, 1-16 (4)")
     serve.add_argument(
         "--allow-host",
         action="append",
@@ -448,7 +448,7 @@ def add_serve_parser(sub) -> None:
     )
     serve.add_argument(
         "--max-weights",
-        type=_positive_int,
+        type=positive_int,
         default=1 << 18,
         metavar="N",
         help="the most attention weights in one answer; the page fetches further layers as it "

@@ -10,7 +10,7 @@ import torch
 
 from ..model import Transformer
 from ..vision import VisionTransformer
-from ._args import _parse_lengths, _positive_int
+from ._args import parse_lengths, positive_int
 
 
 def _ids(text: str) -> list[int]:
@@ -193,7 +193,7 @@ def add_parsers(sub) -> None:
     pictures = viz.add_subparsers(dest="picture", metavar="PICTURE", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", default=None, help="output PNG (a directory for 'attention')")
-    common.add_argument("--dpi", type=_positive_int, default=100, help="resolution (100)")
+    common.add_argument("--dpi", type=positive_int, default=100, help="resolution (100)")
 
     attention = pictures.add_parser(
         "attention",
@@ -210,7 +210,7 @@ def add_parsers(sub) -> None:
     attention.add_argument("--src-ids", type=_ids, default=None, help="source ids, e.g. '5 6 7'")
     attention.add_argument("--tgt-ids", type=_ids, default=None, help="target ids (with BOS)")
     attention.add_argument(
-        "--max-new-tokens", type=_positive_int, default=50, help="greedy target length (50)"
+        "--max-new-tokens", type=positive_int, default=50, help="greedy target length (50)"
     )
     attention.add_argument("--layers", type=_indices, default=None, help="layers, e.g. 0,5")
     attention.add_argument("--heads", type=_indices, default=None, help="heads, e.g. 0,1")
@@ -222,7 +222,7 @@ def add_parsers(sub) -> None:
         "patch grid of figure 7)",
     )
     learned.add_argument("model", help="model directory")
-    learned.add_argument("--length", type=_positive_int, default=None, help="first N positions")
+    learned.add_argument("--length", type=positive_int, default=None, help="first N positions")
     learned.add_argument("--side", choices=("src", "tgt"), default="src", help="which embedding")
 
     rollout = pictures.add_parser(
@@ -249,24 +249,24 @@ def add_parsers(sub) -> None:
         parents=[common],
         help="the sinusoidal encoding matrix and its dot-product similarity (sec. 3.5)",
     )
-    pe.add_argument("--d-model", type=_positive_int, default=128, help="width (128)")
-    pe.add_argument("--length", type=_positive_int, default=100, help="positions (100)")
+    pe.add_argument("--d-model", type=positive_int, default=128, help="width (128)")
+    pe.add_argument("--length", type=positive_int, default=100, help="positions (100)")
 
     masks = pictures.add_parser(
         "masks",
         parents=[common],
         help="padding, look-ahead and combined masks of a padded batch (T9-T11)",
     )
-    masks.add_argument("--lengths", type=_parse_lengths, default=[4, 2], help="e.g. 4,2,3")
-    masks.add_argument("--max-len", type=_positive_int, default=None, help="pad to this length")
+    masks.add_argument("--lengths", type=parse_lengths, default=[4, 2], help="e.g. 4,2,3")
+    masks.add_argument("--max-len", type=positive_int, default=None, help="pad to this length")
     masks.add_argument("--no-causal", action="store_true", help="padding masks only")
 
     lr = pictures.add_parser(
         "lr", parents=[common], help="the learning-rate schedule of eq. 3 (warmup, then 1/sqrt)"
     )
-    lr.add_argument("--d-model", type=_positive_int, default=512, help="d_model (512)")
-    lr.add_argument("--warmup", type=_positive_int, default=4000, help="warmup steps (4000)")
-    lr.add_argument("--steps", type=_positive_int, default=100_000, help="steps drawn (100000)")
+    lr.add_argument("--d-model", type=positive_int, default=512, help="d_model (512)")
+    lr.add_argument("--warmup", type=positive_int, default=4000, help="warmup steps (4000)")
+    lr.add_argument("--steps", type=positive_int, default=100_000, help="steps drawn (100000)")
     lr.add_argument(
         "--extra", type=_pair, action="append", help="more curves, D_MODEL:WARMUP (repeatable)"
     )

@@ -15,7 +15,7 @@ from ..generate import beam_search, greedy_search
 from ..masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..positional import SinusoidalPositionalEncoding
-from ._args import _parse_lengths, _positive_int
+from ._args import parse_lengths, positive_int
 
 
 def _grid(mask: torch.Tensor) -> str:
@@ -354,7 +354,7 @@ def add_parsers(sub) -> None:
     )
     masks.add_argument(
         "--lengths",
-        type=_parse_lengths,
+        type=parse_lengths,
         default=[4, 2],
         help="comma-separated sequence lengths, e.g. 4,2 (default)",
     )
@@ -399,16 +399,16 @@ def add_parsers(sub) -> None:
         metavar="NAME",
         help="preset to count (default paper-base)",
     )
-    flops.add_argument("--src-len", type=_positive_int, default=64, help="source tokens (64)")
-    flops.add_argument("--tgt-len", type=_positive_int, default=None, help="target tokens")
+    flops.add_argument("--src-len", type=positive_int, default=64, help="source tokens (64)")
+    flops.add_argument("--tgt-len", type=positive_int, default=None, help="target tokens")
     flops.add_argument("--measure", action="store_true", help="also run the model and count")
     flops.add_argument(
         "--compare-heads", action="store_true", help="the single- vs multi-head experiment"
     )
-    flops.add_argument("--batch", type=_positive_int, default=None, help="batch (32; model: 1)")
-    flops.add_argument("--seq", type=_positive_int, default=1024, help="sequence length (1024)")
-    flops.add_argument("--dim", type=_positive_int, default=512, help="d_model (512)")
-    flops.add_argument("--heads", type=_positive_int, default=8, help="heads of the multi-head (8)")
+    flops.add_argument("--batch", type=positive_int, default=None, help="batch (32; model: 1)")
+    flops.add_argument("--seq", type=positive_int, default=1024, help="sequence length (1024)")
+    flops.add_argument("--dim", type=positive_int, default=512, help="d_model (512)")
+    flops.add_argument("--heads", type=positive_int, default=8, help="heads of the multi-head (8)")
     flops.add_argument(
         "--analytic", action="store_true", help="closed forms only, without running the modules"
     )
