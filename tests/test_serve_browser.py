@@ -39,7 +39,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SENTENCE = "three hundred and twelve"
-MAX_WEIGHTS = 300
 TIMEOUT_MS = 15_000
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -79,13 +78,34 @@ def _cells(page: Page) -> list[list[float]]:
     return page.eval_on_selector_all("#heatmap .cell", CELLS_JS)
 
 
-def _map(answers: list[dict], kind: str, layer: int, head: int) -> list[list[float]]:
-    """One head's weights, rows of keys, from the /api/attention answer of ``answers`` that
-    holds ``layer`` (the maps are flat)."""
-    maps = next(a[kind] for a in answers if layer in a[kind]["layers"])
+def _map(answer: dict, kind: str, layer: int, head: int) -> list[list[float]]:
+    """One head's weights, rows of keys, from an /api/attention answer (flat maps)."""
+    maps = answer[kind]
     q, k = maps["queries"], maps["keys"]
     start = (maps["layers"].index(layer) * len(maps["heads"]) + maps["heads"].index(head)) * q * k
     return [maps["weights"][start + i * k : start + (i + 1) * k] for i in range(q)]
+
+
+class Expected:
+    """The API's maps for one request body, asked one (layer, head) at a time."""
+
+    def __init__(self, server: str, body: dict) -> None:
+        self.server, self.body = server, body
+
+    def __call__(self, kind: str, layer: int, head: int) -> list[list[float]]:
+        asked = {**self.body, "layers": [layer], "heads": [head]}
+        answer = _api(self.server + "/api/attention", asked)
+        return _map(answer, kind, layer, head)
+
+
+def _weights_cap(model_dir: Path) -> int:
+    """A --max-weights for which an answer on SENTENCE holds two heads of one layer: so the
+    page has heads and layers to fetch as it shows them."""
+    from attnlab.serve import Explorer
+
+    answer = Explorer(model_dir, device="cpu").translate(SENTENCE)
+    s, t = len(answer["source_tokens"]), len(answer["output_tokens"])
+    return int(2.5 * (s * s + t * t + t * s))  # one head of one layer: s^2 + t^2 + t s
 
 
 def _flat(matrix: list[list[float]]) -> list[list[float]]:
@@ -120,9 +140,9 @@ def server(numbers_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     src = str(Path(attnlab.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH")] if p)
     cmd = [sys.executable, "-m", "attnlab", "serve", "--model", str(numbers_model_dir)]
-    # A cap of MAX_WEIGHTS: an answer holds one layer of SENTENCE's maps, and the page fetches
-    # the other layer when it is shown.
-    cmd += ["--port", str(port), "--max-weights", str(MAX_WEIGHTS)]
+    # A cap at which an answer holds two heads of one layer: the page fetches the others, and
+    # the other layer, when it shows them.
+    cmd += ["--port", str(port), "--max-weights", str(_weights_cap(numbers_model_dir))]
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -192,10 +212,9 @@ def test_translate_and_explore_attention(
     page.click("#translate")
     body = {"text": SENTENCE, "beam_size": model["beam_size"]}
     expected = _api(server + "/api/attention", body)
-    assert expected["capped"] and expected["encoder"]["layers"] == [0]  # one layer at a time
-    more = _api(server + "/api/attention", {**body, "layers": [1]})
-    assert more["encoder"]["layers"] == [1] and more["translation"] == expected["translation"]
-    answers = [expected, more]
+    assert expected["capped"] and expected["encoder"]["layers"] == [0]  # capped: two heads of
+    assert expected["encoder"]["heads"] == [0, 1]  # the first layer; the page fetches the rest
+    weights = Expected(server, body)
     page.wait_for_function("document.querySelector('#translation').textContent.trim() !== ''")
     assert page.text_content("#translation") == expected["translation"]
     assert expected["translation"]
@@ -211,7 +230,7 @@ def test_translate_and_explore_attention(
     assert _selected(page) == (0, 0)
     before = _cells(page)
     assert len(before) == len(src) * len(src)
-    assert before == _flat(_map(answers, "encoder", 0, 0))
+    assert before == _flat(weights("encoder", 0, 0))
     for j, token in enumerate(src):  # key labels across the top, in order
         label = page.locator(f"#heatmap .lbl-k[data-k='{j}'] .tok")
         assert label.get_attribute("title") == json.dumps(token)
@@ -220,12 +239,12 @@ def test_translate_and_explore_attention(
     page.select_option("#head", "1")
     after_head = _cells(page)
     assert after_head != before
-    assert after_head == _flat(_map(answers, "encoder", 0, 1))
+    assert after_head == _flat(weights("encoder", 0, 1))
     page.select_option("#layer", "1")  # not in the first answer: the page fetches it
     page.wait_for_selector("#heatmap[data-layer='1'] .cell")
     after_layer = _cells(page)
     assert after_layer != after_head
-    assert after_layer == _flat(_map(answers, "encoder", 1, 1))
+    assert after_layer == _flat(weights("encoder", 1, 1))
 
     # Hovering a query label lights its row (and, queries being keys, its column).
     page.hover("#heatmap .lbl-q[data-q='1']")
@@ -243,21 +262,21 @@ def test_translate_and_explore_attention(
     # Hovering a cell: the tooltip "query -> key: weight".
     page.hover("#heatmap .cell[data-q='0'][data-k='1']")
     expect(page.locator("#tooltip")).to_be_visible()
-    assert f"{_map(answers, 'encoder', 1, 1)[0][1]:.3f}" in page.text_content("#tooltip")
+    assert f"{weights('encoder', 1, 1)[0][1]:.3f}" in page.text_content("#tooltip")
 
     # Cross-attention: target x source cells.
     page.click("[data-kind=cross]")
     layer, head = _selected(page)
     cross = _cells(page)
     assert len(cross) == len(tgt) * len(src)
-    assert cross == _flat(_map(answers, "cross", layer, head))
+    assert cross == _flat(weights("cross", layer, head))
 
     # Decoder self-attention: target x target, nothing above the diagonal.
     page.click("[data-kind=decoder]")
     layer, head = _selected(page)
     decoder = _cells(page)
     assert len(decoder) == len(tgt) * len(tgt)
-    assert decoder == _flat(_map(answers, "decoder", layer, head))
+    assert decoder == _flat(weights("decoder", layer, head))
     assert all(w == 0 for q, k, w in decoder if k > q)
 
     # All heads: one small heatmap per head; clicking one opens it.
@@ -266,7 +285,7 @@ def test_translate_and_explore_attention(
     expect(page.locator("#heatmap .cell")).to_have_count(0)
     page.click("#heatmap .mini[data-head='2']")
     assert _selected(page) == (layer, 2)
-    assert _cells(page) == _flat(_map(answers, "decoder", layer, 2))
+    assert _cells(page) == _flat(weights("decoder", layer, 2))
 
     # The picture for the docs: cross-attention of the last layer, one head.
     page.click("[data-kind=cross]")

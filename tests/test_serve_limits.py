@@ -254,21 +254,40 @@ def test_an_over_long_target_is_refused_before_the_beam_search(numbers_model_dir
 # -- capped attention answers ------------------------------------------------------------------
 
 
-def test_attention_answers_are_capped_and_say_so(numbers_model_dir):
-    app = create_app(numbers_model_dir, device="cpu", limits=Limits(attention_elements=100))
+def _capped(numbers_model_dir, cap: int, body: dict) -> dict:
+    app = create_app(numbers_model_dir, device="cpu", limits=Limits(attention_elements=cap))
     with TestClient(app, base_url="http://localhost") as client:
-        full = client.post("/api/attention", json={"text": "seven"}).json()
-        assert full["capped"] is True and full["max_elements"] == 100
-        for kind in ("encoder", "decoder", "cross"):
-            maps = full[kind]
-            assert maps["layers"] == [0] and maps["heads"] == [0, 1, 2, 3]  # the first layer
-            assert len(maps["weights"]) == 4 * maps["queries"] * maps["keys"]
-        sizes = sum(len(full[kind]["weights"]) for kind in ("encoder", "decoder", "cross"))
-        assert full["elements"] == sizes > 100  # one layer is always sent
-        picked = client.post("/api/attention", json={"text": "seven", "layers": [1], "heads": [2]})
-        picked = picked.json()
-        assert picked["capped"] is False and picked["encoder"]["layers"] == [1]
-        assert picked["encoder"]["heads"] == [2] and picked["translation"] == full["translation"]
+        answer = client.post("/api/attention", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_attention_answers_are_capped_and_say_so(numbers_model_dir):
+    body = {"text": "seven hundred and two"}
+    full = _capped(numbers_model_dir, 1 << 18, body)
+    assert full["capped"] is False and full["encoder"]["layers"] == [0, 1]
+    kinds = ("encoder", "decoder", "cross")
+    per_head = sum(full[kind]["queries"] * full[kind]["keys"] for kind in kinds)
+    assert full["elements"] == 2 * 4 * per_head
+
+    def check(answer: dict, layers: list[int], heads: list[int]) -> None:
+        for kind in kinds:
+            maps = answer[kind]
+            assert (maps["layers"], maps["heads"]) == (layers, heads)
+            assert len(maps["weights"]) == len(layers) * len(heads) * maps["queries"] * maps["keys"]
+        assert answer["elements"] == len(layers) * len(heads) * per_head
+        assert answer["translation"] == full["translation"]
+
+    one_layer = _capped(numbers_model_dir, int(6.5 * per_head), body)  # 4 heads fit, not 8
+    assert one_layer["capped"] is True and one_layer["max_elements"] == int(6.5 * per_head)
+    check(one_layer, [0], [0, 1, 2, 3])
+    check(_capped(numbers_model_dir, int(2.5 * per_head), body), [0], [0, 1])  # 2 heads fit
+    check(_capped(numbers_model_dir, 1, body), [0], [0])  # one head always comes
+    picked = _capped(numbers_model_dir, 1, {**body, "layers": [1], "heads": [3, 2]})
+    check(picked, [1], [2])  # the asked-for ones, in order, as many as fit
+    exact = _capped(numbers_model_dir, 1 << 18, {**body, "layers": [1], "heads": [3, 2]})
+    assert exact["capped"] is False
+    check(exact, [1], [2, 3])
 
 
 def test_the_default_cap_bounds_the_largest_answer(numbers_model_dir):

@@ -276,34 +276,40 @@ class Explorer:
     def attention_answer(self, result: dict, job: AttentionJob, max_elements: int) -> dict:
         """:meth:`run_attention`'s result as the JSON answer, with no lock held: the weights
         of the asked-for heads, of as many of the asked-for layers as fit ``max_elements``
-        weights (the first one always), each kind flat in ``[layer][head][query][key]``
-        order, rounded to :data:`ATTENTION_DECIMALS`."""
+        weights, each kind flat in ``[layer][head][query][key]`` order, rounded to
+        :data:`ATTENTION_DECIMALS`. When not even the first layer fits, it comes with as many
+        of the heads as fit, at least one: an answer never exceeds ``max_elements`` weights
+        unless one head of one layer does."""
         answer = dict(result)
         maps: dict[str, Tensor] = answer.pop("maps")
-        heads = torch.tensor(job.heads)
 
-        def cost(layer: int) -> int:
-            return sum(
-                len(job.heads) * m.shape[2] * m.shape[3] for m in maps.values() if layer < len(m)
-            )
+        def per_head(layer: int) -> int:  # weights of one head of ``layer``, all kinds
+            return sum(m.shape[2] * m.shape[3] for m in maps.values() if layer < len(m))
 
+        heads = list(job.heads)
         chosen, total = [], 0
         for layer in job.layers:
-            if chosen and total + cost(layer) > max_elements:
+            cost = len(heads) * per_head(layer)
+            if total + cost > max_elements:
+                if not chosen:  # the first layer alone is too big: the heads that fit
+                    heads = heads[: max(1, max_elements // per_head(layer))]
+                    chosen, total = [layer], len(heads) * per_head(layer)
                 break
             chosen.append(layer)
-            total += cost(layer)
+            total += cost
+        index = torch.tensor(heads)
         for kind, weights in maps.items():
             layers = [layer for layer in chosen if layer < len(weights)]
-            picked = weights[layers][:, heads] if layers else weights[:0]
+            picked = weights[layers][:, index] if layers else weights[:0]
             answer[kind] = {
                 "layers": layers,
-                "heads": list(job.heads),
+                "heads": heads,
                 "queries": int(weights.shape[2]),
                 "keys": int(weights.shape[3]),
                 "weights": rounded(picked.reshape(-1), ATTENTION_DECIMALS),
             }
-        answer.update(elements=total, max_elements=max_elements, capped=chosen != job.layers)
+        capped = chosen != job.layers or heads != job.heads
+        answer.update(elements=total, max_elements=max_elements, capped=capped)
         return answer
 
     # -- /api/positional -----------------------------------------------------------------------

@@ -534,8 +534,9 @@ const KIND_INFO = {
 };
 
 // The API sends each kind's maps flat ({layers, heads, queries, keys, weights}) and, for a long
-// sentence, only the layers that fit its cap: unpack them to data[kind][layer][head][q][k],
-// with null for a layer not sent yet (it is fetched when shown).
+// sentence, only the layers (or, for a very long one, the heads) that fit its cap: unpack them
+// to data[kind][layer][head][q][k], with null for a layer or head not sent yet (it is fetched
+// when shown).
 function layerCount(kind) {
   return kind === "encoder" ? state.model.encoder_layers : state.model.decoder_layers;
 }
@@ -546,7 +547,7 @@ function mergeMaps(target, data) {
     if (!target[kind]) target[kind] = Array.from({ length: layerCount(kind) }, () => null);
     const size = sent.queries * sent.keys;
     sent.layers.forEach((layer, li) => {
-      const heads = Array.from({ length: state.model.num_heads }, () => null);
+      const heads = target[kind][layer] || Array.from({ length: state.model.num_heads }, () => null);
       sent.heads.forEach((head, hi) => {
         const start = (li * sent.heads.length + hi) * size;
         const rows = [];
@@ -561,22 +562,38 @@ function mergeMaps(target, data) {
   return target;
 }
 
-async function loadLayer(layer) {
+async function loadLayer(layer, heads) {
   if (state.loading !== null || !state.request) return;
   state.loading = layer;
   const request = state.request;
+  let fetched = false;
   try {
-    const data = await api("/api/attention", { ...request, layers: [layer] });
-    if (state.request === request) mergeMaps(state.data, data);
+    const ask = { ...request, layers: [layer] };
+    if (heads) ask.heads = heads;
+    const data = await api("/api/attention", ask);
+    if (state.request === request) {
+      mergeMaps(state.data, data);
+      fetched = true;
+    }
   } catch (err) {
     showError(err.message);
   } finally {
     state.loading = null;
-    // Draw what is now there; a layer chosen meanwhile is fetched in turn (a failed one is
-    // not retried until chosen again).
-    const shown = state.data && state.data[state.kind][state.layer];
-    if (state.data && (shown || state.layer !== layer)) renderAttention();
   }
+  // Draw what is now there, fetching what is still missing (each answer brings at least one
+  // head); after a failure, only a layer chosen meanwhile is fetched (no retry loop).
+  if (state.data && (fetched || state.layer !== layer)) renderAttention();
+}
+
+// The heads of the shown layer still to fetch (all of them when the layer is missing), or
+// null when what is shown is all there.
+function missingHeads() {
+  const perHead = state.data[state.kind][state.layer];
+  const all = Array.from({ length: state.model.num_heads }, (_, h) => h);
+  if (!perHead) return all;
+  const wanted = state.head === "all" ? all : [state.head];
+  const missing = wanted.filter((h) => !perHead[h]);
+  return missing.length ? missing : null;
 }
 
 function axesFor(kind, data) {
@@ -656,11 +673,12 @@ function renderAttention() {
   const info = KIND_INFO[state.kind];
   const perHead = data[state.kind][state.layer];
   const linked = state.kind !== "cross";
-  if (!perHead) {
-    // A layer beyond the answer's cap: fetch it, then draw.
+  const missing = missingHeads();
+  if (missing) {
+    // A layer or heads beyond the answer's cap: fetch them, then draw.
     host.replaceChildren();
     $("#view-caption").textContent = `${info.title}, layer ${state.layer}: loading…`;
-    loadLayer(state.layer);
+    loadLayer(state.layer, perHead ? missing : null);
     return;
   }
   host.replaceChildren();
@@ -766,7 +784,7 @@ function renderSelectionInfo() {
   }
   const [queries, keys] = axesFor(state.kind, state.data);
   const layer = state.data[state.kind][state.layer];
-  if (!layer) return;
+  if (!layer || !layer[state.head]) return;
   const matrix = layer[state.head];
   const linked = state.kind !== "cross";
   const parts = [];
