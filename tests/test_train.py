@@ -274,7 +274,7 @@ def test_early_stopping_counts_evaluations_without_improvement(tmp_path: Path) -
 def test_max_minutes_and_tensorboard_scalars(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnlab.train.loop as train_module
+    import attnlab.train.metrics as train_module
 
     logged: list[tuple[str, float, int]] = []
 

@@ -31,25 +31,12 @@ from .checkpoint import (
     write_final_model,
 )
 from .config import TrainConfig
-from .distributed import (
-    all_gather_objects,
-    barrier,
-    resolve_device,
-    world,
-    wrap_ddp,
-)
-from .metrics import (
-    MetricsLog,
-    call_hook,
-    hook_metrics,
-    open_tensorboard,
-    progress_bar,
-    show_row,
-)
+from .distributed import all_gather_objects, barrier, resolve_device, world
+from .metrics import Reporter, call_hook, hook_metrics
 from .objectives import objective_class
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
-from .rng import capture_rng, rank_seed, restore_run_rng
+from .rng import capture_rng, seed_rngs
 from .step import OptimizerStep
 from .validation import validate
 
@@ -136,7 +123,7 @@ class Trainer:
         schedule = lr_lambda(config, d_model, self.batcher.num_batches(0))
         self.scheduler = LambdaLR(self.optimizer, schedule)
         self.position = Position()
-        self._metrics: MetricsLog | None = None
+        self._reporter: Reporter | None = None
         self._last_checkpoint_step: int | None = None
         self._out_of_time_voted = False
         self._started = time.monotonic()
@@ -200,7 +187,7 @@ class Trainer:
                 "train_examples": len(self.train_examples),
                 "fingerprint": self._data_fingerprint,
             },
-            "metrics_columns": self._metrics.columns if self._metrics is not None else [],
+            "metrics_columns": self._reporter.columns if self._reporter is not None else [],
             "train_config": self.config.to_dict(),
         }
         save_checkpoint(
@@ -248,37 +235,29 @@ class Trainer:
         resumed_from = state["step"] if state is not None else None
         self._last_checkpoint_step = resumed_from
         self._out_of_time_voted = False
-        if self.rank == 0:
-            self._metrics = MetricsLog(
-                self.out / "metrics.csv",
-                keep_until=resumed_from,
-                columns=state.get("metrics_columns", ()) if state is not None else (),
-                base=self.objective.columns,
-            )
-        writer = open_tensorboard(self.out) if self.rank == 0 else None
-        ddp = wrap_ddp(self.model, self.device) if self.world_size > 1 else None
+        reporter = self._reporter = Reporter(
+            self.out,
+            report=self.rank == 0,
+            progress=self.progress,
+            total_steps=planned_steps(config, self.batcher.num_batches(0)),
+            step=self.position.step,
+            resumed_from=resumed_from,
+            columns=state.get("metrics_columns", ()) if state is not None else (),
+            base=self.objective.columns,
+            rate_unit=self.objective.rate_unit,
+        )
         update = OptimizerStep(
             self.objective,
             self.model,
-            ddp,
             self.optimizer,
             self.scheduler,
             config,
             self.device,
             self.world_size,
         )
-        if state is not None:
-            restore_run_rng(
-                state,
-                seed=config.seed,
-                step=self.position.step,
-                rank=self.rank,
-                world_size=self.world_size,
-                device=self.device,
-            )
-        else:
-            torch.manual_seed(rank_seed(config.seed, self.rank))
-        bar = self._progress_bar() if self.progress and self.rank == 0 else None
+        seed_rngs(
+            state, seed=config.seed, step=self.position.step, rank=self.rank, device=self.device
+        )
         self._started = time.monotonic()
         self.model.train()
         stop_reason: str | None = None
@@ -303,8 +282,7 @@ class Trainer:
                 )
                 seconds = time.monotonic() - step_start
                 position.advance(len(micro), len(batches), loss_sum, count, seconds)
-                if bar is not None:
-                    bar.update(1)
+                reporter.stepped()
                 stop_reason = self._stop_reason(evaluated=False)
                 row: dict[str, object] = {}
                 if self.valid_batcher is not None and (
@@ -314,19 +292,14 @@ class Trainer:
                     stop_reason = stop_reason or self._stop_reason(evaluated=True)
                 if row or position.step % config.log_every == 0 or stop_reason is not None:
                     row.update(self._training_row(lr))
-                    self._write_row(row, writer, bar)
+                    reporter.write(row, position.step)
                 if position.step % config.checkpoint_every == 0 or stop_reason is not None:
                     self._save_checkpoint()
             if self._last_checkpoint_step != position.step:
                 self._save_checkpoint()  # a resumed run that had nothing left to do
             summary = self._finish(stop_reason, resumed_from)
         finally:
-            if bar is not None:
-                bar.close()
-            if self._metrics is not None:
-                self._metrics.close()
-            if writer is not None:
-                writer.close()
+            reporter.close()
         return summary
 
     def _stop_reason(self, *, evaluated: bool) -> str | None:
@@ -346,20 +319,6 @@ class Trainer:
             "lr": lr,
             **means,
         }
-
-    def _write_row(self, row: dict[str, object], writer: Any, bar: Any) -> None:
-        if self._metrics is not None:
-            self._metrics.write(row)
-        if writer is not None:
-            for key, value in row.items():
-                if key not in ("step", "epoch") and isinstance(value, float):
-                    writer.add_scalar(key, value, self.position.step)
-        if bar is not None:
-            show_row(bar, row, self.objective.columns[4], self.objective.rate_unit)
-
-    def _progress_bar(self) -> Any:
-        total = planned_steps(self.config, self.batcher.num_batches(0))
-        return progress_bar(total, initial=self.position.step)
 
     def _finish(self, stop_reason: str | None, resumed_from: int | None) -> dict[str, Any]:
         position = self.position

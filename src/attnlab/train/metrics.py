@@ -23,6 +23,7 @@ __all__ = [
     "IMAGE_METRICS_COLUMNS",
     "METRICS_COLUMNS",
     "MetricsLog",
+    "Reporter",
     "call_hook",
     "hook_metrics",
     "metrics_columns",
@@ -119,6 +120,76 @@ def open_tensorboard(out: Path) -> Any:
     except ImportError:
         return None
     return SummaryWriter(log_dir=str(out / "tensorboard"))
+
+
+class Reporter:
+    """What rank 0 reports as it trains: rows in ``out/metrics.csv`` (:class:`MetricsLog`), the
+    same numbers as TensorBoard scalars (when installed), and a progress bar (with
+    ``progress``). On other ranks it reports nothing.
+
+    Args:
+        out: the run directory.
+        report: this process reports (rank 0).
+        progress: show the progress bar, of ``total_steps`` (None: unknown) from ``step``.
+        resumed_from: the checkpoint's step when resuming (later rows are dropped), or None.
+        columns: the columns a resumed run's log had (``state.json``), or ().
+        base: the objective's first columns; ``base[4]`` is the speed, in ``rate_unit``.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        report: bool,
+        progress: bool,
+        total_steps: int | None,
+        step: int,
+        resumed_from: int | None,
+        columns: Sequence[str],
+        base: Sequence[str],
+        rate_unit: str,
+    ) -> None:
+        self.rate_column, self.rate_unit = base[4], rate_unit
+        self.log: MetricsLog | None = None
+        self.writer: Any = None
+        self.bar: Any = None
+        if not report:
+            return
+        self.log = MetricsLog(
+            out / "metrics.csv", keep_until=resumed_from, columns=columns, base=base
+        )
+        self.writer = open_tensorboard(out)
+        if progress:
+            self.bar = progress_bar(total_steps, initial=step)
+
+    @property
+    def columns(self) -> list[str]:
+        """The metrics log's columns now (the objective's, then the hook's)."""
+        return self.log.columns if self.log is not None else []
+
+    def stepped(self) -> None:
+        """One optimizer step done."""
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def write(self, row: Mapping[str, object], step: int) -> None:
+        """A metrics row, its numbers as scalars at ``step``, and the bar's summary."""
+        if self.log is not None:
+            self.log.write(row)
+        if self.writer is not None:
+            for key, value in row.items():
+                if key not in ("step", "epoch") and isinstance(value, float):
+                    self.writer.add_scalar(key, value, step)
+        if self.bar is not None:
+            show_row(self.bar, row, self.rate_column, self.rate_unit)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.log is not None:
+            self.log.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 def progress_bar(total: int | None, initial: int) -> Any:

@@ -13,12 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from .distributed import world
+
 __all__ = [
     "capture_rng",
     "global_rng_untouched",
     "rank_seed",
     "restore_rng",
-    "restore_run_rng",
+    "seed_rngs",
 ]
 
 
@@ -86,20 +88,19 @@ def global_rng_untouched(device: torch.device) -> Iterator[None]:
         np.random.set_state(numpy_state)
 
 
-def restore_run_rng(
-    state: Mapping[str, Any],
-    *,
-    seed: int,
-    step: int,
-    rank: int,
-    world_size: int,
-    device: torch.device,
+def seed_rngs(
+    state: Mapping[str, Any] | None, *, seed: int, step: int, rank: int, device: torch.device
 ) -> None:
-    """Restore rank ``rank``'s RNG states from a checkpoint's ``state`` (saved at ``step`` of a
-    run seeded with ``seed``). With another number of replicas than the checkpoint's, the
-    data order is unchanged (global batches do not depend on it), but the dropout draws
-    differ from the interrupted run's: each rank is seeded afresh."""
+    """Seed torch's RNG for rank ``rank`` of a fresh run (``state`` None) seeded with ``seed``,
+    or restore a resumed run's RNG states from its checkpoint's ``state`` (saved at ``step``).
+    With another number of replicas than the checkpoint's, the data order is unchanged (global
+    batches do not depend on it), but the dropout draws differ from the interrupted run's: each
+    rank is seeded afresh."""
+    if state is None:
+        torch.manual_seed(rank_seed(seed, rank))
+        return
     rngs = state["rng"]
+    _, world_size = world()
     if state["world_size"] == world_size and len(rngs) == world_size:
         restore_rng(rngs[rank], device)
     else:

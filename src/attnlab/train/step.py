@@ -15,28 +15,29 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from .config import TrainConfig
-from .distributed import all_reduce_sum
+from .distributed import all_reduce_sum, wrap_ddp
 from .objectives import Batch, Objective
 
 __all__ = ["OptimizerStep"]
 
 
 class OptimizerStep:
-    """Updates ``model`` (through ``ddp``, its DistributedDataParallel wrapper, when given) by
-    ``optimizer`` and ``scheduler`` with ``objective``'s loss."""
+    """Updates ``model`` by ``optimizer`` and ``scheduler`` with ``objective``'s loss; with more
+    than one replica, through DistributedDataParallel (made here: it broadcasts rank 0's
+    weights, so the model must hold the weights to start from)."""
 
     def __init__(
         self,
         objective: Objective,
         model: nn.Module,
-        ddp: nn.Module | None,
         optimizer: torch.optim.Optimizer,
         scheduler: LRScheduler,
         config: TrainConfig,
         device: torch.device,
         world_size: int,
     ) -> None:
-        self.objective, self.model, self.ddp = objective, model, ddp
+        self.objective, self.model = objective, model
+        self.ddp = wrap_ddp(model, device) if world_size > 1 else None
         self.optimizer, self.scheduler, self.config = optimizer, scheduler, config
         self.device, self.world_size = device, world_size
 
