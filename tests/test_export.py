@@ -470,11 +470,19 @@ def test_unsupported_options_are_named(options, target, named):
     assert ex._TARGET_NAMES[target] in reasons[0]
 
 
-def test_every_other_option_is_exportable():
-    for target in ex.TARGETS:
-        assert ex.unsupported(Transformer(TransformerConfig.preset("tiny")), target) == []
-    assert ex.unsupported(Transformer(TransformerConfig.preset("tiny", norm_first=True)),
-                          "ctranslate2") == []  # fmt: skip
+@pytest.mark.parametrize(
+    ("target", "options"),
+    [
+        ("ctranslate2", {"norm_first": True, "num_kv_heads": 2, "positional": "learned"}),
+        ("ctranslate2", {"positional": "rotary", "embedding_norm": True, "bias": False}),
+        ("ctranslate2", {"positional": "none", "layer_norm_eps": 1e-6, "activation": "gelu"}),
+        ("huggingface", {"num_kv_heads": 1, "activation": "gelu", "bias": False}),
+        ("huggingface", {"scale_embeddings": False, "tie_output": False}),
+        ("huggingface", {"share_embeddings": False, "activation": "gelu_tanh"}),
+    ],
+)
+def test_what_each_target_expresses(target, options):
+    assert ex.unsupported(Transformer(TransformerConfig.preset("tiny", **options)), target) == []
 
 
 @pytest.fixture()
@@ -523,8 +531,8 @@ def test_cli_refuses_what_the_target_cannot_express(
 def test_cli_bad_input_is_one_line(model_dir, tmp_path, capsys):
     good = model_dir("good")
     out = tmp_path / "out"
-    line = _cli_error(["export", str(model_dir("bare", tokenizers=False)), str(out), "--to",
-                       "ctranslate2"], capsys)  # fmt: skip
+    bare = model_dir("bare", tokenizers=False)
+    line = _cli_error(["export", str(bare), str(out), "--to", "ctranslate2"], capsys)
     assert "tokenizer.json" in line
     assert "--to: expected one of ctranslate2, huggingface, got 'onnx'" in _cli_error(
         ["export", str(good), str(out), "--to", "onnx"], capsys
@@ -559,7 +567,9 @@ def test_cli_existing_out_dir_needs_force(model_dir, tmp_path, capsys):
     assert "is the model directory" in line
 
 
-def test_huggingface_needs_one_tokenizer(tokenizer, tmp_path):
+def test_two_vocabularies(tokenizer, tmp_path):
+    """Separate source and target tokenizers: CTranslate2's own layout (and the same greedy
+    tokens); transformers' fast tokenizer holds one vocabulary, so that export is refused."""
     other = Tokenizer.train(TOKENIZER_TEXTS[:3], vocab_size=300)
     config = TransformerConfig.preset(
         "tiny",
@@ -567,7 +577,8 @@ def test_huggingface_needs_one_tokenizer(tokenizer, tmp_path):
         tgt_vocab_size=other.vocab_size,
         share_embeddings=False,
     )
-    model = Transformer(config)
+    torch.manual_seed(4)
+    model = Transformer(config).eval()
     with pytest.raises(TypeError, match="tokenizers: expected an attnlab Tokenizer"):
         ex.to_huggingface(model, ["not", "tokenizers"], tmp_path / "hf")
     with pytest.raises(ValueError, match="one tokenizer for both sides"):
@@ -575,9 +586,21 @@ def test_huggingface_needs_one_tokenizer(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="tokenizer: the source tokenizer has"):
         ex.to_ctranslate2(model, (other, other), tmp_path / "ct2")
     assert not (tmp_path / "hf").exists() and not (tmp_path / "ct2").exists()
-    # two vocabularies are CTranslate2's own layout
     out = ex.to_ctranslate2(model, (tokenizer, other), tmp_path / "ct2")
-    assert {"source_vocabulary.json", "target_vocabulary.json"} <= {p.name for p in out.iterdir()}
+    names = {p.name for p in out.iterdir()}
+    assert {"source_vocabulary.json", "target_vocabulary.json"} <= names
+    assert {"src_tokenizer.json", "tgt_tokenizer.json"} <= names
+    ids = _source_ids(tokenizer, SMALL_SOURCES[:4])
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+    results = translator.translate_batch(
+        _tokens(tokenizer, ids),
+        beam_size=1,
+        min_decoding_length=0,
+        max_decoding_length=MAX_NEW,
+        suppress_sequences=_banned(model, other),
+    )
+    theirs = [[other.backend.token_to_id(t) for t in r.hypotheses[0]] for r in results]
+    assert theirs == attnlab_search(model, ids, beam=1)
 
 
 @pytest.mark.parametrize("target", ex.TARGETS)
