@@ -23,6 +23,8 @@ from attnlab import export as ex
 from attnlab.cli import main
 from attnlab.data.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
 from attnlab.evaluate import Translator
+from attnlab.export import ct2, marian
+from attnlab.export.common import TARGET_NAMES
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 transformers = pytest.importorskip("transformers")
@@ -467,7 +469,7 @@ def test_unsupported_options_are_named(options, target, named):
     model = Transformer(TransformerConfig.preset("tiny", **options))
     reasons = ex.unsupported(model, target)
     assert len(reasons) == 1 and reasons[0].startswith(named)
-    assert ex._TARGET_NAMES[target] in reasons[0]
+    assert TARGET_NAMES[target] in reasons[0]
 
 
 @pytest.mark.parametrize(
@@ -524,7 +526,7 @@ def test_cli_refuses_what_the_target_cannot_express(
 ):
     out = tmp_path / "out"
     line = _cli_error(["export", str(model_dir(**options)), str(out), "--to", to], capsys)
-    assert named in line and ex._TARGET_NAMES[to] in line
+    assert named in line and TARGET_NAMES[to] in line
     assert not out.exists()
 
 
@@ -611,8 +613,10 @@ def test_a_failure_midway_leaves_no_out_dir(monkeypatch, tokenizer, tmp_path, ta
         raise RuntimeError("the disk caught fire")
 
     # the last step of each build: the files before it are already written
-    where = "_write_hf_tokenizer" if target == "huggingface" else "_ctranslate2_readme"
-    monkeypatch.setattr(ex, where, fail)
+    if target == "huggingface":
+        monkeypatch.setattr(marian, "_write_tokenizer", fail)
+    else:
+        monkeypatch.setattr(ct2, "_readme", fail)
     export = ex.to_huggingface if target == "huggingface" else ex.to_ctranslate2
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="caught fire"):
