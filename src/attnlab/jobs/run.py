@@ -1,0 +1,287 @@
+"""Running a job: :func:`train_job` (corpus, tokenizers, model, training, the test split's
+scores) and :func:`evaluate_model` (a saved model on a split of its task)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._io import write_json
+from .tables import JOB_FILE, Job
+
+__all__ = ["RESULTS_FILE", "evaluate_model", "train_job"]
+
+RESULTS_FILE = "results.json"
+
+
+def _tokenizers(job: Job, corpus, directory: Path, reuse: bool, rank: int):
+    """Train (or, resuming, reload) the tokenizers on the training split only. In a
+    distributed run rank 0 trains and saves them; the other ranks wait, then load them."""
+    import torch.distributed as dist
+
+    from ..data.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
+
+    distributed = dist.is_available() and dist.is_initialized()
+    if rank != 0:
+        dist.barrier()  # rank 0 has written them
+        return load_tokenizers(directory)
+    if reuse and directory.is_dir():
+        if distributed:
+            dist.barrier()
+        return load_tokenizers(directory)
+    train = corpus["train"]
+    options = job.tokenizer
+    kwargs = {"min_frequency": options.min_frequency}
+    if job.task.is_lm:  # one vocabulary for the one stream of text
+        src = tgt = Tokenizer.train(train, options.vocab_size, **kwargs)
+        save_tokenizers(directory, src, None)
+    elif options.joint:
+        texts = [s for pair in train for s in pair]
+        src = tgt = Tokenizer.train(texts, options.vocab_size, **kwargs)
+        save_tokenizers(directory, src, None)
+    else:
+        src = Tokenizer.train([s for s, _ in train], options.vocab_size, **kwargs)
+        tgt = Tokenizer.train([t for _, t in train], options.vocab_size, **kwargs)
+        save_tokenizers(directory, src, tgt)
+    if distributed:
+        dist.barrier()
+    return src, tgt
+
+
+def train_job(
+    job: Job,
+    out: str | os.PathLike,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
+    """Run ``job`` into directory ``out``; return the summary (also in ``out/results.json``).
+
+    ``log`` receives one line per stage (the CLI prints them). With ``resume`` the tokenizers
+    are reloaded and training continues from the newest checkpoint. Under ``torchrun`` (after
+    :func:`attnlab.train.init_distributed`) every rank trains its share of each batch with
+    DistributedDataParallel; only rank 0 writes files, logs and scores the test split (the
+    others return ``{}``).
+    """
+    from ..data.batching import TokenBatcher
+    from ..train import TrainConfig, Trainer, world
+
+    started = time.perf_counter()
+    job.check()  # before any work: reading the corpus, training tokenizers, creating `out`
+    out = Path(out)
+    train_config = TrainConfig(out=str(out), **job.train)
+    rank, _ = world()
+    if rank != 0:
+        log = lambda message: None  # noqa: E731 - one voice in a distributed run
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = job.task.load()
+    splits = corpus if job.task.is_lm or job.task.is_image else corpus.splits
+    what = (
+        job.task.name
+        if job.task.is_lm or job.task.is_image
+        else f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}"
+    )
+    log(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+    padding: float | None = None
+    tokenizer_dir: Path | None = None
+    if job.task.is_image:
+        model = _build_model(job)
+        train_examples, valid_examples, on_evaluate = corpus["train"], corpus["valid"], None
+        log(
+            f"model: VisionTransformer, {job.model.get('preset')} preset, "
+            f"{model.num_parameters():,} parameters, {model.config.num_patches} patches of "
+            f"{model.config.patch_size}x{model.config.patch_size} pixels; "
+            f"{len(train_examples):,} training images"
+        )
+    else:
+        tokenizer_dir = out / "tokenizers"
+        src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume, rank=rank)
+        joint = " (joint)" if job.tokenizer.joint else ""
+        log(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
+        setup = _lm_setup if job.task.is_lm else _translation_setup
+        model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
+        padding = TokenBatcher.for_examples(
+            train_examples, train_config.max_tokens, seed=train_config.seed
+        ).padding_fraction(0)
+        log(
+            f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+            f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
+            f"longer than {job.task.max_len} tokens left out), padding {padding:.1%} of the "
+            f"batches"
+        )
+    if rank == 0:
+        write_json(out / JOB_FILE, job.to_dict())
+    trainer = Trainer(
+        model,
+        train_examples,
+        valid_examples,
+        train_config,
+        tokenizers_dir=tokenizer_dir,
+        on_evaluate=on_evaluate,
+        progress=progress,
+    )
+    summary = trainer.train(resume=resume)
+    if rank != 0:
+        return {}
+    model_dir = out / "model"
+    write_json(model_dir / JOB_FILE, job.to_dict())
+    log(f"trained: {model_dir}")
+    split = "valid" if job.task.is_lm else "test"
+    result = evaluate_model(model_dir, split=split, corpus=corpus)
+    result.update(
+        {
+            "training": summary,
+            "model_dir": str(model_dir),
+            "wall_time_s": time.perf_counter() - started,
+        }
+    )
+    if padding is not None:
+        result["padding_fraction"] = padding
+    write_json(out / RESULTS_FILE, result)
+    return result
+
+
+def _build_model(job: Job):
+    """A fresh model for an image task, seeded by ``[train] seed`` so that a job's initial
+    weights (hence its accuracy) are reproducible."""
+    import torch
+
+    from ..vision import VisionTransformer
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(job.train.get("seed", 0)))
+        return VisionTransformer(job.model_config())
+
+
+def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
+    """The encoder-decoder model, framed examples, and the validation BLEU hook."""
+    from ..data.batching import make_examples
+    from ..evaluate import Translator, score
+    from ..model import Transformer
+
+    def encode(split: str):
+        pairs = corpus[split]
+        src = src_tok.encode_batch([s for s, _ in pairs])
+        tgt = tgt_tok.encode_batch([t for _, t in pairs])
+        return make_examples(list(zip(src, tgt, strict=True)), max_len=job.task.max_len)
+
+    model = Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
+    valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
+
+    def on_evaluate(step: int, trained) -> dict[str, float]:
+        """BLEU and exact match of greedy translations of the first validation pairs."""
+        if not valid_pairs:
+            return {}
+        translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
+        hyps = translator.translate([s for s, _ in valid_pairs])
+        scores = score(hyps, [t for _, t in valid_pairs])
+        return {"val_bleu": scores.bleu, "val_exact": scores.exact_match}
+
+    return model, encode("train"), encode("valid"), on_evaluate
+
+
+def _lm_setup(job: Job, corpus, tokenizer, _):
+    """The decoder-only model and its framed lines (validation: loss, hence perplexity)."""
+    from ..data.batching import make_lm_examples
+    from ..model import TransformerLM
+
+    def encode(split: str):
+        return make_lm_examples(tokenizer.encode_batch(corpus[split]), max_len=job.task.max_len)
+
+    model = TransformerLM(job.model_config(tokenizer.vocab_size, tokenizer.vocab_size))
+    return model, encode("train"), encode("valid"), None
+
+
+def _evaluate_lm(model_dir: Path, corpus: dict, split: str, limit: int | None) -> dict:
+    from ..data.tokenizer import load_tokenizers
+    from ..evaluate import lm_perplexity
+    from ..model import load_pretrained
+
+    if split not in corpus:
+        raise ValueError(f"split: a text task has {sorted(corpus)}, not {split!r}")
+    lines = corpus[split][:limit] if limit else corpus[split]
+    tokenizer, _ = load_tokenizers(model_dir)
+    result = lm_perplexity(load_pretrained(model_dir), tokenizer, lines)
+    result.update({"split": split, "task": "text"})
+    return result
+
+
+def _evaluate_images(
+    model_dir: Path, corpus: dict, split: str, limit: int | None, examples: int
+) -> dict:
+    import torch
+
+    from ..evaluate import classify
+    from ..model import load_pretrained
+
+    if split not in corpus:
+        raise ValueError(f"split: the digits task has {sorted(corpus)}, not {split!r}")
+    data = corpus[split]
+    images, labels = data.images[:limit], data.labels[:limit]
+    model = load_pretrained(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
+    result = classify(model, images, labels, classes=data.classes)
+    result.update({"split": split, "task": "digits"})
+    result["examples"] = result.pop("errors")[:examples]
+    return result
+
+
+def evaluate_model(
+    model_dir: str | os.PathLike,
+    *,
+    split: str | None = None,
+    corpus=None,
+    job: Job | None = None,
+    beam_size: int | None = None,
+    limit: int | None = None,
+    examples: int = 10,
+) -> dict[str, Any]:
+    """Translate ``split`` (default ``test``) of the model's task (from its ``job.json``) with
+    beam search and score it. Returns ``{"bleu", "chrf", "exact_match", "sentences",
+    signatures, "split", "examples": a few (source, reference, hypothesis)}``. For a language
+    model (the ``text`` task): its perplexity on ``split`` (default ``valid``)."""
+    from ..evaluate import Translator, score
+
+    model_dir = Path(model_dir)
+    if job is None:
+        path = model_dir / JOB_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: missing; the model was not saved by `attnlab train`, so its task is "
+                f"unknown"
+            )
+        try:
+            job = Job.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
+    if corpus is None:
+        corpus = job.task.load()
+    if split is None:
+        split = "valid" if job.task.is_lm else "test"
+    if job.task.is_lm:
+        return _evaluate_lm(model_dir, corpus, split, limit)
+    if job.task.is_image:
+        return _evaluate_images(model_dir, corpus, split, limit, examples)
+    pairs = corpus[split]
+    if limit is not None:
+        pairs = pairs[:limit]
+    translator = Translator.load(
+        model_dir,
+        beam_size=beam_size or job.eval.beam_size,
+        alpha=job.eval.alpha,
+        max_tokens=job.eval.max_tokens,
+    )
+    hyps = translator.translate([s for s, _ in pairs])
+    scores = score(hyps, [t for _, t in pairs])
+    result = scores.to_dict()
+    result["split"] = split
+    result["task"] = job.task.name
+    result["examples"] = [
+        {"source": s, "reference": t, "hypothesis": h}
+        for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]
+    ]
+    return result
