@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import check_positive_int, check_positive_number
+from .fastdecode import FastDecoder, check_quantize, why_not_fast_path
 from .layers import DecoderCache
 from .model import Transformer, TransformerLM
 
@@ -155,12 +156,30 @@ class _Session:
     its positions counting real tokens only, so each row decodes as it would alone).
     """
 
-    def __init__(self, model: Transformer | TransformerLM, inputs: object) -> None:
+    def __init__(
+        self,
+        model: Transformer | TransformerLM,
+        inputs: object,
+        fast: bool = True,
+        quantize: str | None = None,
+    ) -> None:
         if not isinstance(model, (Transformer, TransformerLM)):
             raise TypeError(
                 f"model: expected an attnlab Transformer or TransformerLM, got "
                 f"{type(model).__name__}"
             )
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast: expected a bool, got {fast!r}")
+        check_quantize(quantize)
+        #: Why this batch decodes on the reference path ("" when it takes the fast one).
+        self.why_not_fast_path = why_not_fast_path(model, quantize) if fast else "fast=False"
+        if quantize is not None and self.why_not_fast_path:
+            raise ValueError(
+                f"quantize={quantize!r} runs on the fast decoder step only, which this model "
+                f"cannot take: {self.why_not_fast_path}"
+            )
+        self.quantize = quantize
+        self.fast: FastDecoder | None = None
         self.model = model
         config = model.config
         self.config = config
@@ -213,7 +232,18 @@ class _Session:
         expand = expand.repeat_interleave(rows_per_input)
         if isinstance(model, Transformer):
             memory = model.encode(self.source)
-            self.cache = model.new_cache(memory, model.source_mask(self.source), capacity=capacity)
+            mask = model.source_mask(self.source)
+            if not self.why_not_fast_path:
+                self.fast = FastDecoder(
+                    model,
+                    memory,
+                    mask,
+                    beam=rows_per_input,
+                    capacity=capacity,
+                    quantize=self.quantize,
+                )
+                return self.start[expand]
+            self.cache = model.new_cache(memory, mask, capacity=capacity)
             if rows_per_input > 1:
                 self.cache.select(expand)
         else:
@@ -222,11 +252,20 @@ class _Session:
 
     def step(self, ids: Tensor) -> Tensor:
         """Feed ``ids`` ``(N, T)``; the float32 log-probabilities of the next token ``(N, V)``."""
+        if self.fast is not None:
+            return F.log_softmax(self.fast.step(ids.view(-1)).float(), dim=-1)
         if isinstance(self.model, Transformer):
             logits = self.model.decode(ids, cache=self.cache)
         else:
             logits = self.model(ids, cache=self.cache)
         return F.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def select(self, rows: Tensor, *, cross: bool = True) -> None:
+        """Keep the cache rows ``rows`` (see :meth:`attnlab.layers.DecoderCache.select`)."""
+        if self.fast is not None:
+            self.fast.select(rows, cross=cross)
+        else:
+            self.cache.select(rows, cross=cross)
 
     def banned(self) -> list[int]:
         """Ids never generated: pad and BOS (unless one of them is EOS)."""
@@ -290,11 +329,13 @@ def _decode_rows(
     choose: Callable[[Tensor], Tensor],
     max_new_tokens: int | None,
     min_new_tokens: int,
+    fast: bool,
+    quantize: str | None,
 ) -> Generation:
     """One token per row per step, chosen by ``choose(log_probs (N, V)) -> ids (N,)``; rows
     that finish leave the batch (and the cache)."""
     _check_lengths(max_new_tokens, min_new_tokens)
-    session = _Session(model, inputs)
+    session = _Session(model, inputs, fast, quantize)
     eos = session.config.eos_id
     with _EvalMode(model):
         limit = session.max_new_tokens(max_new_tokens)
@@ -327,7 +368,7 @@ def _decode_rows(
                 keep = (~done).nonzero().squeeze(1)
                 rows, token = rows[keep], token[keep]
                 row_limit, row_log_probs = row_limit[keep], row_log_probs[keep]
-                session.cache.select(keep)
+                session.select(keep)
             ids = token[:, None]
         sequences = torch.full((batch, int(lengths.max())), session.config.pad_id, device=device)
         for step, (where, token) in enumerate(chosen):
@@ -348,6 +389,8 @@ def greedy_search(
     *,
     max_new_tokens: int | None = None,
     min_new_tokens: int = 0,
+    fast: bool = True,
+    quantize: str | None = None,
 ) -> Generation:
     """Greedy decoding: at each step the most probable token.
 
@@ -359,10 +402,24 @@ def greedy_search(
             paper's, sec. 6.1) for a Transformer, 50 for a language model. With learned
             positions, outputs also stop where the model's ``max_len`` positions end.
         min_new_tokens: EOS is not generated before this many tokens.
+        fast: decode with the lean step of :mod:`attnlab.fastdecode` when the model allows it
+            (:func:`attnlab.fastdecode.why_not_fast_path`); False forces the readable
+            reference (``model.decode`` with its cache). Both compute the same numbers.
+        quantize: ``"int8"`` runs the decoder's linear maps and the output projection with int8
+            weights (fast path only; see :mod:`attnlab.fastdecode`); None keeps the model's
+            dtype.
 
     Returns: a :class:`Generation`; ``scores`` are the log-probabilities.
     """
-    return _decode_rows(model, inputs, lambda lp: lp.argmax(dim=-1), max_new_tokens, min_new_tokens)
+    return _decode_rows(
+        model,
+        inputs,
+        lambda lp: lp.argmax(dim=-1),
+        max_new_tokens,
+        min_new_tokens,
+        fast,
+        quantize,
+    )
 
 
 def sample(
@@ -375,6 +432,8 @@ def sample(
     generator: torch.Generator | None = None,
     max_new_tokens: int | None = None,
     min_new_tokens: int = 0,
+    fast: bool = True,
+    quantize: str | None = None,
 ) -> Generation:
     """Ancestral sampling: draw each token from the model's distribution, reshaped.
 
@@ -388,6 +447,7 @@ def sample(
         top_k: keep the k most probable tokens (None: all).
         top_p: in (0, 1] (None or 1: no nucleus filtering).
         generator: a ``torch.Generator`` for reproducible draws (on the model's device).
+        fast, quantize: as :func:`greedy_search`.
 
     Returns: a :class:`Generation`; ``log_probs`` and ``scores`` are the model's own
     log-probabilities of the drawn tokens (temperature 1, unfiltered).
@@ -411,7 +471,7 @@ def sample(
         probs = torch.softmax(logits, dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _decode_rows(model, inputs, choose, max_new_tokens, min_new_tokens)
+    return _decode_rows(model, inputs, choose, max_new_tokens, min_new_tokens, fast, quantize)
 
 
 def _nucleus(logits: Tensor, top_p: float) -> Tensor:
@@ -435,6 +495,8 @@ def beam_search(
     alpha: float = 0.6,
     max_new_tokens: int | None = None,
     min_new_tokens: int = 0,
+    fast: bool = True,
+    quantize: str | None = None,
 ) -> Generation:
     """Beam search with the length penalty of Wu et al. (2016), as the paper (sec. 6.1).
 
@@ -451,6 +513,9 @@ def beam_search(
     Args: as :func:`greedy_search`, and
         beam_size: hypotheses per sentence (4 in the paper; 1 is greedy search).
         alpha: the length penalty's exponent (0.6 in the paper; 0: plain log-probability).
+        fast, quantize: as :func:`greedy_search`. On the fast path the beams of a sentence
+            share its memory's keys and values, and the self-attention cache is never
+            reordered (see :class:`attnlab.fastdecode.FastDecoder`).
 
     Returns: a :class:`Generation` with the best finished hypothesis of each sentence;
     ``scores`` are ``log_probs / lp(lengths)``.
@@ -461,7 +526,7 @@ def beam_search(
     ):
         raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
     _check_lengths(max_new_tokens, min_new_tokens)
-    session = _Session(model, inputs)
+    session = _Session(model, inputs, fast, quantize)
     with _EvalMode(model):
         limit = session.max_new_tokens(max_new_tokens)
         return _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens).run()
@@ -523,7 +588,7 @@ class _BeamSearch:
             keep = (~stop).nonzero().squeeze(1)
             rows = (keep[:, None] * k + origin[keep]).reshape(-1)  # cache rows to continue
             pruned = keep.shape[0] < n
-            session.cache.select(rows, cross=pruned)
+            session.select(rows, cross=pruned)
             if pruned:
                 sentences, live, history, token = (
                     sentences[keep],

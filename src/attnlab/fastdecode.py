@@ -1,0 +1,490 @@
+"""The lean decoder step behind :mod:`attnlab.generate`: its fast path.
+
+:meth:`attnlab.Transformer.decode` with a :class:`attnlab.layers.DecoderCache` is the readable
+reference of incremental decoding: every step goes through the modules, checks its arguments,
+builds masks and calls scaled dot-product attention. At batch 1 a step of the ``small`` model is
+about a hundred tiny ops, and op dispatch, not arithmetic, bounds it. :class:`FastDecoder`
+computes the same numbers (tested equal, outputs and caches, in ``tests/test_fastdecode.py``)
+with fewer, larger ops and nothing else on the hot path:
+
+* weights packed once per model and parameter version (:func:`pack`): each linear map
+  pre-transposed for ``torch.addmm`` (``x @ W^T + b`` without a transposed operand), the
+  ``1 / sqrt(d_k)`` score scale (eq. 1) folded into the query rows, the memory's key/value
+  projections of every layer fused into one matrix (the memory is projected once per batch,
+  in one GEMM);
+* one preallocated key/value store for the whole decoder, written in place, one copy per layer
+  per step;
+* attention for one new query as ``bmm -> softmax -> bmm`` on views of the store: no mask is
+  built for greedy decoding, no padding check runs per step;
+* beam search without reordering the cache. The reference gathers every layer's keys and values
+  into beam order after each step (at 32 sentences x 4 beams x 128 positions that is 100 MB
+  read and written per step); here each beam writes its own slot at each position, the beams of
+  a sentence attend together to all slots of their sentence, and a small additive mask (which
+  slot was this beam's ancestor at each position, ``(rows, positions, beams)`` floats) hides
+  the others. Only that mask is reordered. The memory's keys and values are stored once per
+  sentence, not once per beam: a sentence's beams are its queries.
+
+Optional int8 weights (``quantize="int8"``): every decoder linear map and the output projection
+run as torch's dynamic-quantized linear (FBGEMM: int8 weights with a scale per output channel,
+activations quantized per call to 7-bit unsigned integers, int32 accumulation). The encoder
+stays in float32. Activations are quantized with one scale per call, over the whole batch, so
+an int8 output may depend on the batch it is decoded in (float32 outputs do not).
+
+:func:`why_not_fast_path` says why a model takes the reference path instead ("" when it does
+not), in the manner of torch.nn.MultiheadAttention's ``why_not_sparsity_fast_path``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .layers import ACTIVATIONS, DecoderLayer, FeedForward
+from .model import Transformer
+from .positional import ALiBi, RotaryEmbedding
+
+__all__ = ["QUANTIZATIONS", "FastDecoder", "check_quantize", "pack", "why_not_fast_path"]
+
+#: Weight types of :func:`pack` besides float (None).
+QUANTIZATIONS = ("int8",)
+
+
+def check_quantize(quantize: object) -> str | None:
+    """``quantize`` if it is None or one of :data:`QUANTIZATIONS`, else a ValueError."""
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantize: expected one of {', '.join(QUANTIZATIONS)} or None, got {quantize!r}"
+        )
+    return quantize
+
+
+def why_not_fast_path(model: object, quantize: str | None = None) -> str:
+    """Why ``model`` cannot decode on the fast path (with ``quantize`` weights): one line, or
+    ``""`` when it can.
+
+    The fast path serves :class:`attnlab.Transformer` (the encoder-decoder) built from its
+    config, with any positional kind, pre- or post-LN, grouped-query attention, any activation,
+    with or without biases; not a subclass that overrides decoding, nor a model with forward
+    hooks (the fast step would skip them). Int8 weights need a float32 model on the CPU.
+    """
+    check_quantize(quantize)
+    if not isinstance(model, Transformer):
+        return (
+            f"model: the fast step serves the encoder-decoder Transformer; "
+            f"{type(model).__name__} takes the reference path"
+        )
+    for name in ("decode", "_decode", "new_cache", "encode"):
+        if getattr(type(model), name) is not getattr(Transformer, name):
+            return f"model: {type(model).__name__} overrides {name}()"
+    for name, module in model.named_modules():
+        if module._forward_hooks or module._forward_pre_hooks:
+            return f"model: forward hooks on {name or 'the model'} (the fast step skips modules)"
+    decoder = model.decoder
+    for i, layer in enumerate(decoder.layers):
+        if type(layer) is not DecoderLayer or type(layer.ff) is not FeedForward:
+            return f"decoder.layers.{i}: {type(layer).__name__} is not attnlab's DecoderLayer"
+        if layer.cross_attn is None:
+            return f"decoder.layers.{i}: no cross-attention"
+        for attn_name in ("self_attn", "cross_attn"):
+            attn = getattr(layer, attn_name)
+            if attn.in_proj is None:
+                return f"decoder.layers.{i}.{attn_name}: separate kdim/vdim projections"
+            if attn.positional is not None and not isinstance(
+                attn.positional, (RotaryEmbedding, ALiBi)
+            ):
+                return f"decoder.layers.{i}.{attn_name}: positional {type(attn.positional)}"
+        if layer.ff.activation not in ACTIVATIONS:
+            return f"decoder.layers.{i}: activation {layer.ff.activation!r}"
+    parameter = next(model.parameters())
+    if not parameter.dtype.is_floating_point:
+        return f"model: parameters of dtype {parameter.dtype}"
+    if quantize == "int8":
+        if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+            return (
+                f"quantize='int8': needs a float32 model on the CPU, got {parameter.dtype} on "
+                f"{parameter.device}"
+            )
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            return "quantize='int8': this torch build has no FBGEMM quantized engine"
+    return ""
+
+
+# -- packed weights ----------------------------------------------------------------------------
+
+
+class _Dense:
+    """``x @ W^T + b`` with ``W^T`` stored contiguous ``(in, out)``."""
+
+    __slots__ = ("bias", "weight_t")
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        self.weight_t = weight.detach().t().contiguous()
+        self.bias = None if bias is None else bias.detach().clone()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.bias is None:
+            return torch.mm(x, self.weight_t)
+        return torch.addmm(self.bias, x, self.weight_t)
+
+
+class _Int8:
+    """``x @ W^T + b`` with int8 weights (a scale per output row), dynamic-quantized input."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        w = weight.detach().float()
+        scale = (w.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
+        zero = torch.zeros(w.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():  # torch marks quantized tensors deprecated (2.13)
+            warnings.simplefilter("ignore")
+            q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            b = None if bias is None else bias.detach().float()
+            self.packed = torch.ops.quantized.linear_prepack(q, b)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # reduce_range: 7-bit activations, so that AVX2's u8 x s8 pair sums cannot saturate.
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
+_Linear = Callable[[Tensor], Tensor]
+
+
+class _Norm:
+    __slots__ = ("bias", "eps", "shape", "weight")
+
+    def __init__(self, norm: nn.LayerNorm) -> None:
+        self.weight = None if norm.weight is None else norm.weight.detach()
+        self.bias = None if norm.bias is None else norm.bias.detach()
+        self.eps = norm.eps
+        self.shape = tuple(norm.normalized_shape)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+
+class _Layer:
+    """One decoder layer's weights, laid out for the step."""
+
+    def __init__(self, layer: DecoderLayer, make: Callable[..., _Linear]) -> None:
+        attn, cross = layer.self_attn, layer.cross_attn
+        d, kv = attn.d_model, attn.kv_dim
+        scale = 1.0 / math.sqrt(attn.head_dim)  # eq. 1, folded into the query rows
+        w, b = attn.in_proj.weight.detach(), attn.in_proj.bias
+        w = torch.cat([w[:d] * scale, w[d:]])
+        b = None if b is None else torch.cat([b.detach()[:d] * scale, b.detach()[d:]])
+        self.qkv = make(w, b)
+        self.out = make(attn.out_proj.weight, attn.out_proj.bias)
+        cw, cb = cross.in_proj.weight.detach(), cross.in_proj.bias
+        self.cross_q = make(cw[:d] * scale, None if cb is None else cb.detach()[:d] * scale)
+        self.cross_out = make(cross.out_proj.weight, cross.out_proj.bias)
+        self.ff1 = make(layer.ff.linear1.weight, layer.ff.linear1.bias)
+        self.ff2 = make(layer.ff.linear2.weight, layer.ff.linear2.bias)
+        name = layer.ff.activation  # ReLU in place: its input is a fresh GEMM output
+        self.activation = torch.relu_ if name == "relu" else ACTIVATIONS[name]
+        self.norms = (_Norm(layer.norm1), _Norm(layer.norm2), _Norm(layer.norm3))
+        self.cross_kv_weight = cw[d:]  # (2 kv, d), fused over layers by _Packed
+        self.cross_kv_bias = None if cb is None else cb.detach()[d:]
+        self.kv = kv
+
+
+class _Packed:
+    """Everything :class:`FastDecoder` reads from a model, built once (see :func:`pack`)."""
+
+    def __init__(self, model: Transformer, quantize: str | None) -> None:
+        c = model.config
+        make = _Int8 if quantize == "int8" else _Dense
+        with torch.no_grad():
+            layers = list(model.decoder.layers)
+            self.layers = [_Layer(layer, make) for layer in layers]
+            first = layers[0].self_attn
+            self.d_model, self.heads, self.kv_heads = c.d_model, first.num_heads, first.num_kv_heads
+            self.head_dim = first.head_dim
+            self.norm_first = layers[0].norm_first
+            # The memory's keys and values for every layer: one (L * 2 kv, d) projection.
+            w = torch.cat([p.cross_kv_weight for p in self.layers])
+            biases = [p.cross_kv_bias for p in self.layers]
+            bias = None if biases[0] is None else torch.cat(biases)
+            self.cross_kv = make(w, bias)
+            for p in self.layers:
+                p.cross_kv_weight = p.cross_kv_bias = None
+            self.final_norm = None if model.decoder.norm is None else _Norm(model.decoder.norm)
+            self.head = make(model.lm_head.weight, model.lm_head.bias)
+            embed = model.tgt_embed
+            self.token = embed.token.weight.detach()
+            self.scale = embed.scale
+            self.embedding_norm = None if embed.norm is None else _Norm(embed.norm)
+            self.positional = c.positional
+            self.learned = embed.position.weight.detach() if c.positional == "learned" else None
+            self.sinusoidal = embed.position if c.positional == "sinusoidal" else None
+            self.rotary = (
+                first.positional if isinstance(first.positional, RotaryEmbedding) else None
+            )
+            self.alibi = first.positional if isinstance(first.positional, ALiBi) else None
+        self.quantize = quantize
+
+
+_PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _version(model: nn.Module) -> tuple:
+    """Changes whenever a parameter is replaced or modified in place."""
+    return tuple((id(t), t._version, t.data_ptr(), t.dtype, t.device) for t in model.parameters())
+
+
+def pack(model: Transformer, quantize: str | None = None) -> _Packed:
+    """The packed weights of ``model`` for :class:`FastDecoder`, cached on the model (weakly)
+    and rebuilt when a parameter changes (replaced or modified in place: its version counter).
+
+    Memory: a transposed copy of the decoder's linear weights and of the output projection
+    (about 19 MB for the ``small`` preset in float32; a quarter of that in int8).
+    """
+    check_quantize(quantize)
+    key = (quantize, _version(model))
+    entry = _PACKS.get(model)
+    if entry is not None and quantize in entry and entry[quantize][0] == key:
+        return entry[quantize][1]
+    packed = _Packed(model, quantize)
+    _PACKS.setdefault(model, {})[quantize] = (key, packed)
+    return packed
+
+
+# -- the decoding state ------------------------------------------------------------------------
+
+
+class FastDecoder:
+    """Incremental decoding of one batch on the fast path: ``step(ids) -> logits``.
+
+    Args:
+        model: a :class:`attnlab.Transformer` for which :func:`why_not_fast_path` is ``""``.
+        memory: the encoder output ``(n, S, d_model)`` of ``n`` sources.
+        memory_mask: the sources' key mask ``(n, 1, 1, S)`` (bool, True = real), or None.
+        beam: rows per source (``beam`` hypotheses of each sentence, consecutive rows).
+        capacity: the most steps this batch will take.
+        quantize: None (the model's dtype) or ``"int8"``.
+
+    Rows are ``n x beam``, sentence-major. :meth:`step` feeds one token per row (at positions
+    0, 1, ... in turn; the first is BOS) and returns the next-token logits ``(rows, V)``;
+    :meth:`select` keeps or reorders rows between steps.
+
+    The key/value store of layer ``l`` is ``store[l, 0 or 1]``, of shape ``(n, H_kv, capacity,
+    beam, Dh)``: the key of the token at position ``j`` of beam ``b`` is ``[.., j, b, :]``.
+    ``ancestry`` ``(rows, capacity, beam)`` is 0 where a row's hypothesis went through that
+    slot and -inf elsewhere (beam > 1 only). :meth:`cache_keys` gives a row's keys in the
+    reference's layout, for tests.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        memory: Tensor,
+        memory_mask: Tensor | None,
+        *,
+        beam: int,
+        capacity: int,
+        quantize: str | None = None,
+    ) -> None:
+        p = self.packed = pack(model, quantize)
+        n, s, d = memory.shape
+        self.n, self.beam, self.capacity, self.length = n, beam, capacity, 0
+        layers, kv_heads, head_dim = len(p.layers), p.kv_heads, p.head_dim
+        self.group = p.heads // kv_heads
+        dtype, device = memory.dtype, memory.device
+        # The memory's keys and values, every layer at once: (L, 2, n * H_kv, S, Dh).
+        kv = p.cross_kv(memory.reshape(n * s, d)).view(n, s, layers, 2, kv_heads, head_dim)
+        self.memory_kv = kv.permute(2, 3, 0, 4, 1, 5).reshape(layers, 2, n * kv_heads, s, -1)
+        self.memory_bias = None  # additive (n, 1, S): 0 for a real token, -inf for a pad
+        if memory_mask is not None:
+            real = memory_mask.reshape(n, 1, s)
+            self.memory_bias = torch.zeros(n, 1, s, dtype=dtype, device=device).masked_fill_(
+                ~real, -math.inf
+            )
+        self.store = torch.empty(
+            layers, 2, n, kv_heads, capacity, beam, head_dim, dtype=dtype, device=device
+        )
+        self.ancestry = None
+        if beam > 1:
+            self.ancestry = torch.full(
+                (n * beam, capacity, beam), -math.inf, dtype=dtype, device=device
+            )
+            # At each position a row writes its own slot: diag[b] is row b's slot pattern.
+            diag = torch.full((beam, beam), -math.inf, dtype=dtype, device=device)
+            self.own = diag.fill_diagonal_(0.0).repeat(n, 1)  # (rows, K)
+        self.positions = None
+        if p.sinusoidal is not None:
+            self.positions = p.sinusoidal.table(capacity, dtype=dtype).to(device)
+        elif p.learned is not None:
+            self.positions = p.learned[:capacity]
+        self.rotation = None
+        if p.rotary is not None:
+            angle = p.rotary.angles(capacity, device=device)  # float64, as the reference
+            self.rotation = (torch.cos(angle).to(dtype), torch.sin(angle).to(dtype))
+        self.alibi = None
+        if p.alibi is not None:
+            # -slope * (t - j) for keys j <= t is the slice [capacity - 1 - t :] of this table
+            # (the reference's float32 product, distance times slope).
+            distance = torch.arange(capacity - 1, -1, -1, dtype=torch.float32, device=device)
+            slope = p.alibi.slope.to(device=device, dtype=torch.float32)
+            table = (distance[None, :] * -slope[:, None]).to(dtype)  # (H, capacity)
+            self.alibi = table[:, :, None].expand(-1, -1, beam).contiguous()
+
+    @property
+    def rows(self) -> int:
+        return self.n * self.beam
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def step(self, ids: Tensor) -> Tensor:
+        """Feed ``ids`` ``(rows,)`` (int64) at the next position; the logits ``(rows, V)``."""
+        p, t = self.packed, self.length
+        if t >= self.capacity:
+            raise ValueError(f"step: the decoder holds {self.capacity} positions, all used")
+        x = torch.embedding(p.token, ids)  # (N, d)
+        if self.positions is not None:
+            x = torch.add(self.positions[t], x, alpha=p.scale)
+        elif p.scale != 1.0:
+            x = x * p.scale
+        if p.embedding_norm is not None:
+            x = p.embedding_norm(x)
+        mask = None
+        if self.ancestry is not None:
+            self.ancestry[:, t].copy_(self.own)
+            mask = self.ancestry[:, : t + 1].reshape(self.n, self.beam, -1)  # (n, K, T K)
+        bias = None if self.alibi is None else self.alibi[:, self.capacity - 1 - t :]
+        for index, layer in enumerate(p.layers):
+            x = self._layer(index, layer, x, t, mask, bias)
+        if p.final_norm is not None:
+            x = p.final_norm(x)
+        self.length = t + 1
+        return p.head(x)
+
+    def _layer(
+        self, index: int, w: _Layer, x: Tensor, t: int, mask: Tensor | None, bias: Tensor | None
+    ) -> Tensor:
+        p = self.packed
+        d, kv_heads, head_dim = p.d_model, p.kv_heads, p.head_dim
+        n, beam = self.n, self.beam
+        norm1, norm2, norm3 = w.norms
+        pre = p.norm_first
+
+        # Masked self-attention: this token's key and value join the store.
+        h = norm1(x) if pre else x
+        qkv = w.qkv(h)  # (N, d + 2 kv)
+        q, new = qkv[:, :d], qkv[:, d:]
+        if self.rotation is not None:
+            q, new = self._rotate(q, new, t)
+        store = self.store[index]  # (2, n, H_kv, capacity, K, Dh)
+        store[:, :, :, t].copy_(new.view(n, beam, 2, kv_heads, head_dim).permute(2, 0, 3, 1, 4))
+        keys = store[0, :, :, : t + 1].reshape(n * kv_heads, -1, head_dim)  # (n H_kv, T K, Dh)
+        values = store[1, :, :, : t + 1].reshape(n * kv_heads, -1, head_dim)
+        a = self._attend(q, keys, values, mask, bias)
+        out = w.out(a)
+        out += x
+        x = out if pre else norm1(out)
+
+        # Attention over the memory (its keys and values were projected once).
+        h = norm2(x) if pre else x
+        memory = self.memory_kv[index]
+        a = self._attend(w.cross_q(h), memory[0], memory[1], self.memory_bias, None)
+        out = w.cross_out(a)
+        out += x
+        x = out if pre else norm2(out)
+
+        # Feed-forward network.
+        h = norm3(x) if pre else x
+        out = w.ff2(w.activation(w.ff1(h)))
+        out += x
+        return out if pre else norm3(out)
+
+    def _attend(
+        self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, bias: Tensor | None
+    ) -> Tensor:
+        """Attention of the rows' queries ``q`` ``(N, d)`` (already scaled) over ``keys`` and
+        ``values`` ``(n H_kv, T, Dh)`` of their sentence; ``mask`` ``(n, 1 or K, T)`` and
+        ``bias`` ``(H, T)`` are added to the scores. Returns the heads concatenated ``(N, d)``."""
+        n, beam, group = self.n, self.beam, self.group
+        kv_heads, head_dim = self.packed.kv_heads, self.packed.head_dim
+        if beam == 1:
+            # Head h reads kv head h // group; a slice of the fused qkv output is copied here.
+            queries = q.reshape(n * kv_heads, group, head_dim)
+        else:  # a sentence's beams become its queries: (n, H_kv, group, K, Dh)
+            queries = q.view(n, beam, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+            queries = queries.reshape(n * kv_heads, group * beam, head_dim)
+        scores = torch.bmm(queries, keys.transpose(1, 2))  # (n H_kv, group K, T)
+        if mask is not None or bias is not None:
+            grid = scores.view(n, kv_heads, group, beam, -1)
+            if mask is not None:
+                grid += mask.view(n, 1, 1, mask.shape[1], -1)
+            if bias is not None:
+                grid += bias.reshape(1, kv_heads, group, 1, -1)
+        out = torch.bmm(torch.softmax(scores, dim=-1), values)  # (n H_kv, group K, Dh)
+        if beam == 1:
+            return out.view(n, -1)
+        out = out.view(n, kv_heads, group, beam, head_dim).permute(0, 3, 1, 2, 4)
+        return out.reshape(n * beam, -1)
+
+    def _rotate(self, q: Tensor, new: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """RoPE at position ``t`` on the queries and the new keys (rotate-half layout)."""
+        p = self.packed
+        cos, sin = self.rotation[0][t], self.rotation[1][t]  # (Dh / 2,)
+        rows, half = q.shape[0], p.head_dim // 2
+        k, v = new[:, : p.kv_heads * p.head_dim], new[:, p.kv_heads * p.head_dim :]
+        both = torch.cat([q, k], dim=1).view(rows, -1, p.head_dim)
+        x1, x2 = both[..., :half], both[..., half:]
+        turned = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(rows, -1)
+        d = p.d_model
+        return turned[:, :d], torch.cat([turned[:, d:], v], dim=1)
+
+    # -- between steps -------------------------------------------------------------------------
+
+    def select(self, rows: Tensor, *, cross: bool = True) -> None:
+        """Keep the rows ``rows`` ``(N',)`` in that order, as
+        :meth:`attnlab.layers.DecoderCache.select`. With ``beam == 1`` any subset; with beams,
+        rows come ``beam`` per sentence: ``rows[i K + b] = s_i K + origin`` (the new beam ``b``
+        of kept sentence ``s_i`` continues beam ``origin`` of that sentence), which reorders
+        only the ancestry mask, never the key/value store. ``cross`` is accepted for the
+        reference's signature; sentences that leave are dropped either way."""
+        beam = self.beam
+        if beam == 1:
+            sentences = rows
+        else:
+            self.ancestry = self.ancestry.index_select(0, rows)
+            sentences = rows.view(-1, beam)[:, 0] // beam
+        if sentences.shape[0] == self.n and (beam > 1 or bool((sentences == self._all()).all())):
+            return  # the same sentences in the same order
+        self.store = self.store.index_select(2, sentences)
+        kv_heads = self.packed.kv_heads
+        memory = self.memory_kv.view(*self.memory_kv.shape[:2], self.n, kv_heads, -1)
+        memory = memory.index_select(2, sentences)
+        self.memory_kv = memory.view(*self.memory_kv.shape[:2], -1, *self.memory_kv.shape[3:])
+        if self.memory_bias is not None:
+            self.memory_bias = self.memory_bias.index_select(0, sentences)
+        if beam > 1:
+            self.own = self.own[: sentences.shape[0] * beam]
+        self.n = sentences.shape[0]
+
+    def _all(self) -> Tensor:
+        return torch.arange(self.n, device=self.store.device)
+
+    def cache_keys(self, layer: int) -> tuple[Tensor, Tensor]:
+        """Layer ``layer``'s self-attention keys and values of each row in the reference's
+        layout ``(rows, H_kv, length, Dh)`` (each row's own history; for tests)."""
+        store = self.store[layer][:, :, :, : self.length]  # (2, n, H_kv, T, K, Dh)
+        if self.beam == 1:
+            return store[0, :, :, :, 0], store[1, :, :, :, 0]
+        out = []
+        for part in store:
+            rows = []
+            for r in range(self.rows):
+                slot = self.ancestry[r, : self.length].argmax(dim=-1)  # the 0 among -infs
+                sentence = part[r // self.beam]  # (H_kv, T, K, Dh)
+                picked = sentence[:, torch.arange(self.length), slot]  # (H_kv, T, Dh)
+                rows.append(picked)
+            out.append(torch.stack(rows))
+        return out[0], out[1]
