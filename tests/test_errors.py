@@ -675,9 +675,10 @@ def _finish(process: subprocess.Popen, what: str) -> tuple[int, str]:
     return code, process.stderr.read()
 
 
+@pytest.mark.slow
 def test_cli_sigint_during_training_exits_130_with_one_line(tmp_path):
     process = _attnlab(
-        "train", "--config", "configs/numbers.toml", "--out", str(tmp_path / "run"),
+        "train", "--task", "numbers", "--out", str(tmp_path / "run"),
         "--no-progress", "--max-steps", "100000", "--checkpoint-every", "100000",
     )  # fmt: skip
     lines = _lines(process.stdout)
@@ -707,6 +708,7 @@ def _limit_file_size(limit: int):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+@pytest.mark.slow
 def test_cli_a_disk_that_refuses_a_picture_is_one_line_and_1(tmp_path):
     out = tmp_path / "pe.png"
     out.write_bytes(b"the old picture")
@@ -720,10 +722,11 @@ def test_cli_a_disk_that_refuses_a_picture_is_one_line_and_1(tmp_path):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+@pytest.mark.slow
 def test_cli_a_disk_that_refuses_the_weights_is_one_line_and_1(tmp_path):
     """safetensors (Rust) reports the refused write as a SafetensorError: one line too."""
     process = _attnlab(
-        "train", "--config", "configs/numbers.toml", "--out", str(tmp_path / "run"),
+        "train", "--task", "numbers", "--out", str(tmp_path / "run"),
         "--no-progress", "--max-steps", "1", "--checkpoint-every", "1", "--eval-every", "1",
         "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "task.high=199",
         "--set", "task.valid_size=20", "--set", "task.test_size=20",

@@ -579,6 +579,7 @@ def _next_line(lines: queue.Queue, process: subprocess.Popen, what: str, seconds
         pytest.fail(f"attnlab serve printed no {what} within {seconds:g} s: {errors}")
 
 
+@pytest.mark.slow
 def test_cli_serve_starts_a_server_and_stops(numbers_model_dir):
     command = [sys.executable, "-m", "attnlab", "serve", "--model", str(numbers_model_dir)]
     process = subprocess.Popen(

@@ -29,6 +29,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     pytest.skip(f"playwright is not importable: {exc}", allow_module_level=True)
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -96,6 +96,7 @@ def _fuzz(strategy, examples: int) -> collections.Counter[int]:
     return statuses
 
 
+@pytest.mark.slow
 def test_a_thousand_generated_requests_get_documented_answers_and_no_5xx(schema, app):
     answered: dict[str, collections.Counter[int]] = {}
     for path, method, examples in ROUTES:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from attnlab.serve import create_app
 from attnlab.serve.app import make_server, url_of
@@ -30,6 +31,7 @@ def _load_script():
     return module
 
 
+@pytest.mark.slow
 def test_twenty_clients_get_200_or_503_and_the_server_still_answers(numbers_model_dir):
     serve_load = _load_script()
     app = create_app(numbers_model_dir, device="cpu", limits=Limits(queue=2))
