@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test test-load demo tour train-multi30k train-digits serve bench explain lint format clean
+.PHONY: test test-fast test-load demo tour train-multi30k train-digits serve bench explain lint format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,13 @@ $(STAMP): $(PY) pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[test,dev]'
 	touch $(STAMP)
 
+# Everything, as CI runs it.
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The edit-test loop (< 2 minutes on 2 cores): all but the tests marked slow or browser.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not browser"
 
 # Train the offline numbers model from scratch (<= 5 minutes on 2 cores), translate held-out
 # numbers with it, and evaluate it on the test split.
@@ -57,9 +62,11 @@ bench: $(STAMP)
 explain: $(STAMP)
 	$(VENV)/bin/attnlab explain --out docs/explain
 
+# Style, and types: mypy strict on the core modules ([tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks

@@ -227,6 +227,7 @@ def _losses(out) -> list[tuple[str, str]]:
         return [(row["step"], row["loss"]) for row in csv.DictReader(handle)]
 
 
+@pytest.mark.slow
 def test_classifier_training_resumes_bit_for_bit_with_augmentation(tmp_path, splits):
     whole, part = tmp_path / "whole", tmp_path / "part"
     summary = _small_run(whole, splits)
@@ -276,6 +277,7 @@ def test_classify_counts_agree_with_the_predictions(splits):
         classify(torch.nn.Linear(2, 2), data.images, data.labels)
 
 
+@pytest.mark.slow
 def test_train_task_digits_smoke_beats_chance_by_a_wide_margin(tmp_path, capsys):
     """`attnlab train --task digits` end to end, shortened (about 20 s on 2 cores). Bound by
     epochs alone: the recipe's time budget is lifted, so a busy machine cannot cut it short."""

@@ -38,6 +38,7 @@ def numbers_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_train_writes_the_model_the_metrics_and_the_results(numbers_run, capsys):
     out = numbers_run
     model_dir = out / "model"
@@ -62,6 +63,7 @@ def test_train_writes_the_model_the_metrics_and_the_results(numbers_run, capsys)
     assert results["chrf"] > 15
 
 
+@pytest.mark.slow
 def test_translate_and_evaluate_a_trained_model(numbers_run, capsys):
     model_dir = str(numbers_run / "model")
     capsys.readouterr()
@@ -74,6 +76,7 @@ def test_translate_and_evaluate_a_trained_model(numbers_run, capsys):
     assert 0.0 <= report["exact_match"] <= 1.0 and report["sentences"] == 10
 
 
+@pytest.mark.slow
 def test_translate_reads_stdin_in_order(numbers_run, capsys, monkeypatch):
     import io
 
@@ -86,6 +89,7 @@ def test_translate_reads_stdin_in_order(numbers_run, capsys, monkeypatch):
     assert len(lines) == 5  # four translations and the final newline
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_last_checkpoint(numbers_run, capsys):
     argv = ["train", "--config", "configs/numbers.toml", "--out", str(numbers_run)]
     argv += ["--no-progress", "--resume", "--max-steps", "180", "--eval-every", "60"]
@@ -96,6 +100,7 @@ def test_resume_continues_from_the_last_checkpoint(numbers_run, capsys):
     assert steps == sorted(set(steps)) and steps[-1] == 180  # continued, nothing repeated
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
 def test_multi30k_smoke_run(tmp_path, capsys):
     """The Multi30K benchmark's config for about a minute: it reads the real corpus, trains,
@@ -112,6 +117,7 @@ def test_multi30k_smoke_run(tmp_path, capsys):
     assert results["bleu_signature"].startswith("nrefs:1|case:mixed")
 
 
+@pytest.mark.slow
 def test_a_language_model_on_a_text_file(tmp_path, capsys):
     """The `text` task: TransformerLM on a plain text file, scored by perplexity."""
     from attnlab.data.corpora import numbers

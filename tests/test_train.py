@@ -396,6 +396,7 @@ def test_rng_states_round_trip_through_json() -> None:
 # -- resume after SIGKILL: the same losses, bit for bit ------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_gives_the_uninterrupted_losses_bit_for_bit(tmp_path: Path) -> None:
     """Two runs of the same small training (dropout 0.1, accumulation 2, evaluations whose
     hook draws from every global RNG): one uninterrupted, one SIGKILLed right after its
@@ -453,6 +454,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 

@@ -10,12 +10,12 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from torch import Tensor
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """An int or a float, and not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

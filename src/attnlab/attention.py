@@ -19,6 +19,7 @@ which materialises the scores too), and attnlab's dropout draws its mask faster.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -287,54 +288,58 @@ class KVCache:
         if self.cross:
             raise ValueError("cache: a cross-attention cache is filled once; use set()")
         batch, heads, t, _ = k.shape
-        if self.keys is None:
-            size = max(self._capacity, t)
-            self.keys = k.new_empty(batch, heads, size, k.shape[3])
-            self.values = v.new_empty(batch, heads, size, v.shape[3])
+        keys, values = self.keys, self.values
+        if keys is None or values is None:
+            size = max(self._capacity or 0, t)
+            keys = self.keys = k.new_empty(batch, heads, size, k.shape[3])
+            values = self.values = v.new_empty(batch, heads, size, v.shape[3])
         elif (
-            (batch, heads) != tuple(self.keys.shape[:2])
-            or k.shape[3] != self.keys.shape[3]
-            or v.shape[3] != self.values.shape[3]
-            or k.dtype != self.keys.dtype
-            or k.device != self.keys.device
+            (batch, heads) != tuple(keys.shape[:2])
+            or k.shape[3] != keys.shape[3]
+            or v.shape[3] != values.shape[3]
+            or k.dtype != keys.dtype
+            or k.device != keys.device
         ):
             raise ValueError(
-                f"cache: holds keys {tuple(self.keys.shape[:2])} x {self.keys.shape[3]} "
-                f"({self.keys.dtype}, {self.keys.device}); got {tuple(k.shape)} ({k.dtype}, "
+                f"cache: holds keys {tuple(keys.shape[:2])} x {keys.shape[3]} "
+                f"({keys.dtype}, {keys.device}); got {tuple(k.shape)} ({k.dtype}, "
                 f"{k.device}): a cache serves one module and one batch"
             )
         end = self.length + t
-        if end > self.keys.shape[2]:
-            self._grow(max(end, 2 * self.keys.shape[2]))
-        self.keys.narrow(2, self.length, t).copy_(k)
-        self.values.narrow(2, self.length, t).copy_(v)
+        if end > keys.shape[2]:
+            keys, values = self._grow(max(end, 2 * keys.shape[2]))
+        keys.narrow(2, self.length, t).copy_(k)
+        values.narrow(2, self.length, t).copy_(v)
         self.length = end
-        return self.keys.narrow(2, 0, end), self.values.narrow(2, 0, end)
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
-    def _grow(self, size: int) -> None:
+    def _grow(self, size: int) -> tuple[Tensor, Tensor]:
+        """Reallocate the buffers to ``size`` positions, keeping the filled part; return them."""
         for name in ("keys", "values"):
             old = getattr(self, name)
             new = old.new_empty(*old.shape[:2], size, old.shape[3])
             new[:, :, : self.length] = old[:, :, : self.length]
             setattr(self, name, new)
+        return self.keys, self.values  # type: ignore[return-value]  # both set just above
 
     def select(self, index: Tensor) -> None:
         """Keep the rows ``index`` ``(B',)`` in that order (beam search: the beams each new beam
         extends; dropping finished sentences). A same-size reorder copies only the filled part,
         in place."""
-        if self.keys is None:
+        keys, values = self.keys, self.values
+        if keys is None or values is None:
             return
         if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype != torch.long:
             raise ValueError(f"index: expected a 1-D int64 tensor of rows, got {shape_of(index)}")
-        index = index.to(self.keys.device)
+        index = index.to(keys.device)
         if self.cross:
-            self.keys, self.values = self.keys[index], self.values[index]
-        elif index.shape[0] == self.keys.shape[0]:
+            self.keys, self.values = keys[index], values[index]
+        elif index.shape[0] == keys.shape[0]:
             end = self.length
-            self.keys[:, :, :end] = self.keys[index, :, :end]
-            self.values[:, :, :end] = self.values[index, :, :end]
+            keys[:, :, :end] = keys[index, :, :end]
+            values[:, :, :end] = values[index, :, :end]
         else:
-            self.keys, self.values = self.keys[index], self.values[index]
+            self.keys, self.values = keys[index], values[index]
 
 
 class MultiHeadAttention(nn.Module):
@@ -433,10 +438,16 @@ class MultiHeadAttention(nn.Module):
             )
         self.positional = positional
 
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        # One fused projection when the inputs share d_model, else three (then in_proj is None;
+        # with it, the three are None).
+        self.in_proj: nn.Linear | None
+        self.q_proj: nn.Linear
+        self.k_proj: nn.Linear
+        self.v_proj: nn.Linear
         if kdim == d_model and vdim == d_model:
             self.in_proj = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias, **factory)
-            self.q_proj = self.k_proj = self.v_proj = None
+            self.q_proj = self.k_proj = self.v_proj = None  # type: ignore[assignment]
         else:
             self.in_proj = None
             self.q_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
@@ -475,8 +486,11 @@ class MultiHeadAttention(nn.Module):
         """Input projections: q ``(B, T_q, E)``, k and v ``(B, T_k, kv_dim)``."""
         e, kv = self.d_model, self.kv_dim
         if context is None and self.in_proj is not None:
-            return self.in_proj(x).split((e, kv, kv), dim=-1)  # one GEMM for q, k, v
-        return (self._project_queries(x), *self._project_memory(context, value))
+            q, k, v = self.in_proj(x).split((e, kv, kv), dim=-1)  # one GEMM for q, k, v
+            return q, k, v
+        q = self._project_queries(x)
+        k, v = self._project_memory(context, value)  # type: ignore[arg-type]  # not None here
+        return q, k, v
 
     def _project_queries(self, x: Tensor) -> Tensor:
         if self.in_proj is None:
@@ -489,10 +503,11 @@ class MultiHeadAttention(nn.Module):
         if self.in_proj is None:
             return self.k_proj(context), self.v_proj(context if value is None else value)
         e, kv = self.d_model, self.kv_dim
-        w, b = self.in_proj.weight[e:], self.in_proj.bias
-        b = None if b is None else b[e:]
+        w, bias = self.in_proj.weight[e:], self.in_proj.bias
+        b = None if bias is None else bias[e:]
         if value is None:
-            return F.linear(context, w, b).split((kv, kv), dim=-1)  # one GEMM for k, v
+            k, v = F.linear(context, w, b).split((kv, kv), dim=-1)  # one GEMM for k, v
+            return k, v
         return (
             F.linear(context, w[:kv], None if b is None else b[:kv]),
             F.linear(value, w[kv:], None if b is None else b[kv:]),
@@ -635,9 +650,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("average_weights: only meaningful with need_weights=True")
         batch, t_q, _ = x.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
+        k: Tensor
+        v: Tensor
         if cross_cache:
             q = self._heads(self._project_queries(x), heads)  # (B, H, T_q, Dh)
-            k, v = cache.k, cache.v  # (B, H_kv, S, Dh)
+            k, v = cache.k, cache.v  # type: ignore[union-attr, assignment]  # (B, H_kv, S, Dh)
         else:
             q, k, v = self._project(x, context, value)
             q = self._heads(q, heads)  # (B, H, T_q, Dh)
@@ -646,12 +663,12 @@ class MultiHeadAttention(nn.Module):
         self_cache = cache is not None and not cross_cache
         positional = self.positional if context is None and not cross_cache else None
         # Positions: x starts at `start`; the keys start at `key_start` (0 with a cache).
-        start, key_start = (cache.length, 0) if self_cache else (offset, offset)
+        start, key_start = (cache.length, 0) if self_cache else (offset, offset)  # type: ignore[union-attr]
         if positional is not None:
             q = positional.encode(q, offset=start)
             k = positional.encode(k, offset=start)  # a cache stores them encoded
         if self_cache:
-            k, v = cache.append(k, v)  # every key so far: (B, H_kv, length, Dh)
+            k, v = cache.append(k, v)  # type: ignore[union-attr]  # every key so far: (B, H_kv, length, Dh)
         t_k = k.shape[2]
         if positional is not None:
             bias = positional.score_bias(
@@ -665,7 +682,7 @@ class MultiHeadAttention(nn.Module):
                 mask = combine_masks(mask, bias)
 
         dropout_p = self.dropout if self.training else 0.0
-        result = _attention(q, k, v, mask, is_causal, dropout_p, None, need_weights)
+        result: Any = _attention(q, k, v, mask, is_causal, dropout_p, None, need_weights)
         out, weights = result if need_weights else (result, None)
         out = out.transpose(1, 2).reshape(batch, t_q, self.d_model)  # concat heads (B, T_q, E)
         out = self.out_proj(out)  # W^O

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ._checks import check_bool, check_int, check_positive_number, check_rate, dataclass_from
 from .layers import ACTIVATIONS
@@ -23,6 +23,7 @@ from .layers import ACTIVATIONS
 __all__ = ["POSITIONAL_KINDS", "PresetConfig", "TransformerConfig"]
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "alibi", "none")
+C = TypeVar("C", bound="PresetConfig")
 
 
 class PresetConfig:
@@ -34,16 +35,22 @@ class PresetConfig:
     """
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    d_model: int
+    num_heads: int
 
     def __post_init__(self) -> None:
-        self.validate()  # type: ignore[attr-defined]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field that is not valid (each family's own)."""
+        raise NotImplementedError
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.num_heads  # type: ignore[attr-defined]
+        return self.d_model // self.num_heads
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> Any:
+    def preset(cls: type[C], name: str, **overrides: Any) -> C:
         """A named configuration (see :meth:`preset_names`), with fields replaced by
         ``overrides``, e.g. ``TransformerConfig.preset("small", positional="rotary")``."""
         if name not in cls.PRESETS:
@@ -61,7 +68,7 @@ class PresetConfig:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
         """Build from a mapping such as ``to_dict()``'s; unknown keys are an error."""
         return dataclass_from(cls, data, "config")
 

@@ -103,6 +103,7 @@ class Embeddings(nn.Module):
         if isinstance(self.position, SinusoidalPositionalEncoding):
             table = self.position.table(length, dtype=dtype).to(positions.device)
         else:
+            assert isinstance(self.position, LearnedPositionalEmbedding)  # the callers' check
             table = self.position.table(length)  # checks max_len
         return table[positions]
 

@@ -22,6 +22,7 @@ Masks follow :mod:`attnlab.masks` (bool ``True`` = may attend).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -80,7 +81,7 @@ class FeedForward(nn.Module):
         check_positive_int(d_ff, "d_ff")
         self.activation = _check_activation(activation)
         self.activation_dropout = check_rate(activation_dropout, "activation_dropout")
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
 
@@ -96,6 +97,8 @@ class FeedForward(nn.Module):
 class _Block(nn.Module):
     """What encoder and decoder layers share: argument checks, the FFN and residual wiring."""
 
+    norm1: nn.LayerNorm  # every layer's first LayerNorm (its self-attention sub-layer's)
+
     def __init__(
         self,
         d_model: int,
@@ -109,7 +112,7 @@ class _Block(nn.Module):
         norm_first: bool,
         layer_norm_eps: float,
         bias: bool,
-        factory: dict,
+        factory: dict[str, Any],
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")
@@ -128,7 +131,7 @@ class _Block(nn.Module):
             **factory,
         }
 
-    def _norm(self, features: int, factory: dict) -> nn.LayerNorm:
+    def _norm(self, features: int, factory: dict[str, Any]) -> nn.LayerNorm:
         return nn.LayerNorm(features, eps=self.layer_norm_eps, **factory)
 
     def _residual(
@@ -188,7 +191,7 @@ class EncoderLayer(_Block):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         super().__init__(
             d_model,
             num_heads,
@@ -296,7 +299,7 @@ class DecoderLayer(_Block):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         super().__init__(
             d_model,
             num_heads,
@@ -310,7 +313,7 @@ class DecoderLayer(_Block):
             bias=bias,
             factory=factory,
         )
-        attention = {
+        attention: dict[str, Any] = {
             "num_kv_heads": num_kv_heads,
             "dropout": attention_dropout,
             "bias": bias,
@@ -318,6 +321,8 @@ class DecoderLayer(_Block):
         }
         self.self_attn = MultiHeadAttention(d_model, num_heads, positional=positional, **attention)
         self.norm1 = self._norm(d_model, factory)
+        self.cross_attn: MultiHeadAttention | None
+        self.norm2: nn.LayerNorm | None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, num_heads, **attention)
             self.norm2 = self._norm(d_model, factory)
@@ -390,14 +395,14 @@ class DecoderLayer(_Block):
             )
 
         def attend_memory(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            return self.cross_attn(
+            return self.cross_attn(  # type: ignore[misc]  # called only with cross-attention
                 h, memory, mask=memory_mask, need_weights=need_weights, cache=cross_cache
             )
 
         x, self_weights = self._residual(x, self.norm1, attend_self)
         cross_weights = None
         if self.cross_attn is not None:
-            x, cross_weights = self._residual(x, self.norm2, attend_memory)
+            x, cross_weights = self._residual(x, self.norm2, attend_memory)  # type: ignore[arg-type]
         x, _ = self._residual(x, self.norm3, lambda h: (self.ff(h), None))
         return x, self_weights, cross_weights
 
@@ -413,7 +418,7 @@ class DecoderLayer(_Block):
         return new.train(layer.training)
 
 
-def _torch_layer_kwargs(layer: nn.Module) -> dict:
+def _torch_layer_kwargs(layer: Any) -> dict[str, Any]:
     """Constructor arguments equivalent to a torch Transformer{Encoder,Decoder}Layer."""
     activation = layer.activation
     if activation is F.relu or isinstance(activation, nn.ReLU):
@@ -467,7 +472,7 @@ def _copy_torch_layer(
 class _Stack(nn.Module):
     """N identical layers and an optional final LayerNorm; what Encoder and Decoder share."""
 
-    layer_class: type[_Block]
+    layer_class: type[EncoderLayer] | type[DecoderLayer]
     torch_class: type[nn.Module]
 
     def __init__(
@@ -478,7 +483,7 @@ class _Stack(nn.Module):
         d_ff: int,
         *,
         final_norm: bool | None = None,
-        **layer_options,
+        **layer_options: Any,
     ) -> None:
         super().__init__()
         check_positive_int(num_layers, "num_layers")
@@ -486,7 +491,7 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList(
             layer(d_model, num_heads, d_ff, **layer_options) for _ in range(num_layers)
         )
-        first = self.layers[0]
+        first = cast(_Block, self.layers[0])
         if final_norm is None:
             final_norm = first.norm_first
         factory = {"device": first.norm1.weight.device, "dtype": first.norm1.weight.dtype}
@@ -501,7 +506,8 @@ class _Stack(nn.Module):
             raise TypeError(
                 f"stack: expected torch.nn.{cls.torch_class.__name__}, got {type(stack).__name__}"
             )
-        kwargs = [_torch_layer_kwargs(layer) for layer in stack.layers]
+        torch_stack: Any = stack
+        kwargs = [_torch_layer_kwargs(layer) for layer in torch_stack.layers]
         for i, k in enumerate(kwargs):
             differ = sorted(name for name in k if k[name] != kwargs[0][name])
             if differ:
@@ -509,15 +515,16 @@ class _Stack(nn.Module):
                     f"stack: the torch stack's layers differ in their options: layer {i} has "
                     f"other {differ} than layer 0 (attnlab stacks hold identical layers)"
                 )
-        norm = stack.norm
+        norm = torch_stack.norm
         if norm is not None and not (isinstance(norm, nn.LayerNorm) and norm.bias is not None):
             raise ValueError(f"norm: {norm!r} has no attnlab equivalent (LayerNorm with bias only)")
         new = cls(len(kwargs), final_norm=norm is not None, **kwargs[0])
-        for mine, theirs in zip(new.layers, stack.layers, strict=True):
+        for mine, theirs in zip(new.layers, torch_stack.layers, strict=True):
             mine.load_state_dict(cls.layer_class.from_torch(theirs).state_dict())
-        if norm is not None:
-            new.norm.eps = norm.eps
-            new.norm.load_state_dict(norm.state_dict())
+        final = new.norm
+        if final is not None and norm is not None:
+            final.eps = norm.eps
+            final.load_state_dict(norm.state_dict())
         return new.train(stack.training)
 
 
@@ -550,7 +557,7 @@ class Encoder(_Stack):
         offset: int = 0,
     ) -> tuple[Tensor, list[Tensor] | None]:
         """Run the layers in order; see :meth:`EncoderLayer.forward` for the arguments."""
-        all_weights = [] if need_weights else None
+        all_weights: list[Tensor] | None = [] if need_weights else None
         for layer in self.layers:
             x, weights = layer(
                 x, mask=mask, is_causal=is_causal, need_weights=need_weights, offset=offset
@@ -595,8 +602,10 @@ class Decoder(_Stack):
         appends their keys and values, cross-attention uses the cached memory, and
         ``memory_mask`` defaults to the cache's.
         """
-        self_all = [] if need_weights else None
-        cross_all = [] if need_weights and self.layers[0].has_cross_attention else None
+        self_all: list[Tensor] | None = [] if need_weights else None
+        cross_all: list[Tensor] | None = (
+            [] if need_weights and self.layers[0].has_cross_attention else None
+        )
         none = [None] * len(self.layers)
         caches: list[tuple[KVCache | None, KVCache | None]] = list(zip(none, none, strict=True))
         if cache is not None:
@@ -640,11 +649,12 @@ class Decoder(_Stack):
         """
         check_positive_int(capacity, "capacity")
         cross = None
-        if self.layers[0].has_cross_attention:
+        layers = cast("list[DecoderLayer]", self.layers)
+        if layers[0].has_cross_attention:
             if memory is None:
                 raise ValueError("memory: required, the encoder output (B, S, d_model)")
-            self.layers[0]._check_x(memory, "memory")
-            cross = [layer.cross_attn.memory_cache(memory) for layer in self.layers]
+            layers[0]._check_x(memory, "memory")
+            cross = [layer.cross_attn.memory_cache(memory) for layer in layers]  # type: ignore[union-attr]
         elif memory is not None or memory_mask is not None:
             raise ValueError("memory: this decoder has no cross-attention")
         self_attn = [KVCache(capacity) for _ in self.layers]

@@ -73,7 +73,7 @@ def count_parameters(config: TransformerConfig, model_type: str = "transformer")
                 f"config: expected a {cls.config_class.__name__} for model_type={model_type!r}, "
                 f"got {type(config).__name__}"
             )
-        return config.num_parameters()
+        return int(config.num_parameters())
     _check_config(config, cls)  # type: ignore[arg-type]
     d, d_ff = config.d_model, config.d_ff
     bias = int(config.bias)
@@ -326,7 +326,7 @@ class Transformer(_TransformerModel):
         memory, mask, encoder = self._encode(src_ids, need_weights=True)
         _check_same_batch(src_ids, tgt_ids)
         _, decoder, cross = self._decode(tgt_ids, memory, mask, need_weights=True)
-        return AttentionMaps(encoder=encoder, decoder=decoder, cross=cross)
+        return AttentionMaps(encoder=encoder or [], decoder=decoder or [], cross=cross or [])
 
 
 class TransformerLM(_TransformerModel):
@@ -388,7 +388,7 @@ class TransformerLM(_TransformerModel):
     def attention(self, ids: Tensor) -> AttentionMaps:
         """Self-attention weights of every layer, ``AttentionMaps.decoder``."""
         _, weights = self._run(ids, need_weights=True)
-        return AttentionMaps(decoder=weights)
+        return AttentionMaps(decoder=weights or [])
 
 
 class TransformerEncoder(_TransformerModel):
@@ -484,11 +484,11 @@ class TransformerEncoder(_TransformerModel):
     ) -> AttentionMaps:
         """Self-attention weights of every layer, ``AttentionMaps.encoder``."""
         _, _, weights = self._run(input_ids, attention_mask, token_type_ids, need_weights=True)
-        return AttentionMaps(encoder=weights)
+        return AttentionMaps(encoder=weights or [])
 
     @classmethod
     def from_bert(
-        cls, directory: str | os.PathLike, *, device: torch.device | str | None = None
+        cls, directory: str | os.PathLike[str], *, device: torch.device | str | None = None
     ) -> TransformerEncoder:
         """Load a Hugging Face BERT checkpoint directory (``config.json`` and
         ``model.safetensors``, e.g. all-MiniLM-L6-v2); see :func:`attnlab.interop.load_bert`."""

@@ -57,6 +57,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     max_cached = 1 << 16
 
+    _cache: Tensor  # a buffer: the table so far, float32
+
     def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")
@@ -207,7 +209,9 @@ class RotaryEmbedding(AttentionPositional):
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, base={self.base:g}"
 
-    def angles(self, length: int, offset: int = 0, *, device=None) -> Tensor:
+    def angles(
+        self, length: int, offset: int = 0, *, device: torch.device | str | None = None
+    ) -> Tensor:
         """Rotation angles ``(length, head_dim / 2)`` in float64 for positions from ``offset``."""
         check_positive_int(length, "length")
         check_offset(offset)
@@ -242,6 +246,8 @@ class ALiBi(AttentionPositional):
 
     Shape: :meth:`bias` returns ``(1, H, T_q, T_k)``.
     """
+
+    slope: Tensor  # a buffer: (H,) the heads' slopes
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()

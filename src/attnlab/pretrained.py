@@ -57,7 +57,7 @@ def model_class(model_type: object) -> type[PretrainedModel]:
     """The class registered as ``model_type``; ValueError naming the known ones otherwise."""
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"model_type: expected one of {list(_MODEL_TYPES)}, got {model_type!r}")
-    return _MODEL_TYPES[model_type]  # type: ignore[index]
+    return _MODEL_TYPES[model_type]
 
 
 def unique_state(module: nn.Module) -> dict[str, Tensor]:
@@ -73,7 +73,7 @@ def unique_state(module: nn.Module) -> dict[str, Tensor]:
     return state
 
 
-def read_config(directory: str | os.PathLike) -> tuple[str, Any]:
+def read_config(directory: str | os.PathLike[str]) -> tuple[str, Any]:
     """Read ``config.json`` of a saved model: ``(model_type, config)``, the config an instance of
     the model class's ``config_class``; errors name the file."""
     path = Path(directory) / CONFIG_FILE
@@ -151,14 +151,14 @@ class PretrainedModel(nn.Module):
     """
 
     model_type: ClassVar[str]
-    config_class: ClassVar[type]
+    config_class: ClassVar[type[Any]]
     config: Any
 
     def num_parameters(self) -> int:
         """Parameters, tied ones counted once (equals :func:`count_parameters`)."""
         return sum(p.numel() for p in self.parameters())
 
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+    def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if
         needed). Each file is written to a temporary name and renamed, so a crash never leaves
         a half-written file under the real name. Returns the directory."""
@@ -178,7 +178,7 @@ class PretrainedModel(nn.Module):
     @classmethod
     def from_pretrained(
         cls,
-        directory: str | os.PathLike,
+        directory: str | os.PathLike[str],
         *,
         device: torch.device | str | None = None,
     ) -> PretrainedModel:
@@ -203,7 +203,7 @@ class PretrainedModel(nn.Module):
 
 
 def load_pretrained(
-    directory: str | os.PathLike, *, device: torch.device | str | None = None
+    directory: str | os.PathLike[str], *, device: torch.device | str | None = None
 ) -> PretrainedModel:
     """Load any model written by ``save_pretrained``; its class comes from ``config.json``."""
     model_type, _ = read_config(directory)

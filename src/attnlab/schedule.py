@@ -26,7 +26,7 @@ from numbers import Real
 import torch
 from torch import Tensor
 
-from ._checks import check_positive_number
+from ._checks import check_int, check_positive_number
 
 __all__ = [
     "cosine_lambda",
@@ -152,8 +152,7 @@ def cosine_lr(step: int | float, peak: float, warmup: int, total: int) -> float:
 
 
 def _check_cosine(warmup: object, total: object) -> tuple[int, int]:
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"warmup: expected a non-negative int, got {warmup!r}")
+    check_int(warmup, "warmup", minimum=0)
     if not isinstance(total, int) or isinstance(total, bool) or total <= warmup:
         raise ValueError(f"total: expected an int greater than warmup={warmup}, got {total!r}")
     return warmup, total

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import check_offset, check_positive_int, shape_of
+from .._checks import check_offset, check_positive_int, is_number, shape_of
 from .batching import share
 
 __all__ = ["DIGITS_CLASSES", "ImageBatcher", "LabelledImages", "digits", "random_affine"]
@@ -185,12 +185,12 @@ def random_affine(
     if not isinstance(images, Tensor) or images.dim() != 4 or not images.is_floating_point():
         raise ValueError(f"images: expected a float tensor (B, C, H, W), got {shape_of(images)}")
     for name, value, limit in (("rotation", rotation, 180.0), ("scale", scale, 1.0)):
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        if not is_number(value):
             raise ValueError(f"{name}: expected a number, got {value!r}")
         if not 0 <= value < limit:
             raise ValueError(f"{name}: expected a number in [0, {limit:g}), got {value!r}")
     b, _, h, w = images.shape
-    if not (isinstance(shift, (int, float)) and not isinstance(shift, bool)):
+    if not is_number(shift):
         raise ValueError(f"shift: expected a number, got {shift!r}")
     if not 0 <= shift < min(h, w):
         raise ValueError(f"shift: expected a number in [0, {min(h, w)}) pixels, got {shift!r}")
