@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # each runs a benchmark script (minutes on 2 busy cores)
 
 
 def run_quick(script: str, tmp_path: Path) -> tuple[dict, str]:
