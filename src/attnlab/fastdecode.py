@@ -40,9 +40,9 @@ import math
 import warnings
 import weakref
 from collections.abc import Callable
+from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layers import ACTIVATIONS, DecoderLayer, FeedForward
@@ -50,6 +50,8 @@ from .model import Transformer
 from .positional import ALiBi, RotaryEmbedding
 
 __all__ = ["QUANTIZATIONS", "FastDecoder", "check_quantize", "pack", "why_not_fast_path"]
+
+_Linear = Callable[[Tensor], Tensor]
 
 #: Weight types of :func:`pack` besides float (None).
 QUANTIZATIONS = ("int8",)
@@ -118,55 +120,35 @@ def why_not_fast_path(model: object, quantize: str | None = None) -> str:
 # -- packed weights ----------------------------------------------------------------------------
 
 
-class _Dense:
-    """``x @ W^T + b`` with ``W^T`` stored contiguous ``(in, out)``."""
-
-    __slots__ = ("bias", "weight_t")
-
-    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
-        self.weight_t = weight.detach().t().contiguous()
-        self.bias = None if bias is None else bias.detach().clone()
-
-    def __call__(self, x: Tensor) -> Tensor:
-        if self.bias is None:
-            return torch.mm(x, self.weight_t)
-        return torch.addmm(self.bias, x, self.weight_t)
+def _dense(weight: Tensor, bias: Tensor | None) -> _Linear:
+    """``x -> x @ W^T + b`` with ``W^T`` stored contiguous ``(in, out)``: a C-level partial of
+    ``torch.addmm`` (no Python frame per call)."""
+    weight_t = weight.detach().t().contiguous()
+    if bias is None:
+        return partial(torch.mm, mat2=weight_t)
+    return partial(torch.addmm, bias.detach().clone(), mat2=weight_t)
 
 
-class _Int8:
-    """``x @ W^T + b`` with int8 weights (a scale per output row), dynamic-quantized input."""
-
-    __slots__ = ("packed",)
-
-    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
-        w = weight.detach().float()
-        scale = (w.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
-        zero = torch.zeros(w.shape[0], dtype=torch.long)
-        with warnings.catch_warnings():  # torch marks quantized tensors deprecated (2.13)
-            warnings.simplefilter("ignore")
-            q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
-            b = None if bias is None else bias.detach().float()
-            self.packed = torch.ops.quantized.linear_prepack(q, b)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        # reduce_range: 7-bit activations, so that AVX2's u8 x s8 pair sums cannot saturate.
-        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+def _int8(weight: Tensor, bias: Tensor | None) -> _Linear:
+    """``x -> x @ W^T + b`` with int8 weights (symmetric, a scale per output row) and the input
+    quantized per call (FBGEMM's dynamic-quantized linear)."""
+    w = weight.detach().float()
+    scale = (w.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
+    zero = torch.zeros(w.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+        b = None if bias is None else bias.detach().float()
+        packed = torch.ops.quantized.linear_prepack(q, b)
+    # reduce_range: 7-bit activations, so that AVX2's u8 x s8 pair sums cannot saturate.
+    return partial(torch.ops.quantized.linear_dynamic, W_prepack=packed, reduce_range=True)
 
 
-_Linear = Callable[[Tensor], Tensor]
-
-
-class _Norm:
-    __slots__ = ("bias", "eps", "shape", "weight")
-
-    def __init__(self, norm: nn.LayerNorm) -> None:
-        self.weight = None if norm.weight is None else norm.weight.detach()
-        self.bias = None if norm.bias is None else norm.bias.detach()
-        self.eps = norm.eps
-        self.shape = tuple(norm.normalized_shape)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+def _norm(norm: nn.LayerNorm) -> Callable[[Tensor], Tensor]:
+    weight = None if norm.weight is None else norm.weight.detach()
+    bias = None if norm.bias is None else norm.bias.detach()
+    shape = tuple(norm.normalized_shape)
+    return partial(torch.layer_norm, normalized_shape=shape, weight=weight, bias=bias, eps=norm.eps)
 
 
 class _Layer:
@@ -188,7 +170,7 @@ class _Layer:
         self.ff2 = make(layer.ff.linear2.weight, layer.ff.linear2.bias)
         name = layer.ff.activation  # ReLU in place: its input is a fresh GEMM output
         self.activation = torch.relu_ if name == "relu" else ACTIVATIONS[name]
-        self.norms = (_Norm(layer.norm1), _Norm(layer.norm2), _Norm(layer.norm3))
+        self.norms = (_norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3))
         self.cross_kv_weight = cw[d:]  # (2 kv, d), fused over layers by _Packed
         self.cross_kv_bias = None if cb is None else cb.detach()[d:]
         self.kv = kv
@@ -199,7 +181,7 @@ class _Packed:
 
     def __init__(self, model: Transformer, quantize: str | None) -> None:
         c = model.config
-        make = _Int8 if quantize == "int8" else _Dense
+        make = _int8 if quantize == "int8" else _dense
         with torch.no_grad():
             layers = list(model.decoder.layers)
             self.layers = [_Layer(layer, make) for layer in layers]
@@ -214,12 +196,12 @@ class _Packed:
             self.cross_kv = make(w, bias)
             for p in self.layers:
                 p.cross_kv_weight = p.cross_kv_bias = None
-            self.final_norm = None if model.decoder.norm is None else _Norm(model.decoder.norm)
+            self.final_norm = None if model.decoder.norm is None else _norm(model.decoder.norm)
             self.head = make(model.lm_head.weight, model.lm_head.bias)
             embed = model.tgt_embed
             self.token = embed.token.weight.detach()
             self.scale = embed.scale
-            self.embedding_norm = None if embed.norm is None else _Norm(embed.norm)
+            self.embedding_norm = None if embed.norm is None else _norm(embed.norm)
             self.positional = c.positional
             self.learned = embed.position.weight.detach() if c.positional == "learned" else None
             self.sinusoidal = embed.position if c.positional == "sinusoidal" else None
@@ -299,12 +281,11 @@ class FastDecoder:
         # The memory's keys and values, every layer at once: (L, 2, n * H_kv, S, Dh).
         kv = p.cross_kv(memory.reshape(n * s, d)).view(n, s, layers, 2, kv_heads, head_dim)
         self.memory_kv = kv.permute(2, 3, 0, 4, 1, 5).reshape(layers, 2, n * kv_heads, s, -1)
-        self.memory_bias = None  # additive (n, 1, S): 0 for a real token, -inf for a pad
+        self.memory_bias = None  # additive (n, 1, 1, 1, S): 0 for a real token, -inf for a pad
         if memory_mask is not None:
-            real = memory_mask.reshape(n, 1, s)
-            self.memory_bias = torch.zeros(n, 1, s, dtype=dtype, device=device).masked_fill_(
-                ~real, -math.inf
-            )
+            real = memory_mask.reshape(n, 1, 1, 1, s)
+            self.memory_bias = torch.zeros(real.shape, dtype=dtype, device=device)
+            self.memory_bias.masked_fill_(~real, -math.inf)
         self.store = torch.empty(
             layers, 2, n, kv_heads, capacity, beam, head_dim, dtype=dtype, device=device
         )
@@ -334,9 +315,29 @@ class FastDecoder:
             table = (distance[None, :] * -slope[:, None]).to(dtype)  # (H, capacity)
             self.alibi = table[:, :, None].expand(-1, -1, beam).contiguous()
 
+        self._views()
+
     @property
     def rows(self) -> int:
         return self.n * self.beam
+
+    def _views(self) -> None:
+        """Per-layer views of the store and the memory, made once (not per step): the keys
+        transposed for ``bmm`` ``(n H_kv, Dh, capacity K)``, the values ``(n H_kv, capacity K,
+        Dh)``, and the store as ``(capacity, n, K, 2, H_kv, Dh)`` for the per-step write."""
+        n, beam, p = self.n, self.beam, self.packed
+        kv_heads, head_dim = p.kv_heads, p.head_dim
+        self.layer_views = []
+        for index in range(len(p.layers)):
+            store = self.store[index]  # (2, n, H_kv, capacity, K, Dh)
+            keys = store[0].view(n * kv_heads, -1, head_dim)
+            values = store[1].view(n * kv_heads, -1, head_dim)
+            write = store.permute(3, 1, 4, 0, 2, 5)  # (capacity, n, K, 2, H_kv, Dh)
+            memory = self.memory_kv[index]  # (2, n H_kv, S, Dh)
+            self.layer_views.append(
+                (keys.transpose(1, 2), values, write, memory[0].transpose(1, 2), memory[1])
+            )
+        self.new_shape = (n, beam, 2, kv_heads, head_dim)
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -355,91 +356,100 @@ class FastDecoder:
         mask = None
         if self.ancestry is not None:
             self.ancestry[:, t].copy_(self.own)
-            mask = self.ancestry[:, : t + 1].reshape(self.n, self.beam, -1)  # (n, K, T K)
-        bias = None if self.alibi is None else self.alibi[:, self.capacity - 1 - t :]
-        for index, layer in enumerate(p.layers):
-            x = self._layer(index, layer, x, t, mask, bias)
+            mask = self.ancestry.narrow(1, 0, t + 1).reshape(self.n, 1, 1, self.beam, -1)
+        bias = None
+        if self.alibi is not None:
+            bias = self.alibi.narrow(1, self.capacity - 1 - t, t + 1)
+            bias = bias.reshape(1, p.kv_heads, self.group, 1, -1)
+        keys_length = (t + 1) * self.beam
+        for w, views in zip(p.layers, self.layer_views, strict=True):
+            x = self._layer(w, views, x, t, keys_length, mask, bias)
         if p.final_norm is not None:
             x = p.final_norm(x)
         self.length = t + 1
         return p.head(x)
 
     def _layer(
-        self, index: int, w: _Layer, x: Tensor, t: int, mask: Tensor | None, bias: Tensor | None
+        self,
+        w: _Layer,
+        views: tuple[Tensor, ...],
+        x: Tensor,
+        t: int,
+        keys_length: int,
+        mask: Tensor | None,
+        bias: Tensor | None,
     ) -> Tensor:
-        p = self.packed
-        d, kv_heads, head_dim = p.d_model, p.kv_heads, p.head_dim
-        n, beam = self.n, self.beam
+        keys_t, values, write, memory_keys_t, memory_values = views
         norm1, norm2, norm3 = w.norms
-        pre = p.norm_first
+        pre, d = self.packed.norm_first, self.packed.d_model
 
         # Masked self-attention: this token's key and value join the store.
-        h = norm1(x) if pre else x
-        qkv = w.qkv(h)  # (N, d + 2 kv)
-        q, new = qkv[:, :d], qkv[:, d:]
-        if self.rotation is not None:
-            q, new = self._rotate(q, new, t)
-        store = self.store[index]  # (2, n, H_kv, capacity, K, Dh)
-        store[:, :, :, t].copy_(new.view(n, beam, 2, kv_heads, head_dim).permute(2, 0, 3, 1, 4))
-        keys = store[0, :, :, : t + 1].reshape(n * kv_heads, -1, head_dim)  # (n H_kv, T K, Dh)
-        values = store[1, :, :, : t + 1].reshape(n * kv_heads, -1, head_dim)
-        a = self._attend(q, keys, values, mask, bias)
+        qkv = w.qkv(norm1(x) if pre else x)  # (N, d + 2 kv)
+        if self.rotation is None:
+            q, new = qkv.narrow(1, 0, d), qkv.narrow(1, d, qkv.shape[1] - d)
+        else:
+            q, new = self._rotate(qkv, t)
+        write[t].copy_(new.view(self.new_shape))
+        a = self._attend(
+            q, keys_t.narrow(2, 0, keys_length), values.narrow(1, 0, keys_length), mask, bias
+        )
         out = w.out(a)
         out += x
         x = out if pre else norm1(out)
 
         # Attention over the memory (its keys and values were projected once).
-        h = norm2(x) if pre else x
-        memory = self.memory_kv[index]
-        a = self._attend(w.cross_q(h), memory[0], memory[1], self.memory_bias, None)
-        out = w.cross_out(a)
+        q = w.cross_q(norm2(x) if pre else x)
+        out = w.cross_out(self._attend(q, memory_keys_t, memory_values, self.memory_bias, None))
         out += x
         x = out if pre else norm2(out)
 
         # Feed-forward network.
-        h = norm3(x) if pre else x
-        out = w.ff2(w.activation(w.ff1(h)))
+        out = w.ff2(w.activation(w.ff1(norm3(x) if pre else x)))
         out += x
         return out if pre else norm3(out)
 
     def _attend(
-        self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, bias: Tensor | None
+        self,
+        q: Tensor,
+        keys_t: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        bias: Tensor | None,
     ) -> Tensor:
-        """Attention of the rows' queries ``q`` ``(N, d)`` (already scaled) over ``keys`` and
-        ``values`` ``(n H_kv, T, Dh)`` of their sentence; ``mask`` ``(n, 1 or K, T)`` and
-        ``bias`` ``(H, T)`` are added to the scores. Returns the heads concatenated ``(N, d)``."""
+        """Attention of the rows' queries ``q`` ``(N, d)`` (already scaled) over the keys
+        ``keys_t`` ``(n H_kv, Dh, T)`` and ``values`` ``(n H_kv, T, Dh)`` of their sentence;
+        ``mask`` (broadcastable to ``(n, 1, 1, K, T)``) and ``bias`` (to ``(1, H_kv, group, 1,
+        T)``) are added to the scores. Returns the heads concatenated ``(N, d)``."""
         n, beam, group = self.n, self.beam, self.group
         kv_heads, head_dim = self.packed.kv_heads, self.packed.head_dim
-        if beam == 1:
-            # Head h reads kv head h // group; a slice of the fused qkv output is copied here.
+        if beam == 1:  # head h reads kv head h // group
             queries = q.reshape(n * kv_heads, group, head_dim)
-        else:  # a sentence's beams become its queries: (n, H_kv, group, K, Dh)
+        else:  # a sentence's beams are its queries: (n, H_kv, group, K, Dh)
             queries = q.view(n, beam, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
             queries = queries.reshape(n * kv_heads, group * beam, head_dim)
-        scores = torch.bmm(queries, keys.transpose(1, 2))  # (n H_kv, group K, T)
+        scores = torch.bmm(queries, keys_t)  # (n H_kv, group K, T)
         if mask is not None or bias is not None:
             grid = scores.view(n, kv_heads, group, beam, -1)
             if mask is not None:
-                grid += mask.view(n, 1, 1, mask.shape[1], -1)
+                grid += mask
             if bias is not None:
-                grid += bias.reshape(1, kv_heads, group, 1, -1)
-        out = torch.bmm(torch.softmax(scores, dim=-1), values)  # (n H_kv, group K, Dh)
+                grid += bias
+        out = torch.bmm(torch.softmax(scores, -1), values)  # (n H_kv, group K, Dh)
         if beam == 1:
             return out.view(n, -1)
         out = out.view(n, kv_heads, group, beam, head_dim).permute(0, 3, 1, 2, 4)
         return out.reshape(n * beam, -1)
 
-    def _rotate(self, q: Tensor, new: Tensor, t: int) -> tuple[Tensor, Tensor]:
-        """RoPE at position ``t`` on the queries and the new keys (rotate-half layout)."""
+    def _rotate(self, qkv: Tensor, t: int) -> tuple[Tensor, Tensor]:
+        """RoPE at position ``t`` on the queries and the new keys (rotate-half layout):
+        ``(q (N, d), new keys and values (N, 2 kv))``."""
         p = self.packed
         cos, sin = self.rotation[0][t], self.rotation[1][t]  # (Dh / 2,)
-        rows, half = q.shape[0], p.head_dim // 2
-        k, v = new[:, : p.kv_heads * p.head_dim], new[:, p.kv_heads * p.head_dim :]
-        both = torch.cat([q, k], dim=1).view(rows, -1, p.head_dim)
+        rows, half, d, kv = qkv.shape[0], p.head_dim // 2, p.d_model, p.kv_heads * p.head_dim
+        both = qkv[:, : d + kv].reshape(rows, -1, p.head_dim)
         x1, x2 = both[..., :half], both[..., half:]
         turned = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).view(rows, -1)
-        d = p.d_model
-        return turned[:, :d], torch.cat([turned[:, d:], v], dim=1)
+        return turned[:, :d], torch.cat([turned[:, d:], qkv[:, d + kv :]], dim=1)
 
     # -- between steps -------------------------------------------------------------------------
 
@@ -468,6 +478,7 @@ class FastDecoder:
         if beam > 1:
             self.own = self.own[: sentences.shape[0] * beam]
         self.n = sentences.shape[0]
+        self._views()
 
     def _all(self) -> Tensor:
         return torch.arange(self.n, device=self.store.device)

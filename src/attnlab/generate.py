@@ -253,7 +253,7 @@ class _Session:
     def step(self, ids: Tensor) -> Tensor:
         """Feed ``ids`` ``(N, T)``; the float32 log-probabilities of the next token ``(N, V)``."""
         if self.fast is not None:
-            return F.log_softmax(self.fast.step(ids.view(-1)).float(), dim=-1)
+            return torch.log_softmax(self.fast.step(ids.view(-1)), dim=-1, dtype=torch.float32)
         if isinstance(self.model, Transformer):
             logits = self.model.decode(ids, cache=self.cache)
         else:
@@ -308,15 +308,16 @@ class _Masker:
 
     def __init__(self, session: _Session, min_new_tokens: int) -> None:
         device = session.start.device
-        self.banned = torch.tensor(session.banned(), dtype=torch.long, device=device)
-        self.eos = torch.tensor([session.config.eos_id], device=device)
+        banned = session.banned()
+        self.banned = torch.tensor(banned, dtype=torch.long, device=device)
+        eos = session.config.eos_id
+        self.early = torch.tensor(sorted({*banned, eos}), dtype=torch.long, device=device)
         self.min_new_tokens = min_new_tokens
 
     def __call__(self, log_probs: Tensor, step: int) -> Tensor:
-        if self.banned.numel():
-            log_probs.index_fill_(1, self.banned, -math.inf)
-        if step < self.min_new_tokens:
-            log_probs.index_fill_(1, self.eos, -math.inf)
+        banned = self.early if step < self.min_new_tokens else self.banned
+        if banned.numel():
+            log_probs.index_fill_(1, banned, -math.inf)
         return log_probs
 
 
@@ -349,11 +350,16 @@ def _decode_rows(
         chosen: list[tuple[Tensor, Tensor]] = []  # (rows, tokens) of each step
         ids = session.begin(1, width)
         mask = _Masker(session, min_new_tokens)
+        limit_steps = set(limit.tolist())  # where some row reaches its maximum length
         for step in range(width):
             scores = mask(session.step(ids), step)
             token = choose(scores)
-            row_log_probs += scores.gather(1, token[:, None]).squeeze(1)
+            row_log_probs += scores.gather(1, token.unsqueeze(1)).view(-1)
             chosen.append((rows, token))
+            # EOS cannot come before min_new_tokens, nor a row end before its limit: no check.
+            if step < min_new_tokens and step + 1 not in limit_steps:
+                ids = token.unsqueeze(1)
+                continue
             ended = token == eos
             done = ended | (row_limit <= step + 1)
             if bool(done.any()):
@@ -369,7 +375,7 @@ def _decode_rows(
                 rows, token = rows[keep], token[keep]
                 row_limit, row_log_probs = row_limit[keep], row_log_probs[keep]
                 session.select(keep)
-            ids = token[:, None]
+            ids = token.unsqueeze(1)
         sequences = torch.full((batch, int(lengths.max())), session.config.pad_id, device=device)
         for step, (where, token) in enumerate(chosen):
             sequences[where, step] = token
