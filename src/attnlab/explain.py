@@ -35,6 +35,7 @@ from .flops import attention_costs, compare_heads, measure, table1
 from .masks import key_mask, padding_mask
 from .model import TransformerConfig, TransformerLM
 from .positional import RotaryEmbedding, SinusoidalPositionalEncoding
+from .viz._figures import figure, finish
 
 __all__ = ["Section", "explain"]
 
@@ -174,7 +175,7 @@ def _scaling(out: Path, quick: bool, gen: torch.Generator) -> Section:
         f"({min(gradient):.4f} .. {max(gradient):.4f}) stay within 15% across d_k",
         max(entropy) < 1.15 * min(entropy) and max(gradient) < 1.15 * min(gradient),
     )
-    fig = viz._figure(9.0, 3.4, 100)
+    fig = figure(9.0, 3.4, 100)
     for i, (label, index) in enumerate((("softmax entropy (nats)", 0), ("softmax gradient", 1))):
         ax = fig.add_subplot(1, 2, i + 1)
         ax.plot(sizes, [results[d][1][index] for d in sizes], "o-", label="q.k (unscaled)")
@@ -259,7 +260,7 @@ def _heads(out: Path, quick: bool, gen: torch.Generator) -> Section:
         (tutorial["single_head"]["macs"], tutorial["multi_head"]["macs"])
         == (60_129_542_144, 68_719_476_736),
     )
-    fig = viz._figure(7.0, 3.4, 100)
+    fig = figure(7.0, 3.4, 100)
     ax = fig.add_subplot(1, 1, 1)
     bottom = np.zeros(len(head_counts))
     costs = [{c.name: c.macs for c in attention_costs(seq, seq, d_model, h)} for h in head_counts]
@@ -477,7 +478,7 @@ def _masking_styles(out: Path, quick: bool, gen: torch.Generator) -> Section:
         f"zeroing after softmax and renormalising equals -inf scores ({same:.1e})",
         same < 1e-6 and row_sum < 1.0,
     )
-    fig = viz._figure(8.0, 3.8, 100)
+    fig = figure(8.0, 3.8, 100)
     top = max(float(w.max()) for w in weights[2])
     for i, (title, w) in enumerate(
         (("(a) -inf scores", weights[2][0]), ("(b) mask vector", weights[2][1]))
@@ -601,7 +602,7 @@ def _table1(out: Path, quick: bool, gen: torch.Generator) -> Section:
             f"layer up to n = {lengths[-1]}: the recurrent layer's sequential steps "
             f"cost more than its count says.",
         ]
-    fig = viz._figure(10.0, 3.8, 100)
+    fig = figure(10.0, 3.8, 100)
     ax = fig.add_subplot(1, 2, 1)
     for label, key in (("self-attention", 0), ("recurrent", 1), ("convolution (k=3)", 2)):
         macs = [table1(n, d)[[0, 2, 3][key]]["macs"] for n in lengths]
@@ -627,7 +628,7 @@ def _table1(out: Path, quick: bool, gen: torch.Generator) -> Section:
 
 
 def _save(section: Section, fig, out: Path, name: str) -> None:
-    viz._finish(fig, out / name)
+    finish(fig, out / name)
     section.figures.append(name)
 
 
