@@ -110,7 +110,7 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
 
 def _viz_rollout(args: argparse.Namespace) -> list[Path]:
     from .. import viz
-    from ..jobs import Job
+    from ..jobs import JOB_FILE, Job
     from ..model import load_pretrained
     from ..vision import class_token_rollout
 
@@ -120,7 +120,7 @@ def _viz_rollout(args: argparse.Namespace) -> list[Path]:
             f"--model: {args.model} holds a {type(model).__name__}, not a VisionTransformer; "
             f"`attnlab viz attention` draws a text model's attention"
         )
-    job_file = Path(args.model) / "job.json"
+    job_file = Path(args.model) / JOB_FILE
     if not job_file.is_file():
         raise FileNotFoundError(f"{job_file}: missing; the images come from the model's task")
     data = Job.from_dict(json.loads(job_file.read_text(encoding="utf-8"))).task.load()[args.split]

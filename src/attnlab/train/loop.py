@@ -40,7 +40,9 @@ from .rng import capture_rng, seed_rngs
 from .step import OptimizerStep
 from .validation import validate
 
-__all__ = ["EvaluateHook", "Trainer"]
+__all__ = ["SUMMARY_FILE", "EvaluateHook", "Trainer"]
+
+SUMMARY_FILE = "summary.json"
 
 EvaluateHook = Callable[[int, nn.Module], Mapping[str, float] | None]
 
@@ -341,6 +343,6 @@ class Trainer:
             "dropped_examples": getattr(self.train_examples, "dropped", 0),
         }
         if self.rank == 0:
-            write_json(self.out / "summary.json", summary)
+            write_json(self.out / SUMMARY_FILE, summary)
         barrier(self.world_size)  # out/model exists for every rank once train() returns
         return summary

@@ -22,6 +22,7 @@ from .rng import global_rng_untouched
 __all__ = [
     "IMAGE_METRICS_COLUMNS",
     "METRICS_COLUMNS",
+    "METRICS_FILE",
     "MetricsLog",
     "Reporter",
     "call_hook",
@@ -39,6 +40,7 @@ def metrics_columns(rate_column: str, validation: Sequence[str] = ()) -> tuple[s
     return ("step", "epoch", "loss", "lr", rate_column, "val_loss", *validation)
 
 
+METRICS_FILE = "metrics.csv"
 METRICS_COLUMNS = metrics_columns("tokens_per_s")
 # A classifier's metrics: its loss is per image and its speed in images per second.
 IMAGE_METRICS_COLUMNS = metrics_columns("images_per_s", ("val_accuracy",))
@@ -156,7 +158,7 @@ class Reporter:
         if not report:
             return
         self.log = MetricsLog(
-            out / "metrics.csv", keep_until=resumed_from, columns=columns, base=base
+            out / METRICS_FILE, keep_until=resumed_from, columns=columns, base=base
         )
         self.writer = open_tensorboard(out)
         if progress:
