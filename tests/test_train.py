@@ -493,3 +493,111 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
         and summary["train_tokens"]
         == json.loads((single / "summary.json").read_text())["train_tokens"]
     )
+
+
+# -- a new task is one objective -----------------------------------------------------------------
+
+
+def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A toy regression task (a model predicting a number from 4 features, with its own data,
+    loss, metric column and validation metric) trains through the unchanged Trainer once its
+    objective is registered: checkpoints, metrics, the averaged model and the summary all come
+    from the loop; everything task-specific from the objective."""
+    from dataclasses import asdict, dataclass
+
+    from attnlab.data.images import ImageBatcher
+    from attnlab.pretrained import PretrainedModel
+    from attnlab.train import objectives, register_objective
+    from attnlab.train.metrics import metrics_columns
+
+    @dataclass
+    class ToyConfig:
+        d_model: int = 4
+
+        def to_dict(self) -> dict[str, int]:
+            return asdict(self)
+
+    class Toy(PretrainedModel):
+        model_type = "toy"
+        config_class = ToyConfig
+
+        def __init__(self, config: ToyConfig) -> None:
+            super().__init__()
+            self.config = config
+            self.linear = torch.nn.Linear(config.d_model, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x).squeeze(-1)
+
+    class Regression:
+        model_class = Toy
+        unit = "examples"
+        columns = metrics_columns("examples_per_s", ("val_close",))
+        rate_unit = "ex/s"
+        validation_counts = ("close",)
+
+        def __init__(self, model: Toy, config: TrainConfig, device: torch.device) -> None:
+            self.config = config
+
+        def prepare(self, data: object, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+            assert isinstance(data, tuple), name
+            return data
+
+        def batcher(self, data, name, **options):
+            return ImageBatcher(len(data[0]), 8, **options)
+
+        def collate(self, data, indices):
+            return data[0][indices], data[1][indices]
+
+        def count(self, batch) -> int:
+            return len(batch[1])
+
+        def loss(self, module, batch) -> torch.Tensor:
+            return F.mse_loss(module(batch[0]), batch[1], reduction="sum")
+
+        def evaluate_batch(self, module, batch):
+            predicted = module(batch[0])
+            close = int(((predicted - batch[1]).abs() < 0.1).sum())
+            return F.mse_loss(predicted, batch[1], reduction="sum"), {"close": close}
+
+        def validation_metrics(self, sums, count):
+            return {"val_close": sums["close"] / count}
+
+        def dummy_loss(self, module) -> torch.Tensor:
+            return module(torch.zeros(1, 4)).sum() * 0.0
+
+        def fingerprint(self, data) -> str:
+            return str(len(data[0]))
+
+    monkeypatch.setattr(objectives, "_OBJECTIVES", list(objectives._OBJECTIVES))
+    register_objective(Regression)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=generator)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0]) + 0.3
+    torch.manual_seed(0)
+    config = TrainConfig(
+        out=str(tmp_path / "run"),
+        schedule="cosine",
+        lr=0.1,
+        warmup=2,
+        max_steps=40,
+        eval_every=20,
+        checkpoint_every=20,
+        keep_checkpoints=2,
+        average_last=1,
+        log_every=10,
+    )
+    summary = Trainer(Toy(ToyConfig()), (x, y), (x[:16], y[:16]), config, progress=False).train()
+    assert summary["steps"] == 40 and summary["train_examples"] == 40 * 8
+    rows = read_rows(tmp_path / "run" / "metrics.csv")
+    assert list(rows[0])[:7] == list(Regression.columns)
+    losses = [float(r["loss"]) for r in rows]
+    assert losses[-1] < 0.1 * losses[0]  # it learns the linear map
+    validations = [r for r in rows if r["val_loss"]]
+    assert [int(r["step"]) for r in validations] == [20, 40]
+    assert float(validations[1]["val_loss"]) < float(validations[0]["val_loss"])
+    assert all(0.0 <= float(r["val_close"]) <= 1.0 for r in validations)
+    kept = find_checkpoints(tmp_path / "run")
+    assert [p.name for p in kept] == ["step-00000020", "step-00000040"]
