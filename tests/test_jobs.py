@@ -16,7 +16,7 @@ from _paths import MULTI30K_DIR as MULTI30K
 from attnlab import load_pretrained
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
-from attnlab.jobs import TASKS, Job, TaskOptions, recipe
+from attnlab.jobs import TASK_DEFAULTS, TASKS, Job, TaskOptions, recipe
 
 SMALL = [
     "--set", "task.high=299", "--set", "task.valid_size=30", "--set", "task.test_size=30",
@@ -156,6 +156,7 @@ def test_a_task_alone_runs_its_recipe_the_file_in_configs(task):
     assert alone.task.name == task
     alone.check()
     assert recipe(task) == recipe(task) and recipe(task) is not recipe(task)  # fresh copies
+    assert TASK_DEFAULTS[task] == recipe(task)  # the old name, read from the same file
 
 
 def test_the_cli_offers_the_registered_tasks():

@@ -25,6 +25,7 @@ from .run import RESULTS_FILE, evaluate_model, train_job
 from .tables import (
     JOB_FILE,
     TABLES,
+    TASK_DEFAULTS,
     TASKS,
     EvalOptions,
     Job,
@@ -39,6 +40,7 @@ __all__ = [
     "RESULTS_FILE",
     "TABLES",
     "TASKS",
+    "TASK_DEFAULTS",
     "EvalOptions",
     "Job",
     "Task",

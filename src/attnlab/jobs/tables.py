@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,6 +21,7 @@ __all__ = [
     "JOB_FILE",
     "TABLES",
     "TASKS",
+    "TASK_DEFAULTS",
     "EvalOptions",
     "Job",
     "Task",
@@ -55,6 +56,25 @@ TASKS: dict[str, Task] = {
         Task("digits", "image_classification", "digits.toml"),
     )
 }
+
+
+class _Recipes(Mapping[str, dict[str, dict[str, Any]]]):
+    """Task name -> its recipe's tables (fresh copies), for the tasks that have one."""
+
+    def __getitem__(self, name: str) -> dict[str, dict[str, Any]]:
+        if name not in TASKS or TASKS[name].recipe is None:
+            raise KeyError(name)
+        return recipe(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, task in TASKS.items() if task.recipe is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+# The recipes by task, read from the packaged files (the name jobs had before they moved there).
+TASK_DEFAULTS: Mapping[str, dict[str, dict[str, Any]]] = _Recipes()
 
 
 def recipe(name: str) -> dict[str, dict[str, Any]]:
