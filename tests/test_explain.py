@@ -74,6 +74,7 @@ def test_timings_are_reported_but_never_fail_a_section():
     assert "- not seen in this run: attention's time grows faster" in text
 
 
+@pytest.mark.slow  # a second full run of the claims, through the CLI
 def test_cli_exits_zero_and_writes_the_report(tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["explain", "--out", str(out), "--quick"]) == 0

@@ -128,6 +128,7 @@ def test_minilm_count_matches_the_real_checkpoint():
     assert count_parameters(config, "encoder") == 22_713_216 - 147_840
 
 
+@pytest.mark.slow  # builds the paper's base and big models (213M parameters)
 def test_paper_models_have_the_papers_size():
     """Vaswani et al. 2017, Table 3: base 65M, big 213M (vocabulary of 37,000 shared tokens);
     the paper rounds and does not state every bias, so within 5%. Each is built once, for real."""
