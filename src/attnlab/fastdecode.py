@@ -280,7 +280,8 @@ class FastDecoder:
         dtype, device = memory.dtype, memory.device
         # The memory's keys and values, every layer at once: (L, 2, n * H_kv, S, Dh).
         kv = p.cross_kv(memory.reshape(n * s, d)).view(n, s, layers, 2, kv_heads, head_dim)
-        self.memory_kv = kv.permute(2, 3, 0, 4, 1, 5).reshape(layers, 2, n * kv_heads, s, -1)
+        memory_kv = kv.permute(2, 3, 0, 4, 1, 5).reshape(layers, 2, n * kv_heads, s, -1)
+        self.memory_kv = memory_kv.contiguous()
         self.memory_bias = None  # additive (n, 1, 1, 1, S): 0 for a real token, -inf for a pad
         if memory_mask is not None:
             real = memory_mask.reshape(n, 1, 1, 1, s)
@@ -470,9 +471,9 @@ class FastDecoder:
             return  # the same sentences in the same order
         self.store = self.store.index_select(2, sentences)
         kv_heads = self.packed.kv_heads
-        memory = self.memory_kv.view(*self.memory_kv.shape[:2], self.n, kv_heads, -1)
+        memory = self.memory_kv.view(*self.memory_kv.shape[:2], self.n, kv_heads, -1)  # contiguous
         memory = memory.index_select(2, sentences)
-        self.memory_kv = memory.view(*self.memory_kv.shape[:2], -1, *self.memory_kv.shape[3:])
+        self.memory_kv = memory.reshape(*self.memory_kv.shape[:2], -1, *self.memory_kv.shape[3:])
         if self.memory_bias is not None:
             self.memory_bias = self.memory_bias.index_select(0, sentences)
         if beam > 1:

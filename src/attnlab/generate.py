@@ -284,6 +284,31 @@ def _pack(ids: Tensor, pad_id: int, *, real_first: bool) -> Tensor:
     return ids.gather(1, order)
 
 
+#: Below this many rows per step (sentences x beams) decoding runs on one CPU thread: its
+#: matrix products are too small to share, and waking a second thread for each of a step's
+#: ~100 ops costs more than it saves (the issue's batch-1 greedy at 2 threads ran at half its
+#: 1-thread speed; measured again in benchmarks/decode.py).
+SINGLE_THREAD_ROWS = 8
+
+
+class _Threads:
+    """Run with one intra-op thread when a step's work is that small (CPU only); restore the
+    caller's setting afterwards. torch's thread count is global to the process."""
+
+    def __init__(self, rows: int, device: torch.device) -> None:
+        self.single = device.type == "cpu" and rows < SINGLE_THREAD_ROWS
+        self.before = 1
+
+    def __enter__(self) -> None:
+        self.before = torch.get_num_threads()
+        if self.single and self.before > 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if torch.get_num_threads() != self.before:
+            torch.set_num_threads(self.before)
+
+
 class _EvalMode:
     """Run with the model in eval mode and without autograd; restore every module's mode."""
 
@@ -338,7 +363,7 @@ def _decode_rows(
     _check_lengths(max_new_tokens, min_new_tokens)
     session = _Session(model, inputs, fast, quantize)
     eos = session.config.eos_id
-    with _EvalMode(model):
+    with _EvalMode(model), _Threads(session.start.shape[0], session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
         batch, width = limit.shape[0], int(limit.max())
         device = limit.device
@@ -420,12 +445,33 @@ def greedy_search(
     return _decode_rows(
         model,
         inputs,
-        lambda lp: lp.argmax(dim=-1),
+        _argmax,
         max_new_tokens,
         min_new_tokens,
         fast,
         quantize,
     )
+
+
+def _argmax(scores: Tensor) -> Tensor:
+    """``scores.argmax(dim=-1)`` of ``(N, V)`` scores, the same indices (the first maximum; NaN
+    counts as the maximum), faster for many rows: torch's CPU argmax over a long last dimension
+    is not vectorised (about 250 us for 32 x 8,000 on one core), its ``amax`` is. The maxima of
+    chunks of a row pick the first chunk holding the row's maximum, then the maximum within it.
+    """
+    rows, vocab = scores.shape
+    chunk = _ARGMAX_CHUNKS.get(vocab)
+    if chunk is None:
+        chunk = _ARGMAX_CHUNKS[vocab] = next((c for c in range(128, 15, -1) if vocab % c == 0), 0)
+    if rows < 8 or not chunk or scores.device.type != "cpu" or not scores.is_contiguous():
+        return scores.argmax(dim=-1)
+    chunks = scores.view(rows, vocab // chunk, chunk)
+    best = chunks.amax(dim=-1).argmax(dim=-1)  # (N,): the first chunk with the maximum
+    within = chunks[torch.arange(rows, device=scores.device), best].argmax(dim=-1)
+    return best * chunk + within
+
+
+_ARGMAX_CHUNKS: dict[int, int] = {}
 
 
 def sample(
@@ -533,7 +579,8 @@ def beam_search(
         raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
     _check_lengths(max_new_tokens, min_new_tokens)
     session = _Session(model, inputs, fast, quantize)
-    with _EvalMode(model):
+    rows = session.start.shape[0] * beam_size
+    with _EvalMode(model), _Threads(rows, session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
         return _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens).run()
 
