@@ -728,7 +728,8 @@ def test_cli_a_disk_that_refuses_the_weights_is_one_line_and_1(tmp_path):
     process = _attnlab(
         "train", "--task", "numbers", "--out", str(tmp_path / "run"),
         "--no-progress", "--max-steps", "1", "--checkpoint-every", "1", "--eval-every", "1",
-        "--set", "model.d_model=64", "--set", "model.d_ff=128", "--set", "task.high=199",
+        "--set", "train.schedule=transformer", "--set", "model.d_model=64",
+        "--set", "model.d_ff=128", "--set", "task.high=199",
         "--set", "task.valid_size=20", "--set", "task.test_size=20",
         "--set", "tokenizer.vocab_size=300",
         preexec_fn=_limit_file_size(100_000),

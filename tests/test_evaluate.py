@@ -179,18 +179,20 @@ def test_evaluate_json_names_the_headline_on_numbers(numbers_model_dir, capsys):
 def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_model_dir, capsys):
     from attnlab.cli.jobs import _print_scores
 
-    assert main(["evaluate", "--model", str(numbers_model_dir), "--limit", "5", "--show", "1"]) == 0
+    argv = ["evaluate", "--model", str(numbers_model_dir), "--limit", "5", "--show", "1"]
+    assert main([*argv, "--beam-size", "1"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("test (5 sentences, beam search): exact match ")
+    assert printed[0].startswith("test (5 sentences, greedy): exact match ")
     assert "; BLEU " in printed[0]
     assert printed[1].startswith("  note: 100.0% of the references are shorter than 4 tokens")
     assert printed[2].startswith("  BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a")
     # results.json of the session's run holds the same, and `attnlab train` printed it so.
     results = json.loads((numbers_model_dir.parent / "results.json").read_text("utf-8"))
     assert results["headline"] == ["exact_match", "chrf"] and results["note"]
-    _print_scores(results)
+    _print_scores(results, beam_size=4)
     summary = capsys.readouterr().out.splitlines()
-    assert summary[0].startswith(f"test ({results['sentences']} sentences, beam search): exact")
+    n = results["sentences"]
+    assert summary[0].startswith(f"test ({n} sentences, beam search (4)): exact match ")
     assert summary[1].startswith("  note: ")
 
 
@@ -235,7 +237,7 @@ def _fake_run(out: Path) -> None:
 
 
 TINY = [
-    "--config", "configs/numbers.toml", "--no-progress", "--max-steps", "2",
+    "--config", "configs/numbers.toml", "--no-progress", "--max-steps", "2", "--warmup", "1",
     "--eval-every", "2", "--checkpoint-every", "2", "--set", "task.high=99",
     "--set", "task.valid_size=10", "--set", "task.test_size=10", "--set", "model.d_model=32",
     "--set", "model.d_ff=64", "--set", "model.num_encoder_layers=1",

@@ -95,7 +95,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
     _print_time_cap(result.get("training", {}), job.train)
-    _print_scores(result)
+    _print_scores(result, beam_size=job.eval.beam_size)
     use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
@@ -169,7 +169,14 @@ def _translation_scores(result: dict) -> str:
     return ", ".join(lead) + (f"; {', '.join(shown.values())}" if shown else "")
 
 
-def _print_scores(result: dict, show: int = 3) -> None:
+def _decoding(beam_size: object) -> str:
+    """The decoder, for the summary line: ', greedy', ', beam search (4)', or '' if unknown."""
+    if not isinstance(beam_size, int):
+        return ""
+    return ", greedy" if beam_size == 1 else f", beam search ({beam_size})"
+
+
+def _print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> None:
     if "accuracy" in result:  # an image classifier
         print(
             f"{result['split']} ({result['images']:,} images): accuracy "
@@ -190,7 +197,8 @@ def _print_scores(result: dict, show: int = 3) -> None:
         )
         return
     print(
-        f"{result['split']} ({result['sentences']:,} sentences, beam search): "
+        f"{result['split']} ({result['sentences']:,} sentences"
+        f"{_decoding(result.get('beam_size', beam_size))}): "
         f"{_translation_scores(result)}"
     )
     if result.get("note"):
@@ -206,7 +214,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from ..evaluate import Translator
 
     translator = Translator.load(
-        args.model, beam_size=args.beam_size, max_tokens=args.max_tokens, device=args.device
+        args.model,
+        beam_size=args.beam_size,
+        max_tokens=args.max_tokens,
+        device=args.device,
+        quantize=args.quantize,
     )
     if args.text and args.text != ["-"]:
         for line in translator.translate(args.text):
@@ -241,7 +253,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
         print(json.dumps({k: result[k] for k in keys}))
         return 0
-    _print_scores(result, show=args.show)
+    _print_scores(result, show=args.show, beam_size=args.beam_size)
     return 0
 
 
@@ -382,6 +394,12 @@ def add_parsers(sub) -> None:
         "--batch-lines", type=positive_int, default=64, help="stdin lines per batch (64)"
     )
     translate.add_argument("--device", default=None, help="cpu or cuda (default: auto)")
+    translate.add_argument(
+        "--quantize",
+        choices=["int8"],
+        default=None,
+        help="int8: decode with int8 weights (CPU, float32 models; faster for batches)",
+    )
     translate.set_defaults(func=cmd_translate)
 
     evaluate = sub.add_parser(
