@@ -586,8 +586,11 @@ def test_failed_weights_write_keeps_the_previous_file(tmp_path: Path, monkeypatc
     monkeypatch.setattr(safetensors.torch, "save_file", dying_save_file)
     with pytest.raises(OSError, match="disk full"):
         build("lm", seed=2).save_pretrained(tmp_path)
-    assert len(written) == 1 and Path(written[0]).parent == tmp_path
-    assert Path(written[0]).name != "model.safetensors"  # it wrote a temporary name
+    # It wrote a temporary name in a temporary directory beside the model's, now gone.
+    assert len(written) == 1 and Path(written[0]).parent.parent == tmp_path.parent
+    assert Path(written[0]).name != "model.safetensors"
+    assert not Path(written[0]).parent.exists()
+    assert not list(tmp_path.parent.glob(f".{tmp_path.name}.*"))
     assert sorted(os.listdir(tmp_path)) == sorted(before)
     for name, content in before.items():
         assert (tmp_path / name).read_bytes() == content, name

@@ -156,6 +156,11 @@ class _TransformerModel(PretrainedModel):
     uses_layers: ClassVar[tuple[str, ...]]  # the config's layer counts the model builds
     config: TransformerConfig
 
+    @classmethod
+    def parameters_for(cls, config: Any) -> int | None:
+        """:func:`count_parameters` of ``config`` for this class."""
+        return count_parameters(config, cls.model_type)
+
     def _init_weights(self) -> None:
         """Xavier-uniform linear weights (as torch.nn.Transformer), embeddings
         N(0, d_model^-1/2) when scaled by sqrt(d_model) (unit variance after scaling) else

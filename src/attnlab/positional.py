@@ -253,8 +253,15 @@ class ALiBi(AttentionPositional):
         super().__init__()
         check_positive_int(num_heads, "num_heads")
         self.num_heads = num_heads
-        slopes = torch.tensor(self.slopes(num_heads), dtype=torch.float64)
-        self.register_buffer("slope", slopes, persistent=False)
+        self.register_buffer("slope", self._slope_buffer(), persistent=False)
+
+    def _slope_buffer(self) -> Tensor:
+        return torch.tensor(self.slopes(self.num_heads), dtype=torch.float64)
+
+    def reset_buffers(self) -> None:
+        """Compute the slopes again (they are not saved; a model loaded on the meta device
+        calls this)."""
+        self.slope = self._slope_buffer()
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}"

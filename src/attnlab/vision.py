@@ -378,12 +378,8 @@ class VisionTransformer(PretrainedModel):
         if c.positional == "learned":
             self.position_embedding = nn.Parameter(torch.zeros(1, 1 + c.num_patches, d))
         elif c.positional == "sinusoidal":
-            table = sincos_2d_table(c.grid_size, d)
-            table = torch.cat([torch.zeros(1, d, dtype=table.dtype), table])  # class row: 0
             # Fixed, so not saved: rebuilt from the config on load.
-            self.register_buffer(
-                "position_embedding", table[None].to(torch.float32), persistent=False
-            )
+            self.register_buffer("position_embedding", self._fixed_table(), persistent=False)
         else:
             self.position_embedding = None
         self.dropout = c.dropout
@@ -402,6 +398,20 @@ class VisionTransformer(PretrainedModel):
         )
         self.head = nn.Linear(d, c.num_classes)
         self._init_weights()
+
+    def _fixed_table(self) -> Tensor:
+        """The sinusoidal position table ``(1, 1 + N, d_model)``, float32, the class row 0."""
+        d = self.config.d_model
+        if torch.empty(0).is_meta:  # built on the meta device to be loaded: the shape alone
+            return torch.empty(1, 1 + self.config.num_patches, d)
+        table = sincos_2d_table(self.config.grid_size, d)
+        return torch.cat([torch.zeros(1, d, dtype=table.dtype), table])[None].to(torch.float32)
+
+    def reset_buffers(self) -> None:
+        """Compute the fixed position table again (it is not saved; a model loaded on the meta
+        device calls this)."""
+        if self.config.positional == "sinusoidal":
+            self.position_embedding = self._fixed_table()
 
     def _init_weights(self) -> None:
         for module in self.modules():

@@ -198,15 +198,13 @@ def _lm_setup(job: Job, corpus, tokenizer, _):
 
 
 def _evaluate_lm(model_dir: Path, corpus: dict, split: str, limit: int | None) -> dict:
-    from ..data.tokenizer import load_tokenizers
-    from ..evaluate import lm_perplexity
-    from ..model import load_pretrained
+    from ..evaluate import lm_perplexity, load_with_tokenizers
 
     if split not in corpus:
         raise ValueError(f"split: a text task has {sorted(corpus)}, not {split!r}")
     lines = corpus[split][:limit] if limit else corpus[split]
-    tokenizer, _ = load_tokenizers(model_dir)
-    result = lm_perplexity(load_pretrained(model_dir), tokenizer, lines)
+    model, tokenizer, _ = load_with_tokenizers(model_dir)
+    result = lm_perplexity(model, tokenizer, lines)
     result.update({"split": split, "task": "text"})
     return result
 
