@@ -36,6 +36,7 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "fsync_tree",
+    "not_written",
     "replace_dir",
     "write_json",
 ]
@@ -213,6 +214,23 @@ def _exchange(a: Path, b: Path) -> bool:
     if code in (errnos.EINVAL, errnos.ENOSYS, errnos.ENOTSUP):
         return False
     raise OSError(code, os.strerror(code), str(b))
+
+
+def not_written(error: OSError, path: str | os.PathLike, *, what: str | None = None) -> OSError:
+    """``error`` (the same class and errno) restated as ``PATH: not written (REASON); WHAT``,
+    naming ``path`` even where ``error`` named another file (a temporary one, inside a
+    directory that :func:`atomic_write_dir` was building). ``what`` says what is left
+    (default: that the previous version, if any, is intact)."""
+    reason = error.strerror or (os.strerror(error.errno) if error.errno else None)
+    reason = reason or type(error).__name__
+    left = what or "its previous version, if any, is intact"
+    try:
+        named = type(error)(f"{path}: not written ({reason}); {left}")
+    except TypeError:  # a subclass with another constructor
+        named = OSError(f"{path}: not written ({reason}); {left}")
+    named.errno = error.errno
+    named.attnlab_not_written = True  # type: ignore[attr-defined]
+    return named
 
 
 def _not_written(error: OSError, path: Path) -> OSError:

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ._io import atomic_write, atomic_write_dir
+from ._io import atomic_write, atomic_write_dir, not_written
 from ._tensorfile import (
     FLOAT_DTYPES,
     TensorInfo,
@@ -45,12 +45,14 @@ __all__ = [
     "LOAD_LIMITS",
     "WEIGHTS_FILE",
     "PretrainedModel",
+    "check_weights",
     "load_pretrained",
     "load_weights",
     "model_class",
     "model_types",
     "read_config",
     "register_model_type",
+    "set_weights",
 ]
 
 CONFIG_FILE = "config.json"
@@ -206,6 +208,13 @@ def load_weights(model: nn.Module, path: Path) -> None:
     header, _ = read_safetensors_header(path)
     dtype = check_weights(model, header, path)
     stored, _ = read_safetensors(path)
+    set_weights(model, stored, dtype)
+
+
+def set_weights(model: nn.Module, stored: dict[str, Tensor], dtype: torch.dtype | None) -> None:
+    """Give ``model`` the tensors ``stored`` (checked by :func:`check_weights`, which gave
+    ``dtype``): copied into its parameters, or, for a model on the meta device, made its
+    parameters (see :func:`load_weights`)."""
     on_meta = any(t.is_meta for t in model.state_dict(keep_vars=True).values())
     if dtype is not None and not on_meta:
         model.to(dtype)
@@ -364,7 +373,8 @@ class PretrainedModel(nn.Module):
                 self.write_files(temp)
             except OSError as error:  # name the model's file, not the temporary one
                 failed = WEIGHTS_FILE if WEIGHTS_FILE in str(error) else CONFIG_FILE
-                raise _not_written(error, directory / failed) from error
+                what = "the previous model, if any, is intact"
+                raise not_written(error, directory / failed, what=what) from error
 
         atomic_write_dir(directory, build)
         return directory
@@ -456,19 +466,6 @@ def _carry_over(old: Path, new: Path) -> None:
             shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
         else:
             _link_or_copy(str(entry), str(target))
-
-
-def _not_written(error: OSError, path: Path) -> OSError:
-    """``error`` (same class and errno) saying that the model file ``path`` was not written."""
-    reason = error.strerror or (os.strerror(error.errno) if error.errno else type(error).__name__)
-    message = f"{path}: not written ({reason}); the previous model, if any, is intact"
-    try:
-        named = type(error)(message)
-    except TypeError:  # a subclass with another constructor
-        named = OSError(message)
-    named.errno = error.errno
-    named.attnlab_not_written = True  # type: ignore[attr-defined]  # atomic_write_dir keeps it
-    return named
 
 
 def _link_or_copy(source: str, target: str) -> None:

@@ -1,8 +1,8 @@
 """Checkpoints: ``out/checkpoints/step-NNNNNNNN/`` with the weights, the optimizer, the
-schedule, where training stands and the RNG states, each written to a temporary directory,
-flushed to disk and renamed into place (a crash leaves the previous checkpoints intact);
-reading one back, checked against the run that resumes it; and the final model, the average
-of the last checkpoints (Vaswani et al. 2017, sec. 6.1).
+schedule, where training stands and the RNG states, built in a temporary directory, flushed to
+disk and renamed into place in one step (a crash, a kill or a full disk leaves the previous
+checkpoints intact); reading one back, checked completely before anything is used; and the
+final model, the average of the last checkpoints (Vaswani et al. 2017, sec. 6.1).
 
 Files of a checkpoint::
 
@@ -10,16 +10,22 @@ Files of a checkpoint::
     optimizer.safetensors            the optimizer's tensors (Adam's moments), no pickle
     state.json                       the rest: step, epoch, position in the epoch, best and
                                      last validation loss, schedule, RNG states, the
-                                     TrainConfig, and a fingerprint of the training data
+                                     TrainConfig, a fingerprint of the training data, the
+                                     SHA-256 of the other three files and its own checksum
+
+Resuming checks the newest checkpoint whole before touching the model or the optimizer: the
+digests (any flipped bit), the schema of ``state.json``, the weights' header and values, every
+optimizer tensor against its parameter, the schedule, the RNG states and the position. A
+damaged one is set aside as ``checkpoints/damaged-step-N`` with a warning naming it and what
+was wrong, and the previous complete one is used; when none is usable, one error lists them.
+A checkpoint of another run (other settings, other data, another model) is an error at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,16 +33,36 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import LRScheduler
 
-from .._io import atomic_write, current_umask, write_json
+from .._io import atomic_write, atomic_write_dir, not_written, write_json
+from .._tensorfile import read_safetensors, read_safetensors_header, save_safetensors
 from ..data.tokenizer import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
-from ..pretrained import CONFIG_FILE, WEIGHTS_FILE, PretrainedModel, load_weights
+from ..pretrained import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    PretrainedModel,
+    check_weights,
+    read_config,
+    set_weights,
+)
 from .config import TrainConfig
 from .distributed import barrier
+from .integrity import (
+    check_digests,
+    check_scheduler_state,
+    check_schema,
+    file_digest,
+    optimizer_state,
+    state_checksum,
+)
+from .position import Position
+from .rng import check_rng_states
 
 __all__ = [
     "CHECKPOINT_FILES",
     "CHECKPOINT_FORMAT",
+    "average_checkpoints",
     "find_checkpoints",
     "load_checkpoint",
     "load_newest",
@@ -46,19 +72,22 @@ __all__ = [
     "write_final_model",
 ]
 
-CHECKPOINT_FORMAT = "attnlab-checkpoint-1"
+CHECKPOINT_FORMAT = "attnlab-checkpoint-2"
+#: Read too: a checkpoint of the first format has no digests, and is checked for the rest.
+OLD_FORMATS = ("attnlab-checkpoint-1",)
 TOKENIZER_FILES = (TOKENIZER_FILE, SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE)
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 CHECKPOINT_FILES = (WEIGHTS_FILE, CONFIG_FILE, OPTIMIZER_FILE, STATE_FILE)
+DAMAGED_PREFIX = "damaged-"
 
 
 def find_checkpoints(out: str | os.PathLike) -> list[Path]:
     """The complete checkpoint directories of run ``out``, oldest first (by step).
 
-    Complete: named ``step-NNNNNNNN`` with every file a checkpoint holds (the directory is
-    renamed into place only once written, so an interrupted write leaves a ``.tmp-*``
-    directory instead, which is ignored).
+    Complete: named ``step-NNNNNNNN`` with every file a checkpoint holds (a checkpoint is
+    renamed into place only once written, and renamed away before it is deleted, so an
+    interrupted write or deletion leaves another name, which is ignored).
     """
     root = Path(out) / "checkpoints"
     if not root.is_dir():
@@ -71,38 +100,6 @@ def find_checkpoints(out: str | os.PathLike) -> list[Path]:
         if all((path / f).is_file() for f in CHECKPOINT_FILES):
             found.append((int(name[5:]), path))
     return [path for _, path in sorted(found)]
-
-
-def fsync_tree(directory: Path) -> None:
-    """Flush the files of ``directory`` and the directory itself to disk (crash safety beyond
-    a killed process: a power loss)."""
-    for path in directory.iterdir():
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-    fsync_dir(directory)
-
-
-def fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # some filesystems refuse fsync on directories
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def replace_dir(temp: Path, final: Path) -> None:
-    """Move the finished directory ``temp`` to ``final``, replacing an old one."""
-    os.chmod(temp, 0o777 & ~current_umask())  # mkdtemp makes 0700 directories
-    if final.exists():
-        trash = Path(tempfile.mkdtemp(prefix=".old-", dir=final.parent))
-        os.replace(final, trash / final.name)
-        os.replace(temp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(temp, final)
-    fsync_dir(final.parent)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -118,13 +115,11 @@ def read_json(path: Path) -> dict[str, Any]:
 def average_checkpoints(checkpoints: Sequence[Path]) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The element-wise mean (in float64, stored back in each tensor's dtype) of the weights of
     ``checkpoints``, and the newest one's safetensors metadata."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
     total: dict[str, Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
+    metadata: dict[str, str] = {}
     for path in checkpoints:
-        weights = load_file(path / WEIGHTS_FILE)
+        weights, metadata = read_safetensors(path / WEIGHTS_FILE)
         if total and set(weights) != set(total):
             raise ValueError(f"{path}: holds other weights than {checkpoints[0]}; cannot average")
         for name, tensor in weights.items():
@@ -139,8 +134,6 @@ def average_checkpoints(checkpoints: Sequence[Path]) -> tuple[dict[str, Tensor],
         name: (t / len(checkpoints)).to(dtypes[name]) if dtypes[name].is_floating_point else t
         for name, t in total.items()
     }
-    with safe_open(checkpoints[-1] / WEIGHTS_FILE, framework="pt") as handle:
-        metadata = handle.metadata() or {}
     return averaged, metadata
 
 
@@ -165,11 +158,12 @@ def prepare_run_directory(out: Path, *, resume: bool, rank: int, world_size: int
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         root = out / "checkpoints"
+        stale = [*out.glob(".model.*.tmp"), *out.glob(".old-model.*"), *out.glob(".tmp-model-*")]
         if root.is_dir():
-            for stale in root.glob(".tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            for stale in root.glob(".old-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            for pattern in (".step-*.tmp", ".old-*", ".tmp-*"):
+                stale += root.glob(pattern)
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
     barrier(world_size)
     checkpoints = find_checkpoints(out)
     if checkpoints and not resume:
@@ -181,19 +175,53 @@ def prepare_run_directory(out: Path, *, resume: bool, rank: int, world_size: int
 
 
 def load_newest(
-    checkpoints: Sequence[Path], load: Callable[[Path], dict[str, Any]]
+    checkpoints: Sequence[Path],
+    load: Callable[[Path], dict[str, Any]],
+    *,
+    set_aside: bool = True,
 ) -> dict[str, Any] | None:
-    """``load(path)`` of the newest checkpoint that loads; one that is unreadable (truncated
-    files, missing keys) is skipped with a warning, but a ``resume:`` error (another run's
-    checkpoint) is raised. None when no checkpoint loads."""
+    """``load(path)`` of the newest checkpoint that loads, None when there are none.
+
+    A damaged one (``load`` raised ValueError or OSError) is skipped with a warning naming it
+    and what was wrong; once an older one has loaded, the damaged ones are renamed
+    ``damaged-step-N`` (with ``set_aside``: the replica that writes), so that neither later
+    resumes nor the final average see them. A ``resume:`` error (another run's checkpoint) is
+    raised at once. Raises ValueError listing every checkpoint and its fault when none loads.
+    """
+    damaged: list[tuple[Path, str]] = []
     for path in reversed(checkpoints):
         try:
-            return load(path)
-        except (ValueError, KeyError, OSError) as e:
+            state = load(path)
+        except (ValueError, OSError) as e:
             if isinstance(e, ValueError) and str(e).startswith("resume:"):
                 raise
-            warnings.warn(f"{path}: unreadable checkpoint skipped ({e})", stacklevel=4)
+            damaged.append((path, str(e)))
+            warnings.warn(f"{path}: damaged checkpoint skipped: {e}", stacklevel=3)
+            continue
+        if set_aside:
+            for bad, _ in damaged:
+                _rename_aside(bad)
+        return state
+    if damaged:
+        faults = "; ".join(f"{path.name}: {why}" for path, why in damaged)
+        raise ValueError(
+            f"resume: no usable checkpoint in {checkpoints[0].parent} ({len(damaged)} tried, "
+            f"newest first): {faults}"
+        )
     return None
+
+
+def _rename_aside(path: Path) -> None:
+    """Rename the damaged checkpoint ``path`` to ``damaged-step-N`` (``-2``, ... if taken)."""
+    target = path.with_name(DAMAGED_PREFIX + path.name)
+    number = 1
+    while target.exists():
+        number += 1
+        target = path.with_name(f"{DAMAGED_PREFIX}{path.name}-{number}")
+    try:
+        os.replace(path, target)
+    except OSError as e:
+        warnings.warn(f"{path}: could not be set aside ({e})", stacklevel=4)
 
 
 def save_checkpoint(
@@ -204,16 +232,18 @@ def save_checkpoint(
     *,
     keep: int,
 ) -> None:
-    """Write ``out/checkpoints/step-N`` (N: ``state["step"]``) atomically, then delete all but
-    the newest ``keep`` checkpoints. ``state`` holds everything but the weights and the
+    """Write ``out/checkpoints/step-N`` (N: ``state["step"]``) as one unit, then delete all
+    but the newest ``keep`` checkpoints. ``state`` holds everything but the weights and the
     optimizer, which are added here (its tensors in ``optimizer.safetensors``, the rest in
-    ``state.json``)."""
-    from safetensors.torch import save_file
+    ``state.json``, with the digests of the other files and its own checksum).
 
-    optimizer_state = optimizer.state_dict()
+    Raises:
+        OSError: the disk refused (naming the file); the previous checkpoints are intact.
+    """
+    optimizer_state_dict = optimizer.state_dict()
     tensors: dict[str, Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
-    for index, values in optimizer_state["state"].items():
+    for index, values in optimizer_state_dict["state"].items():
         for key, value in values.items():
             if isinstance(value, Tensor):
                 tensors[f"{index}.{key}"] = value.detach().cpu().contiguous()
@@ -221,24 +251,41 @@ def save_checkpoint(
                 scalars.setdefault(str(index), {})[key] = value
     state = {
         **state,
-        "optimizer": {"param_groups": optimizer_state["param_groups"], "scalars": scalars},
+        "format": CHECKPOINT_FORMAT,
+        "optimizer": {"param_groups": optimizer_state_dict["param_groups"], "scalars": scalars},
     }
+    # What state.json will read back as (tuples become lists): what the checksum covers.
+    state = json.loads(json.dumps(state))
+
+    def build(temp: Path) -> None:
+        model.write_files(temp)
+        atomic_write(
+            temp / OPTIMIZER_FILE, lambda p: save_safetensors(tensors, p, {"format": "pt"})
+        )
+        files = {name: file_digest(temp / name) for name in CHECKPOINT_FILES if name != STATE_FILE}
+        body = {**state, "files": files}
+        body["checksum"] = state_checksum(body)
+        write_json(temp / STATE_FILE, body)
+
     root = out / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    final = root / f"step-{state['step']:08d}"
     try:
-        model.save_pretrained(temp)
-        atomic_write(
-            temp / OPTIMIZER_FILE, lambda p: save_file(tensors, p, metadata={"format": "pt"})
-        )
-        write_json(temp / STATE_FILE, state)
-        fsync_tree(temp)
-        replace_dir(temp, root / f"step-{state['step']:08d}")
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
+        atomic_write_dir(final, build)
+    except OSError as error:  # name the checkpoint's file, not the temporary one
+        failed = next((final / n for n in CHECKPOINT_FILES if n in str(error)), final)
+        raise not_written(error, failed, what="the previous checkpoints are intact") from error
     for old in find_checkpoints(out)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        _delete(old)
+
+
+def _delete(path: Path) -> None:
+    """Delete the checkpoint ``path``, first renaming it so that a crash half-way leaves no
+    ``step-N`` behind (``prepare_run_directory`` clears the rest)."""
+    trash = path.with_name(f".old-{path.name}")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def load_checkpoint(
@@ -249,18 +296,70 @@ def load_checkpoint(
     *,
     examples: int,
     fingerprint: str,
+    scheduler: LRScheduler | None = None,
+    unit: str = "tokens",
+    epoch_batches: Callable[[int], int] | None = None,
 ) -> dict[str, Any]:
-    """Check that checkpoint ``path`` continues this run (format, the settings that shape the
-    trajectory, the training data: ValueError ``resume: ...`` otherwise), load its weights into
-    ``model`` and its state into ``optimizer``, and return its ``state.json``."""
-    from safetensors.torch import load_file
+    """Check checkpoint ``path`` whole, then load its weights into ``model`` and its state into
+    ``optimizer``, and return its ``state.json`` (its ``scheduler`` state and position checked
+    against ``scheduler`` and the run's ``epoch_batches`` when given, ready to restore).
 
-    state = read_json(path / STATE_FILE)
-    if state.get("format") != CHECKPOINT_FORMAT:
+    Raises:
+        ValueError: ``resume: ...`` when the checkpoint is another run's (other settings, data
+            or model); otherwise naming the file and what is damaged in it. Nothing has been
+            changed then.
+    """
+    state_path = path / STATE_FILE
+    state = read_json(state_path)
+    if state.get("format") == CHECKPOINT_FORMAT:
+        check_digests(path, state, STATE_FILE)
+    elif state.get("format") not in OLD_FORMATS:
         raise ValueError(
-            f"{path / STATE_FILE}: format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r}"
+            f"{state_path}: format {state.get('format')!r:.40}, expected {CHECKPOINT_FORMAT!r}"
         )
-    changed = config.trajectory_changes(TrainConfig.from_dict(state["train_config"]))
+    try:
+        check_schema(state)
+        Position.check_state(state, unit)
+        if path.name != f"step-{state['step']:08d}":
+            raise ValueError(f"step: {state['step']}, but the directory is {path.name}")
+        check_rng_states(state["rng"], state["world_size"])
+        saved_config = TrainConfig.from_dict(state["train_config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{state_path}: {e}") from None
+    _check_same_run(path, state, saved_config, model, config, examples, fingerprint)
+    try:
+        Position.check_state(state, unit, epoch_batches=epoch_batches)
+        if scheduler is not None:
+            check_scheduler_state(state["scheduler"], scheduler, step=state["step"])
+    except ValueError as e:
+        raise ValueError(f"{state_path}: {e}") from None
+
+    weights_path = path / WEIGHTS_FILE
+    dtype = check_weights(model, read_safetensors_header(weights_path)[0], weights_path)
+    weights, _ = read_safetensors(weights_path)
+    stored, _ = read_safetensors(path / OPTIMIZER_FILE)
+    try:
+        loaded = optimizer_state(stored, state["optimizer"], optimizer, step=state["step"])
+    except ValueError as e:
+        raise ValueError(f"{path}: optimizer state: {e}") from None
+
+    set_weights(model, weights, dtype)
+    optimizer.load_state_dict(loaded)
+    return state
+
+
+def _check_same_run(
+    path: Path,
+    state: dict[str, Any],
+    saved: TrainConfig,
+    model: nn.Module,
+    config: TrainConfig,
+    examples: int,
+    fingerprint: str,
+) -> None:
+    """``resume: ...`` unless checkpoint ``path`` continues this run: the settings that shape
+    the trajectory, the training data and the model's config are the same."""
+    changed = config.trajectory_changes(saved)
     if changed:
         raise ValueError(
             f"resume: {path} was trained with other settings ({', '.join(changed)}); "
@@ -272,36 +371,32 @@ def load_checkpoint(
             f"resume: {path} was trained on other data ({data['train_examples']} examples, "
             f"now {examples}, or other lengths); pass the same train_examples"
         )
-    load_weights(model, path / WEIGHTS_FILE)
-    stored = load_file(path / OPTIMIZER_FILE)
-    per_param: dict[int, dict[str, Any]] = {}
-    for key, tensor in stored.items():
-        index, name = key.split(".", 1)
-        per_param.setdefault(int(index), {})[name] = tensor
-    for index, values in state["optimizer"]["scalars"].items():
-        per_param.setdefault(int(index), {}).update(values)
-    optimizer.load_state_dict(
-        {"state": per_param, "param_groups": state["optimizer"]["param_groups"]}
-    )
-    return state
+    ours = getattr(model, "config", None)
+    if hasattr(ours, "to_dict"):
+        _, theirs = read_config(path)
+        if theirs.to_dict() != ours.to_dict():  # type: ignore[union-attr]
+            diff = [
+                f"{k}={v!r} -> {ours.to_dict()[k]!r}"  # type: ignore[union-attr]
+                for k, v in theirs.to_dict().items()
+                if ours.to_dict().get(k) != v  # type: ignore[union-attr]
+            ]
+            raise ValueError(
+                f"resume: {path} holds another model ({', '.join(diff)}); resume with the "
+                f"same model config, or start a new run directory"
+            )
 
 
 def write_final_model(out: Path, average_last: int, tokenizers: Sequence[Path]) -> list[str]:
-    """Average the last ``average_last`` checkpoints of ``out`` into ``out/model`` with the
-    newest one's config and the ``tokenizers`` files; return the checkpoints' names."""
-    from safetensors.torch import save_file
-
+    """Average the last ``average_last`` checkpoints of ``out`` into ``out/model`` (one unit)
+    with the newest one's config and the ``tokenizers`` files; return the checkpoints' names."""
     chosen = find_checkpoints(out)[-average_last:]
     weights, metadata = average_checkpoints(chosen)
-    temp = Path(tempfile.mkdtemp(prefix=".tmp-model-", dir=out))
-    try:
-        atomic_write(temp / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata=metadata))
+
+    def build(temp: Path) -> None:
+        atomic_write(temp / WEIGHTS_FILE, lambda p: save_safetensors(weights, p, metadata))
         shutil.copyfile(chosen[-1] / CONFIG_FILE, temp / CONFIG_FILE)
         for source in tokenizers:
             shutil.copyfile(source, temp / source.name)
-        fsync_tree(temp)
-        replace_dir(temp, out / "model")
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
+
+    atomic_write_dir(out / "model", build)
     return [path.name for path in chosen]

@@ -206,7 +206,10 @@ class Trainer:
             self.config,
             examples=len(self.train_examples),
             fingerprint=self._data_fingerprint,
-        )
+            scheduler=self.scheduler,
+            unit=self.objective.unit,
+            epoch_batches=self.batcher.num_batches,
+        )  # checked whole: what follows cannot fail half-way
         self.scheduler.load_state_dict(state["scheduler"])
         self.position = Position.from_state(state, self.objective.unit)
         return state
@@ -233,7 +236,7 @@ class Trainer:
         checkpoints = prepare_run_directory(
             self.out, resume=resume, rank=self.rank, world_size=self.world_size
         )
-        state = load_newest(checkpoints, self._load) if resume else None
+        state = load_newest(checkpoints, self._load, set_aside=self.rank == 0) if resume else None
         resumed_from = state["step"] if state is not None else None
         self._last_checkpoint_step = resumed_from
         self._out_of_time_voted = False

@@ -3,7 +3,8 @@ sums of the next metrics row. Saved in each checkpoint's ``state.json`` and rest
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,64 @@ class Position:
                 "seconds": self.window_seconds,
             },
         }
+
+    @staticmethod
+    def check_state(
+        state: Mapping[str, Any],
+        unit: str,
+        *,
+        epoch_batches: Callable[[int], int] | None = None,
+    ) -> None:
+        """Raise ValueError naming the first field of ``state`` (as :meth:`to_state` wrote it)
+        that is missing, of the wrong type or out of range: counts are non-negative ints, the
+        epoch and the best step at most the step, a loss a number or null, times finite; with
+        ``epoch_batches`` (the global batches of an epoch), the position inside the epoch is
+        one of its batches."""
+
+        def count(name: str, value: object, most: int | None = None) -> int:
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+                raise ValueError(f"{name}: expected a non-negative int, got {value!r:.40}")
+            if most is not None and value > most:
+                raise ValueError(f"{name}: {value} is beyond the step, {most}")
+            return value
+
+        def number(name: str, value: object, *, optional: bool = False) -> None:
+            if value is None and optional:
+                return
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"{name}: expected a number, got {value!r:.40}")
+
+        def duration(name: str, value: object) -> None:
+            number(name, value)
+            if not (math.isfinite(value) and value >= 0):  # type: ignore[arg-type]
+                raise ValueError(f"{name}: expected a finite time >= 0, got {value!r}")
+
+        fields = ("step", "epoch", "batch_in_epoch", "best_val_loss", "best_step", "bad_evals")
+        fields += ("last_val_loss", "elapsed_s", "window")
+        missing = [name for name in fields if name not in state]
+        if missing:
+            raise ValueError(f"{missing[0]}: missing")
+        step = count("step", state["step"])
+        epoch = count("epoch", state["epoch"], step)
+        batch = count("batch_in_epoch", state["batch_in_epoch"])
+        if epoch_batches is not None and batch >= max(1, epoch_batches(epoch)):
+            raise ValueError(
+                f"batch_in_epoch: {batch}, but epoch {epoch} has {epoch_batches(epoch)} batches"
+            )
+        number("best_val_loss", state["best_val_loss"], optional=True)
+        if state["best_step"] is not None or state["best_val_loss"] is not None:
+            count("best_step", state["best_step"], step)
+        count("bad_evals", state["bad_evals"], step)
+        number("last_val_loss", state["last_val_loss"], optional=True)
+        trained = f"train_{unit}" if f"train_{unit}" in state else "train_tokens"
+        count(trained, state.get(trained, 0))
+        duration("elapsed_s", state["elapsed_s"])
+        window = state["window"]
+        if not isinstance(window, Mapping):
+            raise ValueError(f"window: expected an object, got {window!r:.40}")
+        number("window.loss", window.get("loss"))
+        count("window.count", window.get("count", window.get("tokens")))
+        duration("window.seconds", window.get("seconds"))
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], unit: str) -> Position:
