@@ -15,6 +15,7 @@ matplotlib), :mod:`attnlab.explain` (the tutorial's claims, run), :mod:`attnlab.
 from . import generate, layers, masks, positional
 from ._version import __version__
 from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from .evaluate import Translator, load_translator
 from .generate import Generation, beam_search, greedy_search, sample
 from .layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
@@ -54,6 +55,7 @@ __all__ = [
     "TransformerConfig",
     "TransformerEncoder",
     "TransformerLM",
+    "Translator",
     "VisionConfig",
     "VisionTransformer",
     "__version__",
@@ -66,6 +68,7 @@ __all__ = [
     "key_mask",
     "layers",
     "load_pretrained",
+    "load_translator",
     "masks",
     "padding_mask",
     "padding_mask_from_ids",

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ._checks import check_positive_int
-from .generate import beam_search, greedy_search
+from .generate import beam_search, greedy_search, sample
 
 __all__ = [
     "BLEU_MAX_ORDER",
@@ -38,6 +38,7 @@ __all__ = [
     "classify",
     "headline",
     "lm_perplexity",
+    "load_translator",
     "load_with_tokenizers",
     "perplexity",
     "score",
@@ -163,6 +164,15 @@ class Translator:
         beam_size: 1 decodes greedily; 4 is the paper's.
         alpha: the length penalty's exponent (0.6 in the paper).
         max_tokens: source tokens per batch (sentences are sorted by length into batches).
+        max_new_tokens: the longest translation in tokens (default: the source length + 50).
+        sample: draw each token (:func:`attnlab.generate.sample`) instead of searching;
+            ``temperature``, ``top_k``, ``top_p`` shape the distribution and ``seed`` makes
+            the draws reproducible (None: unseeded).
+        quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
+            (:mod:`attnlab.fastdecode`; the encoder stays float32); None keeps the model's.
+
+    A Translator is callable: ``translator("text")`` is one translation, ``translator([...])``
+    a list of them.
     """
 
     def __init__(
@@ -174,7 +184,15 @@ class Translator:
         beam_size: int = 4,
         alpha: float = 0.6,
         max_tokens: int = 4096,
+        quantize: str | None = None,
+        max_new_tokens: int | None = None,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
     ) -> None:
+        from .fastdecode import check_quantize, why_not_fast_path
         from .model import Transformer
 
         if not isinstance(model, Transformer):
@@ -184,9 +202,20 @@ class Translator:
             )
         check_positive_int(beam_size, "beam_size")
         check_positive_int(max_tokens, "max_tokens")
+        if check_quantize(quantize) is not None and why_not_fast_path(model, quantize):
+            raise ValueError(why_not_fast_path(model, quantize))
+        self.quantize = quantize
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.beam_size, self.alpha, self.max_tokens = beam_size, alpha, max_tokens
+        if max_new_tokens is not None:
+            check_positive_int(max_new_tokens, "max_new_tokens")
+        self.max_new_tokens = max_new_tokens
+        self.sample, self.temperature, self.top_k, self.top_p = sample, temperature, top_k, top_p
+        self.generator: torch.Generator | None = None
+        if seed is not None:
+            device = next(model.parameters()).device
+            self.generator = torch.Generator(device=device).manual_seed(int(seed))
         config = model.config
         self.max_len = config.max_len if config.positional == "learned" else None
 
@@ -200,14 +229,25 @@ class Translator:
     ) -> Translator:
         """The model and tokenizers of ``model_dir`` (``config.json``, ``model.safetensors``,
         ``tokenizer.json`` or ``src_tokenizer.json`` + ``tgt_tokenizer.json``), on ``device``
-        (default: CUDA when available, else CPU); ``options`` as the constructor's."""
+        (default: CUDA when available, else CPU); ``options`` as the constructor's. A checkpoint
+        ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's tokenizers
+        (:func:`attnlab.modeldir.resolve_model_dir`)."""
+        from .modeldir import resolve_model_dir
+
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        model_dir = resolve_model_dir(model_dir, name="model_dir")
         model, src, tgt = load_with_tokenizers(model_dir, device=device)
         try:
             return cls(model, src, tgt, **options)
         except TypeError as e:
             raise ValueError(f"model_dir: {model_dir}: {e}") from None
+
+    def __call__(self, texts: str | Sequence[str]) -> str | list[str]:
+        """The translation of one text (a str), or of each of a list of texts, in order."""
+        if isinstance(texts, str):
+            return self.translate([texts])[0]
+        return self.translate(texts)
 
     def translate(self, texts: Sequence[str]) -> list[str]:
         """Translations of ``texts``, in order. An empty line translates to an empty line;
@@ -240,9 +280,40 @@ class Translator:
         return batches
 
     def _decode(self, sources: list[list[int]]) -> list[list[int]]:
+        limit = self.max_new_tokens
+        if self.sample:
+            return sample(
+                self.model,
+                sources,
+                temperature=self.temperature,
+                top_k=self.top_k,
+                top_p=self.top_p,
+                generator=self.generator,
+                max_new_tokens=limit,
+                quantize=self.quantize,
+            ).tolist()
         if self.beam_size == 1:
-            return greedy_search(self.model, sources).tolist()
-        return beam_search(self.model, sources, beam_size=self.beam_size, alpha=self.alpha).tolist()
+            return greedy_search(
+                self.model, sources, max_new_tokens=limit, quantize=self.quantize
+            ).tolist()
+        return beam_search(
+            self.model,
+            sources,
+            beam_size=self.beam_size,
+            alpha=self.alpha,
+            max_new_tokens=limit,
+            quantize=self.quantize,
+        ).tolist()
+
+
+def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
+    """One call from a trained model to translations: ``load_translator(dir)("text")`` or
+    ``load_translator(dir, beam_size=1)(["a", "b"])``. ``model_dir``: ``OUT/model``, a
+    checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``: ``device`` and the
+    :class:`Translator` constructor's (``beam_size``, ``alpha``, ``max_new_tokens``,
+    ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``max_tokens``,
+    ``quantize``)."""
+    return Translator.load(model_dir, **options)
 
 
 def load_with_tokenizers(

@@ -2,7 +2,8 @@
 
 One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
 `tour` (demo, masks, config, flops, explain), `pictures` (viz), `jobs` (train, translate,
-evaluate, serve) and `export`; the argument types that several groups use are in `_args`.
+evaluate, serve), `export` and `inference` (average, the decoding options, checkpoints
+as models); the argument types that several groups use are in `_args`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import export, jobs, pictures, tour
+from . import export, inference, jobs, models, pictures, tour
 from .jobs import build_job
 
 __all__ = ["build_job", "build_parser", "describe_error", "main"]
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     pictures.add_parsers(sub)
     jobs.add_parsers(sub)
     export.add_parsers(sub)
+    inference.add_parsers(sub)
+    models.add_parsers(sub)
+    inference.extend(sub)  # options of translate and evaluate; checkpoints as models
     return parser
 
 

@@ -1,0 +1,150 @@
+"""``attnlab generate`` (text from a language model, streamed) and ``attnlab predict`` (classes
+of images from a Vision Transformer): the other kinds of model that ``attnlab train`` makes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ._args import positive_int
+from .inference import _positive, _probability, _resolving, check_kind
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Generate one token at a time (each step a one-token :func:`attnlab.generate.sample` or
+    :func:`~attnlab.generate.greedy_search` on the text so far), writing the text as it grows."""
+    import torch
+
+    from ..evaluate import load_with_tokenizers
+    from ..generate import greedy_search, sample
+
+    if not args.sample and (args.temperature != 1.0 or args.top_k or args.top_p):
+        raise ValueError("--temperature, --top-k, --top-p: only with --sample")
+    check_kind(args.model, {"lm"}, "generate", "--model")
+    model, tokenizer, _ = load_with_tokenizers(args.model, device=args.device or "cpu")
+    config = model.config
+    ids = [config.bos_id, *tokenizer.encode(args.prompt)]
+    generator = torch.Generator(device=next(model.parameters()).device)
+    generator.manual_seed(args.seed)
+    prompt_length, shown = len(ids), ""
+    limit = config.max_len if config.positional == "learned" else None
+    for _ in range(args.max_len):
+        if limit is not None and len(ids) >= limit:
+            break
+        if args.sample:
+            step = sample(
+                model,
+                [ids],
+                max_new_tokens=1,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                generator=generator,
+            )
+        else:
+            step = greedy_search(model, [ids], max_new_tokens=1)
+        token = int(step.sequences[0, 0])
+        if token == config.eos_id:
+            break
+        ids.append(token)
+        text = tokenizer.decode(ids[prompt_length:])
+        if text.startswith(shown):  # a partial character shows once it is whole
+            sys.stdout.write(text[len(shown) :])
+            sys.stdout.flush()
+            shown = text
+    text = tokenizer.decode(ids[prompt_length:])
+    sys.stdout.write(text[len(shown) :] if text.startswith(shown) else "\n" + text)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _load_image(path: str, channels: int, size: int, invert: bool):
+    import numpy as np
+    import torch
+
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise ImportError("attnlab predict needs Pillow: pip install 'attnlab[vision]'") from None
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"IMAGE: {path}: no such file")
+    try:
+        with Image.open(path) as image:
+            image = image.convert("L" if channels == 1 else "RGB")
+            image = image.resize((size, size), Image.Resampling.BILINEAR)
+            pixels = np.asarray(image, dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"IMAGE: {path}: not an image Pillow reads ({e})") from None
+    if invert:
+        pixels = 1.0 - pixels
+    tensor = torch.from_numpy(pixels.copy())
+    return tensor.unsqueeze(0) if channels == 1 else tensor.permute(2, 0, 1)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..model import load_pretrained
+
+    check_kind(args.model, {"vit"}, "predict", "--model")
+    model = load_pretrained(args.model, device="cpu")
+    config = model.config
+    images = torch.stack(
+        [
+            _load_image(path, config.in_channels, config.image_size, args.invert)
+            for path in args.images
+        ]
+    )
+    model.eval()
+    with torch.no_grad():
+        probs = model(images).float().softmax(dim=-1)
+    k = min(args.top_k, config.num_classes)
+    values, classes = probs.topk(k, dim=-1)
+    for path, row_p, row_c in zip(args.images, values, classes, strict=True):
+        ranked = ", ".join(f"{int(c)} {float(p):.3f}" for p, c in zip(row_p, row_c, strict=True))
+        print(f"{path}\t{ranked}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    generate = sub.add_parser(
+        "generate",
+        help="continue a prompt with a language model (attnlab train --task text)",
+        description=(
+            "Continue PROMPT with a TransformerLM trained by `attnlab train --task text`, "
+            "greedily or by sampling (--sample), writing the text to standard output as each "
+            "token comes. MODEL may be OUT/model, a checkpoint or a run OUT."
+        ),
+    )
+    generate.add_argument("--model", required=True, help="model directory (OUT/model)")
+    generate.add_argument("prompt", nargs="?", default="", help="the text to continue ('')")
+    generate.add_argument(
+        "--max-len", type=positive_int, default=50, help="new tokens at most (50)"
+    )
+    generate.add_argument("--sample", action="store_true", help="draw tokens (default: greedy)")
+    generate.add_argument("--temperature", type=_positive, default=1.0, help="--sample (1.0)")
+    generate.add_argument("--top-k", type=positive_int, default=None, help="--sample: top k")
+    generate.add_argument("--top-p", type=_probability, default=None, help="--sample: nucleus mass")
+    generate.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    generate.add_argument(
+        "--device", choices=("cpu", "cuda"), default=None, help="cpu (default) or cuda"
+    )
+    generate.set_defaults(func=_resolving(cmd_generate))
+
+    predict = sub.add_parser(
+        "predict",
+        help="classify images with a Vision Transformer (attnlab train --task digits)",
+        description=(
+            "Print, for each IMAGE, its --top-k classes with their probabilities (tab after "
+            "the path). Images are converted to the model's channels and size and scaled to "
+            "[0, 1]; the digits task's images are light strokes on black: --invert for dark "
+            "ink on white paper. Needs Pillow (attnlab[vision])."
+        ),
+    )
+    predict.add_argument("--model", required=True, help="model directory (OUT/model)")
+    predict.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG)")
+    predict.add_argument("--top-k", type=positive_int, default=3, help="classes to show (3)")
+    predict.add_argument("--invert", action="store_true", help="dark ink on light paper")
+    predict.set_defaults(func=_resolving(cmd_predict))

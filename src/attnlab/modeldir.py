@@ -1,0 +1,111 @@
+"""Where a model is: :func:`resolve_model_dir` turns what a user names (a model directory, a
+checkpoint of a run, or the run directory itself) into one directory that every loader reads
+(:func:`attnlab.load_pretrained`, the tokenizers, ``job.json``).
+
+``attnlab train --out OUT`` lays a run out as::
+
+    OUT/job.json                     the job (written when training starts)
+    OUT/tokenizers/                  tokenizer.json, or src_tokenizer.json + tgt_tokenizer.json
+    OUT/checkpoints/step-NNNNNNNN/   config.json, model.safetensors, optimizer, state.json
+    OUT/model/                       the averaged model, its tokenizers and job.json
+
+A checkpoint holds no tokenizer: its run's are found two levels up, and a view of the
+checkpoint's weights with them (links in a temporary directory, removed at exit) is returned.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["TOKENIZER_NAMES", "find_run_files", "kind_of", "resolve_model_dir"]
+
+#: The tokenizer files a model directory may hold (a joint one, or one per side).
+TOKENIZER_NAMES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
+_CONFIG, _WEIGHTS, _JOB = "config.json", "model.safetensors", "job.json"
+_VIEWS: list[str] = []
+
+
+def _remove_views() -> None:
+    for path in _VIEWS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+atexit.register(_remove_views)
+
+
+def find_run_files(checkpoint: Path) -> list[Path]:
+    """The files of the run a checkpoint ``OUT/checkpoints/step-N`` belongs to that the
+    checkpoint lacks: its tokenizers (``OUT/tokenizers`` or ``OUT/model``) and ``job.json``."""
+    run = checkpoint.parent.parent
+    found: list[Path] = []
+    for folder in (run / "tokenizers", run / "model"):
+        names = [folder / n for n in TOKENIZER_NAMES if (folder / n).is_file()]
+        if names:
+            found += names
+            break
+    for job in (run / _JOB, run / "model" / _JOB):
+        if job.is_file():
+            found.append(job)
+            break
+    return found
+
+
+def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
+    """The directory to load for ``path``: a model directory (``config.json`` and
+    ``model.safetensors``, as ``OUT/model``) is itself; a run directory ``OUT`` is its
+    ``OUT/model`` (or its newest checkpoint while training has not finished); a checkpoint
+    ``OUT/checkpoints/step-N`` becomes a view of its weights with the run's tokenizers and
+    ``job.json``. ``name`` is the argument the errors name (``--model``, say).
+
+    Raises FileNotFoundError, one line naming ``name`` and the path, when it is none of these.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"{name}: {directory}: no such directory (a model directory OUT/model, a "
+            f"checkpoint OUT/checkpoints/step-N, or a run OUT)"
+        )
+    if not (directory / _CONFIG).is_file():
+        if (directory / "model" / _CONFIG).is_file():
+            return directory / "model"
+        from .train.checkpoint import find_checkpoints
+
+        checkpoints = find_checkpoints(directory)
+        if checkpoints:
+            return resolve_model_dir(checkpoints[-1], name=name)
+        raise FileNotFoundError(
+            f"{name}: {directory} holds no {_CONFIG}: not a model directory (OUT/model), a "
+            f"checkpoint (OUT/checkpoints/step-N) or a run (OUT)"
+        )
+    has_tokenizer = any((directory / n).is_file() for n in TOKENIZER_NAMES)
+    if has_tokenizer or directory.parent.name != "checkpoints":
+        return directory
+    extra = [p for p in find_run_files(directory) if not (directory / p.name).exists()]
+    if not extra:
+        return directory  # an image model's checkpoint: nothing else to find
+    view = Path(tempfile.mkdtemp(prefix="attnlab-checkpoint-"))
+    _VIEWS.append(str(view))
+    for source in [p for p in directory.iterdir() if p.is_file()] + extra:
+        try:
+            os.symlink(source.resolve(), view / source.name)
+        except OSError:  # a filesystem without links
+            shutil.copyfile(source, view / source.name)
+    return view
+
+
+def kind_of(directory: str | os.PathLike) -> str:
+    """The model class a model directory holds (``"Transformer"``, ``"TransformerLM"``,
+    ``"TransformerEncoder"``, ``"VisionTransformer"``), read from its ``config.json``
+    without loading weights; ``"unknown"`` when it does not say."""
+    import json
+
+    try:
+        config = json.loads((Path(directory) / _CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "unknown"
+    kind = config.get("model_type") or config.get("architectures") or "unknown"
+    return kind if isinstance(kind, str) else str(kind)

@@ -1,0 +1,202 @@
+"""The inference commands through the real CLI: evaluate on any parallel text, checkpoints and
+runs as models, average, translate's decoding options and files, and load_translator; each
+checked against the library on the same weights."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import attnlab
+from attnlab.cli import main
+from attnlab.evaluate import Translator, score
+
+SOURCES = ["three hundred and twelve", "seven", "", "ninety-one", "four hundred and five"]
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def run_dir(numbers_model_dir: Path) -> Path:
+    return numbers_model_dir.parent
+
+
+@pytest.fixture(scope="module")
+def checkpoint(run_dir: Path) -> Path:
+    found = sorted((run_dir / "checkpoints").glob("step-*"))
+    assert found, "the session model has a checkpoint"
+    return found[-1]
+
+
+@pytest.fixture(scope="module")
+def greedy(numbers_model_dir: Path) -> Translator:
+    return Translator.load(numbers_model_dir, beam_size=1, device="cpu")
+
+
+def test_evaluate_scores_any_parallel_text_as_the_library(
+    numbers_model_dir, greedy, tmp_path, capsys
+):
+    sources = [s for s in SOURCES if s]
+    references = ["dreihundertzwölf", "sieben", "einundneunzig", "vierhundertfünf"]
+    (tmp_path / "src.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(references) + "\n", encoding="utf-8")
+    argv = ["evaluate", "--model", str(numbers_model_dir), "--src", str(tmp_path / "src.txt")]
+    argv += ["--ref", str(tmp_path / "ref.txt"), "--beam-size", "1", "--json"]
+    status, out, _ = _run(argv, capsys)
+    assert status == 0
+    result = json.loads(out)
+    expected = score(greedy.translate(sources), references).to_dict()
+    for key in ("bleu", "chrf", "exact_match", "sentences", "bleu_signature", "headline"):
+        assert result[key] == expected[key], key
+    # the text report names the file and the decoder
+    status, out, _ = _run(argv[:-1], capsys)
+    assert status == 0 and out.startswith("src.txt (4 sentences, greedy): ")
+
+
+def test_evaluate_files_refuses_mismatched_or_missing_files(numbers_model_dir, tmp_path, capsys):
+    (tmp_path / "src.txt").write_text("one\ntwo\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("eins\n", encoding="utf-8")
+    base = ["evaluate", "--model", str(numbers_model_dir), "--src", str(tmp_path / "src.txt")]
+    status, _, err = _run([*base, "--ref", str(tmp_path / "ref.txt")], capsys)
+    assert status == 2 and "--ref:" in err and "1 lines" in err and err.count("\n") == 1
+    status, _, err = _run([*base, "--ref", str(tmp_path / "none.txt")], capsys)
+    assert status == 2 and "--ref:" in err and "no such file" in err
+    status, _, err = _run(base, capsys)
+    assert status == 2 and "--ref: required with --src" in err
+
+
+def test_a_checkpoint_and_a_run_translate_as_the_library(run_dir, checkpoint, capsys):
+    texts = [s for s in SOURCES if s]
+    expected = Translator.load(checkpoint, beam_size=1, device="cpu").translate(texts)
+    for model in (checkpoint, run_dir):
+        status, out, _ = _run(
+            ["translate", "--model", str(model), "--beam-size", "1", *texts], capsys
+        )
+        assert status == 0
+        assert out.splitlines() == expected
+
+
+def test_evaluate_a_checkpoint_on_its_jobs_split(checkpoint, capsys):
+    argv = ["evaluate", "--model", str(checkpoint), "--split", "valid", "--limit", "5"]
+    status, out, _ = _run([*argv, "--beam-size", "1", "--json"], capsys)
+    assert status == 0
+    assert json.loads(out)["split"] == "valid" and json.loads(out)["sentences"] == 5
+
+
+def test_a_missing_model_is_one_line_naming_the_flag(tmp_path, capsys):
+    status, _, err = _run(["translate", "--model", str(tmp_path / "nope"), "hello"], capsys)
+    assert status == 2
+    assert err.startswith("attnlab translate: error: --model: ") and err.count("\n") == 1
+
+
+def test_average_is_the_mean_of_the_weights(numbers_model_dir, tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(numbers_model_dir, a)
+    shutil.copytree(numbers_model_dir, b)
+    weights = load_file(a / "model.safetensors")
+    torch.manual_seed(0)
+    changed = {
+        k: v + torch.randn_like(v) if v.is_floating_point() else v for k, v in weights.items()
+    }
+    save_file(changed, b / "model.safetensors", metadata={"format": "pt"})
+    status, out, _ = _run(["average", str(a), str(b), "--out", str(tmp_path / "avg")], capsys)
+    assert status == 0 and "averaged 2 checkpoints" in out
+    averaged = load_file(tmp_path / "avg" / "model.safetensors")
+    for name, tensor in weights.items():
+        mean = ((tensor.double() + changed[name].double()) / 2).to(tensor.dtype)
+        torch.testing.assert_close(averaged[name], mean, rtol=0, atol=0)
+    # the result is a model directory: the tokenizers came with it, and it translates
+    status, out, _ = _run(["translate", "--model", str(tmp_path / "avg"), "seven"], capsys)
+    assert status == 0 and out.strip()
+    status, _, err = _run(["average", str(a), "--out", str(tmp_path / "avg")], capsys)
+    assert status == 2 and "--out:" in err and "--overwrite" in err
+
+
+def test_average_of_a_checkpoint_keeps_its_weights_and_finds_the_runs_tokenizer(
+    checkpoint, tmp_path, capsys
+):
+    status, _, _ = _run(["average", str(checkpoint), "--out", str(tmp_path / "m")], capsys)
+    assert status == 0
+    assert {"config.json", "model.safetensors", "job.json"} <= {
+        p.name for p in (tmp_path / "m").iterdir()
+    }
+    assert any(p.name.endswith("tokenizer.json") for p in (tmp_path / "m").iterdir())
+    assert not (tmp_path / "m" / "optimizer.safetensors").exists()
+    ours, theirs = (
+        load_file(tmp_path / "m" / "model.safetensors"),
+        load_file(checkpoint / "model.safetensors"),
+    )
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_translate_options_match_the_library(numbers_model_dir, capsys):
+    texts = [s for s in SOURCES if s]
+    cases = [
+        (["--alpha", "0"], {"alpha": 0.0}),
+        (["--max-len", "2", "--beam-size", "1"], {"max_new_tokens": 2, "beam_size": 1}),
+        (["--sample", "--seed", "3", "--top-k", "5", "--temperature", "0.7"],
+         {"sample": True, "seed": 3, "top_k": 5, "temperature": 0.7}),
+        (["--sample", "--seed", "3", "--top-p", "0.9"], {"sample": True, "seed": 3, "top_p": 0.9}),
+    ]  # fmt: skip
+    for flags, options in cases:
+        expected = Translator.load(numbers_model_dir, device="cpu", **options).translate(texts)
+        argv = ["translate", "--model", str(numbers_model_dir), "--device", "cpu", *flags, *texts]
+        status, out, _ = _run(argv, capsys)
+        assert status == 0, flags
+        assert out.splitlines() == expected, flags
+
+
+def test_sampling_flags_need_sample(numbers_model_dir, capsys):
+    argv = ["translate", "--model", str(numbers_model_dir), "--temperature", "0.5", "seven"]
+    status, _, err = _run(argv, capsys)
+    assert status == 2 and "--temperature: only with --sample" in err
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error
+        main([*argv[:3], "--sample", "--top-p", "1.5", "seven"])
+    assert (
+        exit_.value.code == 2 and "--top-p: expected a number in (0, 1]" in capsys.readouterr().err
+    )
+
+
+def test_translate_a_file_in_chunks_keeps_the_order(numbers_model_dir, greedy, tmp_path, capsys):
+    lines = [SOURCES[i % len(SOURCES)] + ("" if i % 3 else " ") for i in range(23)]
+    lines[5] = ""
+    source, target = tmp_path / "in.txt", tmp_path / "out" / "de.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    target.parent.mkdir()
+    argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "1"]
+    argv += ["-i", str(source), "-o", str(target), "--batch-lines", "4"]
+    status, out, _ = _run(argv, capsys)
+    assert status == 0 and out == ""
+    assert target.read_text(encoding="utf-8").splitlines() == greedy.translate(lines)
+    assert [p.name for p in target.parent.iterdir()] == ["de.txt"]  # no temporary file left
+    status, _, err = _run([*argv[:3], "-i", str(tmp_path / "none.txt")], capsys)
+    assert status == 2 and "--input:" in err
+
+
+def test_load_translator_is_one_call(numbers_model_dir, greedy):
+    translate = attnlab.load_translator(numbers_model_dir, beam_size=1, device="cpu")
+    texts = [s for s in SOURCES if s]
+    assert translate(texts) == greedy.translate(texts)
+    assert translate(texts[0]) == greedy.translate(texts[:1])[0]
+
+
+def test_translate_on_an_image_model_names_its_kind(tmp_path, capsys):
+    from attnlab import VisionConfig, VisionTransformer
+
+    config = VisionConfig(
+        image_size=8, patch_size=4, in_channels=1, num_classes=3, d_model=16, num_heads=2,
+        d_ff=32, num_layers=1,
+    )  # fmt: skip
+    VisionTransformer(config).save_pretrained(tmp_path / "vit")
+    status, _, err = _run(["translate", "--model", str(tmp_path / "vit"), "seven"], capsys)
+    assert status == 2 and "is a VisionTransformer" in err and err.count("\n") == 1
