@@ -11,6 +11,7 @@ import csv
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -47,9 +48,12 @@ def test_digits_splits_are_disjoint_stratified_and_cover_every_image(splits):
         assert float(split.images.min()) >= 0.0 and float(split.images.max()) <= 1.0
         assert split.classes == tuple("0123456789")
     # Stratified: each class's share of the test set is within one image of its share overall.
-    from sklearn.datasets import load_digits
+    from attnlab.data.images import load_digits_arrays
 
-    overall = torch.bincount(torch.from_numpy(load_digits().target), minlength=10) / 1797
+    overall = torch.bincount(
+        torch.from_numpy(load_digits_arrays()[1].astype("int64")), minlength=10
+    )
+    overall = overall / 1797
     counts = torch.bincount(splits["test"].labels, minlength=10)
     assert (counts - overall * 360).abs().max() <= 1.0
     again = digits()
@@ -310,3 +314,15 @@ def test_train_task_digits_smoke_beats_chance_by_a_wide_margin(tmp_path, capsys)
     assert "attnlab viz rollout" in capsys.readouterr().err
     assert main(["viz", "rollout", str(out / "model"), "--index", "360"]) == 2
     assert "--index: expected image indices in [0, 360)" in capsys.readouterr().err
+
+
+def test_the_shipped_digits_are_scikit_learns():
+    """attnlab/data/digits.npz holds the array of sklearn.datasets.load_digits, in its order."""
+    datasets = pytest.importorskip("sklearn.datasets")
+    from attnlab.data.images import load_digits_arrays
+
+    images, labels = load_digits_arrays()
+    reference = datasets.load_digits()
+    assert images.shape == (1797, 8, 8) and labels.shape == (1797,)
+    assert np.array_equal(images.astype(np.int64), reference.images.astype(np.int64))
+    assert np.array_equal(labels.astype(np.int64), reference.target)

@@ -86,12 +86,26 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+#: The optional packages, by import name, and the extra of attnlab that installs each.
+EXTRAS = {
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "starlette": "serve",
+    "PIL": "vision",
+    "tensorboard": "tensorboard",
+}
+
+
 def describe_error(error: Exception) -> tuple[int, str]:
     """``(exit status, one line)`` for an error that ends a command. Library errors already
     name the argument or file; they are shown as they are, on one line. A runtime failure of
     a library underneath (torch, safetensors) is named by its class; anything else is a bug,
     and the line says so."""
     text = str(error).strip()
+    missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
+    if missing and missing.split(".")[0] in EXTRAS:
+        extra = EXTRAS[missing.split(".")[0]]
+        return EXIT_RUNTIME, f"{missing} is not installed: pip install 'attnlab[{extra}]'"
     if isinstance(error, KeyError) and len(error.args) == 1:  # str() would quote it
         text = str(error.args[0])
     lines = [line.strip() for line in text.splitlines() if line.strip()]

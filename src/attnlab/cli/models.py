@@ -63,11 +63,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def _load_image(path: str, channels: int, size: int, invert: bool):
     import numpy as np
     import torch
+    from PIL import Image, UnidentifiedImageError  # missing: `main` names attnlab[vision]
 
-    try:
-        from PIL import Image, UnidentifiedImageError
-    except ImportError:
-        raise ImportError("attnlab predict needs Pillow: pip install 'attnlab[vision]'") from None
     if not Path(path).is_file():
         raise FileNotFoundError(f"IMAGE: {path}: no such file")
     try:

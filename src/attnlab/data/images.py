@@ -209,29 +209,33 @@ def random_affine(
     return F.grid_sample(images, grid, align_corners=False, padding_mode="zeros")
 
 
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """``(images (1797, 8, 8) uint8 in 0..16, labels (1797,) uint8)`` of the shipped digits
+    (``attnlab/data/digits.npz``; DIGITS.txt beside it says where they come from)."""
+    from importlib.resources import files
+
+    with files("attnlab.data").joinpath("digits.npz").open("rb") as handle, np.load(handle) as data:
+        return data["images"], data["target"]
+
+
 def digits(
     *, valid_size: int = 180, test_size: int = 360, seed: int = 0
 ) -> dict[str, LabelledImages]:
-    """scikit-learn's handwritten digits (UCI optdigits test set: 1,797 8x8 grey images of 0-9,
-    bundled with scikit-learn, no download) as ``{"train", "valid", "test"}``.
+    """The handwritten digits (UCI optdigits test set: 1,797 8x8 grey images of 0-9, the array
+    of scikit-learn's ``load_digits``, shipped in ``attnlab/data/digits.npz``, no download) as
+    ``{"train", "valid", "test"}``.
 
     Pixels (0-16 in the source) are scaled to ``[0, 1]``, one channel: ``(N, 1, 8, 8)``. The
     held-out sets are stratified (each class in proportion) and drawn from ``seed`` alone, so
     they do not depend on how a model is trained; the three sets are disjoint and cover every
     image.
     """
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:  # pragma: no cover - a dependency of attnlab
-        raise ImportError(
-            "the digits task needs scikit-learn (pip install scikit-learn); it ships the images"
-        ) from None
     check_offset(valid_size, "valid_size")
     check_offset(test_size, "test_size")
     check_offset(seed, "seed")
-    data = load_digits()
-    images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
-    labels = torch.from_numpy(data.target.astype(np.int64))
+    pixels, target = load_digits_arrays()
+    images = torch.from_numpy(pixels.astype(np.float32) / 16.0).unsqueeze(1)
+    labels = torch.from_numpy(target.astype(np.int64))
     n = len(labels)
     if valid_size + test_size >= n:
         raise ValueError(
@@ -239,7 +243,7 @@ def digits(
         )
     rng = np.random.default_rng(seed)
     # Stratified: shuffle each class, then deal its images out in proportion.
-    per_class = [rng.permutation(np.flatnonzero(data.target == c)) for c in range(10)]
+    per_class = [rng.permutation(np.flatnonzero(target == c)) for c in range(10)]
     held = {"test": test_size, "valid": valid_size}
     chosen: dict[str, list[int]] = {"test": [], "valid": [], "train": []}
     taken = [0] * 10
