@@ -345,3 +345,48 @@ def test_small_batches_decode_on_one_thread_and_restore_the_setting(monkeypatch)
         assert set(seen) == {2}
     finally:
         torch.set_num_threads(before)
+
+
+# -- int8 at the user's edges: the Python API and `attnlab translate --quantize` ------------
+
+
+NUMBERS = ["seven", "three hundred and forty-two", "twelve", "five hundred and sixty-one"]
+
+
+def test_translator_and_cli_translate_with_int8(numbers_model_dir, capsys):
+    from attnlab.cli import main
+    from attnlab.evaluate import Translator
+
+    exact = Translator.load(numbers_model_dir, device="cpu", beam_size=1).translate(NUMBERS)
+    int8 = Translator.load(numbers_model_dir, device="cpu", beam_size=1, quantize="int8")
+    assert int8.quantize == "int8"
+    quantized = int8.translate(NUMBERS)
+    assert len(quantized) == len(NUMBERS) and all(isinstance(t, str) for t in quantized)
+    assert sum(a == b for a, b in zip(exact, quantized, strict=True)) >= len(NUMBERS) // 2
+    capsys.readouterr()  # the same sentences in one batch: int8 scales depend on the batch
+    argv = [
+        "translate",
+        "--model",
+        str(numbers_model_dir),
+        "--beam-size",
+        "1",
+        "--quantize",
+        "int8",
+    ]
+    argv += NUMBERS
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == quantized
+
+
+def test_bad_quantize_is_one_line(numbers_model_dir, capsys):
+    from attnlab.cli import main
+    from attnlab.evaluate import Translator
+
+    with pytest.raises(ValueError, match=r"^quantize: expected one of int8 or None, got 'int4'$"):
+        Translator.load(numbers_model_dir, device="cpu", quantize="int4")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(numbers_model_dir), "--quantize", "int4", "one"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--quantize: invalid choice: 'int4'" in err[-1]
