@@ -1,45 +1,62 @@
-"""Benchmark greedy decoding: attnlab's KV cache vs torch.nn.Transformer re-running its decoder.
+"""Benchmark decoding: attnlab against CTranslate2 (the anchor) and torch.nn.Transformer.
 
-What is measured (fp32 on CPU, eval mode, no autograd, ``torch.set_num_threads(--threads)``):
+What is measured (CPU, eval mode, no autograd): one model of the ``small`` preset's shape
+(d_model 256, 4 heads, 3 + 3 post-LN layers, d_ff 1024, an 8,000-token shared embedding, the
+paper's sinusoidal positions, tied output projection), random weights (seed 0), three ways:
 
-The two models of ``benchmarks/model.py``, with the same weights: the ``small`` preset's shape
-(d_model 256, 4 heads, 3 + 3 layers, d_ff 1024, an 8,000-token shared embedding, sinusoidal
-positions, tied output). Each decodes 128 new tokens greedily from a batch of 32-token sources:
+* attnlab: :func:`attnlab.greedy_search` / :func:`attnlab.beam_search`, on the fast decoder
+  step (:mod:`attnlab.fastdecode`), in float32 and with ``quantize="int8"``; at 1 thread also
+  the readable reference path (``fast=False``), for the record.
+* CTranslate2: the same model exported with :func:`attnlab.export.to_ctranslate2` (float32, and
+  ``quantization="int8"``), run by ``ctranslate2.Translator.translate_batch`` on the same
+  source ids (as token strings), pad and BOS suppressed as attnlab bans them.
+* torch: ``torch.nn.Transformer``'s stacks holding the same weights, without a cache (pytorch
+  issues #107573, #49791): each step re-runs the decoder on the whole prefix; greedy rows only.
 
-* attnlab: :func:`attnlab.greedy_search` with ``min_new_tokens = max_new_tokens = 128`` (so
-  EOS never ends a row early): the source is encoded once, each decoder layer projects the
-  memory's keys and values once, and each step runs the decoder on one new token per row
-  against the cached keys and values.
-* torch: torch.nn.Transformer has no cache (pytorch issues #107573, #49791), so the usual loop
-  encodes the source once and re-runs the decoder on the whole prefix at every step (causal
-  mask, ``tgt_is_causal=True``), taking the last position's logits; the same token choice as
-  attnlab's (pad, BOS and EOS never chosen).
+Rows, each forcing 128 new tokens (minimum = maximum length, so EOS never ends a row early)
+from 32-token sources: greedy at batch 1, greedy at batch 32, beam 4 (length penalty 0.6 for
+attnlab, 0 for CTranslate2: with every hypothesis the same length the penalties rank alike) at
+batch 32. Tokens/s counts output tokens (batch x 128). Each row runs at 1 and at 2 threads
+(``torch.set_num_threads``; CTranslate2's ``intra_threads``).
 
-Both produce the same tokens, which the script checks. Rows:
+Outputs are checked before timing: attnlab float32 against CTranslate2 float32 and against
+torch, row by row (identical token sequences; a beam row can differ where two hypotheses tie to
+float32 rounding, which is reported); int8 outputs are compared with their engine's float32
+ones (token agreement), since the two engines quantize differently.
 
-1. tokens/s at batch 1. Target: attnlab / torch >= 4.
-2. tokens/s at batch 32 (informational).
-3. per-token latency at batch 1: attnlab's decoding loop timed step by step; the mean of the
-   last 16 steps over the mean of the first 16. Target: <= 1.3 (flat: a step's cost does not
-   grow with the prefix). torch's ratio is in the details for comparison.
-4. beam search (beam 4, length penalty 0.6) tokens/s at batch 32, against attnlab's greedy
-   decoding of the same batch (informational): the price of 4 hypotheses per sentence.
+Isolation and timing: every contender (engine x weight type x thread count) lives in its own
+worker process, which builds its model once and times one run per request. The parent asks
+the workers in turn, rotating the order each repetition, and pauses between runs, so that no
+contender's threads run or spin while another is timed; medians are compared with medians,
+and the spread (min, max) is reported. Warm-up runs come first.
 
-Timing: a warm-up run, then the contenders' runs interleaved (order rotated each repetition),
-medians compared with medians; the garbage collector is off while timing.
+What bounds each row comes from a torch.profiler trace of attnlab's run (the shares of matrix
+products, attention, the search and of every other op, and the ops per step), with the weight
+bytes and FLOPs a token costs.
 
 Run::
 
-    .venv/bin/python benchmarks/decode.py            # full run, about 3 minutes on 2 cores
-    .venv/bin/python benchmarks/decode.py --quick    # smoke run (fewer tokens, smaller batch)
+    .venv/bin/python benchmarks/decode.py            # full run (about 20 minutes on 2 busy cores)
+    .venv/bin/python benchmarks/decode.py --quick    # smoke run (few tokens, small batch)
 
-It prints a table and writes JSON (default ``benchmarks/results/decode.json``); the exit code is
-0 unless ``--check`` is given and a target is missed.
+It prints a table, a README-ready markdown table, and writes JSON (default
+``benchmarks/results/decode.json``); the exit code is 0 unless ``--check`` is given and a
+target is missed. Targets: attnlab / CTranslate2 float32 >= 1.0 in each row, and attnlab int8
+/ CTranslate2 int8 >= 1.0 at batch 32, each engine at its best thread count.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
+import json
+import math
+import os
+import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -50,233 +67,554 @@ import torch
 from torch import Tensor, nn
 
 import attnlab
-from attnlab.generate import beam_search, greedy_search
-from common import (
-    Row,
-    base_parser,
-    check_target,
-    cpu_model,
-    finish,
-    interleaved,
-    print_table,
-    summary,
-)
-from model import PAD_ID, VOCAB, TorchTransformer, make_models
+from attnlab.layers import Decoder, Encoder
+from common import Row, check_target, cpu_model, finish, print_table
 
 SEED = 0
+VOCAB = 8000
+D_MODEL, HEADS, LAYERS, D_FF = 256, 4, 3, 1024
 SOURCE_LENGTH = 32
+PAD, BOS = 0, 1
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "decode.json"
-TARGET_SPEEDUP = 4.0  # attnlab / torch tokens per second at batch 1, at least
-TARGET_FLATNESS = 1.3  # mean of the last 16 step times / the first 16, at most
-WINDOW = 16
+PAUSE_S = 0.2  # between timed runs: lets the last contender's OpenMP threads go to sleep
+TARGET = 1.0  # attnlab / CTranslate2 tokens per second, at least
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    batch: int
+    beam: int
 
 
 @dataclass(frozen=True)
 class Plan:
     new_tokens: int
-    big_batch: int
-    reps: int
+    cases: tuple[Case, ...]
+    threads: tuple[int, ...]
+    reps: dict[int, int]  # repetitions per thread count
     warmup: int
+    torch_max_batch: int  # torch (no cache) runs greedy rows up to this batch
 
 
-FULL = Plan(new_tokens=128, big_batch=32, reps=5, warmup=1)
-QUICK = Plan(new_tokens=40, big_batch=4, reps=1, warmup=1)
+FULL = Plan(
+    new_tokens=128,
+    cases=(Case("greedy_B1", 1, 1), Case("greedy_B32", 32, 1), Case("beam4_B32", 32, 4)),
+    threads=(1, 2),
+    reps={1: 5, 2: 3},
+    warmup=1,
+    torch_max_batch=32,
+)
+QUICK = Plan(
+    new_tokens=12,
+    cases=(Case("greedy_B1", 1, 1), Case("greedy_B4", 4, 1), Case("beam4_B4", 4, 4)),
+    threads=(1,),
+    reps={1: 1, 2: 1},
+    warmup=0,
+    torch_max_batch=4,
+)
+
+ENGINES = {
+    "attnlab": "attnlab fp32",
+    "attnlab-int8": "attnlab int8",
+    "attnlab-reference": "attnlab fp32, reference path",
+    "ct2": "CTranslate2 fp32",
+    "ct2-int8": "CTranslate2 int8",
+    "torch": "torch nn.Transformer (no cache)",
+}
+
+
+# -- the model, three ways -------------------------------------------------------------------
+
+
+class TorchTwin(nn.Module):
+    """torch.nn.TransformerEncoder / TransformerDecoder (no final norms: post-LN, as attnlab's
+    preset) with attnlab's embedding scaling, sinusoidal table and tied output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, D_MODEL)
+        nn.init.normal_(self.embed.weight, std=D_MODEL**-0.5)
+        self.position = attnlab.SinusoidalPositionalEncoding(D_MODEL)
+        layer = {"dropout": 0.0, "batch_first": True}
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, **layer),
+            LAYERS,
+            norm=None,
+            enable_nested_tensor=False,
+        )
+        self.decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, **layer), LAYERS, norm=None
+        )
+        self.head = nn.Linear(D_MODEL, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def embed_ids(self, ids: Tensor) -> Tensor:
+        return self.position(self.embed(ids) * math.sqrt(D_MODEL))
+
+
+def make_models() -> tuple[attnlab.Transformer, TorchTwin]:
+    """attnlab's model and torch's, the same weights (attnlab's stacks copied from torch's)."""
+    torch.manual_seed(SEED)
+    theirs = TorchTwin().eval()
+    config = attnlab.TransformerConfig.preset("small", vocab_size=VOCAB, dropout=0.0)
+    ours = attnlab.Transformer(config)
+    ours.encoder = Encoder.from_torch(theirs.encoder)
+    ours.decoder = Decoder.from_torch(theirs.decoder)
+    with torch.no_grad():
+        ours.src_embed.token.weight.copy_(theirs.embed.weight)  # shared and tied
+    return ours.eval(), theirs
 
 
 def make_sources(batch: int) -> Tensor:
     gen = torch.Generator().manual_seed(SEED + batch)
-    return torch.randint(3, VOCAB, (batch, SOURCE_LENGTH), generator=gen)
+    return torch.randint(4, VOCAB, (batch, SOURCE_LENGTH), generator=gen)
 
 
-# -- the torch loop: no cache, the decoder re-runs the prefix ----------------------------------
+def make_tokenizer():
+    """An 8,000-token attnlab tokenizer (BPE over pseudo-words), for the export only: the
+    benchmark feeds ids, which CTranslate2 receives as these token strings."""
+    from attnlab.data.tokenizer import Tokenizer
+
+    rng = random.Random(SEED)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(6000)]
+    texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(4000)]
+    tokenizer = Tokenizer.train(texts, vocab_size=VOCAB)
+    if tokenizer.vocab_size != VOCAB:
+        raise RuntimeError(f"the benchmark tokenizer has {tokenizer.vocab_size} tokens")
+    return tokenizer
 
 
 @torch.inference_mode()
-def torch_greedy(model: TorchTransformer, src: Tensor, new_tokens: int, banned: list[int]):
-    """Greedy decoding with torch.nn.Transformer: ids ``(B, new_tokens)``, per-step seconds."""
-    core = model.transformer
-    memory = core.encoder(model.embed_ids(src))
-    ids = torch.full((src.shape[0], 1), 1, dtype=torch.long)  # BOS
-    steps = []
+def torch_greedy(model: TorchTwin, src: Tensor, new_tokens: int) -> Tensor:
+    """Greedy decoding without a cache: the decoder re-runs the prefix at every step."""
+    memory = model.encoder(model.embed_ids(src))
+    ids = torch.full((src.shape[0], 1), BOS, dtype=torch.long)
     for _ in range(new_tokens):
-        start = time.perf_counter()
         causal = nn.Transformer.generate_square_subsequent_mask(ids.shape[1])
-        y = core.decoder(model.embed_ids(ids), memory, tgt_mask=causal, tgt_is_causal=True)
+        y = model.decoder(model.embed_ids(ids), memory, tgt_mask=causal, tgt_is_causal=True)
         logits = model.head(y[:, -1]).float()
-        logits[:, banned] = -float("inf")
+        logits[:, [PAD, BOS]] = -math.inf
+        logits[:, 2] = -math.inf  # EOS: forced length
         ids = torch.cat([ids, logits.argmax(dim=-1, keepdim=True)], dim=1)
-        steps.append(time.perf_counter() - start)
-    return ids[:, 1:], steps
+    return ids[:, 1:]
 
 
-# -- attnlab's loop, step by step (what greedy_search runs), for the latency profile -----------
+# -- workers: one contender per process ------------------------------------------------------
 
 
-@torch.inference_mode()
-def attnlab_steps(model: attnlab.Transformer, src: Tensor, new_tokens: int, banned: list[int]):
-    """The cached decoding loop with each step timed: ids ``(B, new_tokens)``, seconds."""
-    memory = model.encode(src)
-    cache = model.new_cache(memory, model.source_mask(src), capacity=new_tokens)
-    token = torch.full((src.shape[0], 1), 1, dtype=torch.long)  # BOS
-    out, steps = [], []
-    for _ in range(new_tokens):
-        start = time.perf_counter()
-        logits = model.decode(token, cache=cache)[:, -1].float()
-        logits[:, banned] = -float("inf")
-        token = logits.argmax(dim=-1, keepdim=True)
-        out.append(token)
-        steps.append(time.perf_counter() - start)
-    return torch.cat(out, dim=1), steps
+class Worker:
+    """A contender in its own process: ``run(case)`` times one decode there."""
+
+    def __init__(self, engine: str, threads: int, workdir: Path, new_tokens: int) -> None:
+        self.engine, self.threads = engine, threads
+        argv = [sys.executable, __file__, "--worker", engine, "--threads", str(threads)]
+        argv += ["--workdir", str(workdir), "--new-tokens", str(new_tokens)]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.ask({"do": "ready"})
+
+    def ask(self, request: dict[str, Any]) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.engine} (threads {self.threads}) died")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"worker {self.engine}: {answer['error']}")
+        return answer["result"]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.ask({"do": "quit"})
+            self.process.wait(timeout=60)
 
 
-def flatness(steps: list[float]) -> float:
-    """Mean of the last WINDOW step times over the mean of the first WINDOW (after step 0)."""
-    first = steps[1 : 1 + WINDOW]  # step 0 also warms caches
-    return statistics.mean(steps[-WINDOW:]) / statistics.mean(first)
+def worker_main(engine: str, threads: int, workdir: Path, new_tokens: int) -> int:
+    """Serve requests from the parent: one JSON line in, one out."""
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(threads)
+    run = _engine(engine, threads, workdir, new_tokens)
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["do"] == "quit":
+                print(json.dumps({"result": None}), flush=True)
+                return 0
+            if request["do"] == "ready":
+                result: Any = None
+            elif request["do"] == "outputs":
+                result = run(request["batch"], request["beam"])
+            elif request["do"] == "time":
+                start = time.perf_counter()
+                run(request["batch"], request["beam"])
+                result = time.perf_counter() - start
+            elif request["do"] == "profile":
+                result = _profile(run, request["batch"], request["beam"], new_tokens)
+            else:
+                raise ValueError(f"unknown request {request['do']!r}")
+        except Exception as e:  # reported to the parent, which stops
+            print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+            continue
+        print(json.dumps({"result": result}), flush=True)
+    return 0
 
 
-def rate_row(
-    key: str,
-    label: str,
-    samples: dict[str, list[float]],
-    tokens: int,
-    names: tuple[str, str],
-    baseline_name: str,
-    target: float | None,
-    details: dict[str, Any],
-) -> Row:
-    ours, base = names
-    rate = {n: tokens / statistics.median(samples[n]) for n in names}
-    best = {n: tokens / min(samples[n]) for n in names}
-    ratio = rate[ours] / rate[base]
-    text, ok = check_target(ratio, target, higher_is_better=True)
-    return Row(
-        key=key,
-        label=label,
-        unit="tok/s",
-        attnlab=rate[ours],
-        attnlab_best=best[ours],
-        baseline_name=baseline_name,
-        baseline=rate[base],
-        baseline_best=best[base],
-        ratio=ratio,
-        ratio_best=best[ours] / best[base],
-        target=text,
-        passed=ok,
-        details={**details, **{n: summary(samples[n]) for n in names}},
-    )
+def _engine(engine: str, threads: int, workdir: Path, n: int):
+    """``run(batch, beam) -> list of token id lists`` for one contender."""
+    if engine.startswith("ct2"):
+        import ctranslate2
+
+        quantized = engine == "ct2-int8"
+        directory = workdir / ("ct2-int8" if quantized else "ct2")
+        translator = ctranslate2.Translator(
+            str(directory), device="cpu", intra_threads=threads, inter_threads=1
+        )
+        vocab = json.loads((directory / "shared_vocabulary.json").read_text())
+        index = {token: i for i, token in enumerate(vocab)}
+        banned = [[vocab[PAD]], [vocab[BOS]]]
+
+        def run_ct2(batch: int, beam: int) -> list[list[int]]:
+            tokens = [[vocab[i] for i in row] for row in make_sources(batch).tolist()]
+            results = translator.translate_batch(
+                tokens,
+                beam_size=beam,
+                max_batch_size=0,
+                min_decoding_length=n,
+                max_decoding_length=n,
+                suppress_sequences=banned,
+                length_penalty=0.0 if beam > 1 else 1.0,
+            )
+            return [[index[t] for t in r.hypotheses[0]] for r in results]
+
+        return run_ct2
+    ours, theirs = make_models()
+    if engine == "torch":
+        return lambda batch, beam: torch_greedy(theirs, make_sources(batch), n).tolist()
+    options = {
+        "attnlab": {},
+        "attnlab-int8": {"quantize": "int8"},
+        "attnlab-reference": {"fast": False},
+    }[engine]
+    fixed = {"max_new_tokens": n, "min_new_tokens": n, **options}
+
+    def run_attnlab(batch: int, beam: int) -> list[list[int]]:
+        src = make_sources(batch)
+        if beam == 1:
+            return attnlab.greedy_search(ours, src, **fixed).tolist()
+        return attnlab.beam_search(ours, src, beam_size=beam, **fixed).tolist()
+
+    return run_attnlab
+
+
+GEMM_OPS = ("aten::addmm", "aten::mm", "quantized::linear_dynamic", "aten::linear")
+ATTENTION_OPS = ("aten::bmm", "aten::_softmax", "aten::softmax")
+SEARCH_OPS = (
+    "aten::_log_softmax",
+    "aten::log_softmax",
+    "aten::argmax",
+    "aten::amax",
+    "aten::topk",
+    "aten::index_fill_",
+    "aten::gather",
+)
+
+
+def _profile(run, batch: int, beam: int, n: int) -> dict[str, Any]:
+    """Self CPU time shares of one decode by kind of op, and the ops per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run(batch, beam)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run(batch, beam)
+    events = [e for e in prof.key_averages() if e.key.startswith(("aten::", "quantized::"))]
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    kinds = {"gemm": GEMM_OPS, "attention": ATTENTION_OPS, "search": SEARCH_OPS}
+    shares = {
+        k: sum(e.self_cpu_time_total for e in events if e.key in ops) / total
+        for k, ops in kinds.items()
+    }
+    shares["other ops"] = 1.0 - sum(shares.values())
+    calls = sum(e.count for e in events)
+    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
+    return {
+        "shares": shares,
+        "aten_calls_per_step": calls / n,
+        "top_ops": [
+            {"op": e.key, "share": e.self_cpu_time_total / total, "calls": e.count} for e in top
+        ],
+    }
+
+
+# -- the parent: export, check, time, report --------------------------------------------------
+
+
+def contenders(plan: Plan, threads: int, case: Case) -> list[str]:
+    names = ["attnlab", "ct2", "attnlab-int8", "ct2-int8"]
+    if threads == 1:
+        names.append("attnlab-reference")
+    if case.beam == 1 and case.batch <= plan.torch_max_batch and threads == 1:
+        names.append("torch")
+    return names
+
+
+def weight_budget(model: attnlab.Transformer) -> dict[str, float]:
+    """What one decoding step reads and computes, per row, analytically (float32)."""
+    decoder = sum(
+        m.weight.numel() for m in model.decoder.modules() if isinstance(m, nn.Linear)
+    ) - sum(layer.cross_attn.in_proj.weight.numel() * 2 // 3 for layer in model.decoder.layers)
+    head = model.lm_head.weight.numel()
+    return {
+        "weight_bytes_per_step_fp32": 4.0 * (decoder + head),
+        "weight_bytes_per_step_int8": 1.0 * (decoder + head),
+        "linear_flops_per_row": 2.0 * (decoder + head),
+    }
+
+
+def bound_text(case: Case, profile: dict[str, Any], budget: dict[str, float], rate: float) -> str:
+    """One line: what limits attnlab's row, from the profile and the analytic budget."""
+    s = profile["shares"]
+    rows = case.batch * case.beam
+    steps_per_s = rate / case.batch  # decoding steps per second (each step: one token per row)
+    gb_s = budget["weight_bytes_per_step_fp32"] * steps_per_s / 1e9
+    gflops = budget["linear_flops_per_row"] * rows * steps_per_s / 1e9
+    mb = budget["weight_bytes_per_step_fp32"] / 1e6
+    parts = [
+        f"GEMM {s['gemm']:.0%}, attention {s['attention']:.0%}, search {s['search']:.0%}, "
+        f"other ops {s['other ops']:.0%} ({profile['aten_calls_per_step']:.0f} aten calls/step)"
+    ]
+    if rows == 1:
+        parts.append(
+            f"weight streaming: {mb:.0f} MB of float32 weights per token at {gb_s:.1f} GB/s, "
+            f"plus per-op dispatch"
+        )
+    else:
+        parts.append(
+            f"GEMM arithmetic: {gflops:.0f} GFLOP/s in the linear maps ({rows} rows per step, "
+            f"{mb / rows:.2f} MB of weights per token)"
+        )
+    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = base_parser(__doc__, DEFAULT_OUT, "fewer tokens and a smaller batch").parse_args(argv)
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.nn\.modules\.")
-    torch.set_num_threads(args.threads)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few tokens, a small batch")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--new-tokens", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker_main(args.worker, args.threads, args.workdir, args.new_tokens)
+    return run_benchmark(args)
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    import ctranslate2
+
+    from attnlab.export import to_ctranslate2
+
+    warnings.filterwarnings("ignore")
     plan = QUICK if args.quick else FULL
     started = time.perf_counter()
     print(
-        f"attnlab {attnlab.__version__} vs torch {torch.__version__}; threads={args.threads}; "
-        f"cpu: {cpu_model()}; {'quick' if args.quick else 'full'} run",
+        f"attnlab {attnlab.__version__}, CTranslate2 {ctranslate2.__version__}, torch "
+        f"{torch.__version__}; cpu: {cpu_model()} ({os.cpu_count()} logical); "
+        f"{'quick' if args.quick else 'full'} run, {plan.new_tokens} new tokens",
         flush=True,
     )
-    ours, theirs = make_models()
-    ours.eval()
-    theirs.eval()
-    config = ours.config
-    banned = sorted({config.pad_id, config.bos_id, config.eos_id})
-    n = plan.new_tokens
-    fixed = {"max_new_tokens": n, "min_new_tokens": n}
-    rows = []
-    for batch in (1, plan.big_batch):
-        src = make_sources(batch)
-        mine = greedy_search(ours, src, **fixed).sequences
-        reference, _ = torch_greedy(theirs, src, n, banned)
-        same = bool(torch.equal(mine, reference))
-        samples = interleaved(
-            {
-                "attnlab": lambda src=src: greedy_search(ours, src, **fixed),
-                "torch": lambda src=src: torch_greedy(theirs, src, n, banned),
-            },
-            plan.reps,
-            plan.warmup,
-        )
-        rows.append(
-            rate_row(
-                f"greedy_B{batch}",
-                f"greedy tokens/s, batch {batch}{'' if batch == 1 else ' (info)'}",
-                samples,
-                batch * n,
-                ("attnlab", "torch"),
-                "torch.nn.Transformer, no cache",
-                TARGET_SPEEDUP if batch == 1 else None,
-                {"batch": batch, "new_tokens": n, "same_tokens_as_torch": same},
-            )
-        )
-        print(f"batch {batch}: identical tokens from both models: {same}", flush=True)
-
-    # Per-token latency at batch 1, attnlab vs torch, from step-timed loops (median of reps).
-    src = make_sources(1)
-    ours_flat = statistics.median(
-        flatness(attnlab_steps(ours, src, n, banned)[1]) for _ in range(max(plan.reps, 3))
-    )
-    theirs_flat = statistics.median(
-        flatness(torch_greedy(theirs, src, n, banned)[1]) for _ in range(max(plan.reps, 3))
-    )
-    _, steps = attnlab_steps(ours, src, n, banned)
-    text, ok = check_target(ours_flat, TARGET_FLATNESS, higher_is_better=False)
-    rows.append(
-        Row(
-            key="latency_flatness",
-            label=f"step time, last {WINDOW} / first {WINDOW}",
-            unit="x",
-            attnlab=ours_flat,
-            attnlab_best=ours_flat,
-            baseline_name="flat (1.0)",
-            baseline=1.0,
-            baseline_best=1.0,
-            ratio=ours_flat,
-            ratio_best=ours_flat,
-            target=text,
-            passed=ok,
-            details={
-                "torch_flatness": theirs_flat,
-                "attnlab_step_ms": [round(s * 1e3, 4) for s in steps],
-            },
-        )
-    )
-
-    # Beam search (beam 4) against greedy, both attnlab, on the big batch.
-    src = make_sources(plan.big_batch)
-    samples = interleaved(
-        {
-            "beam4": lambda: beam_search(ours, src, beam_size=4, **fixed),
-            "greedy": lambda: greedy_search(ours, src, **fixed),
-        },
-        plan.reps,
-        plan.warmup,
-    )
-    rows.append(
-        rate_row(
-            f"beam4_B{plan.big_batch}",
-            f"beam 4 tokens/s, batch {plan.big_batch} (info)",
-            samples,
-            plan.big_batch * n,
-            ("beam4", "greedy"),
-            "attnlab greedy",
-            None,
-            {"batch": plan.big_batch, "new_tokens": n, "beam_size": 4, "alpha": 0.6},
-        )
-    )
+    ours, _ = make_models()
+    budget = weight_budget(ours)
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {}  # case -> threads -> engine
+    checks: dict[str, dict[str, Any]] = {}
+    profiles: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="attnlab-decode-bench-") as tmp:
+        workdir = Path(tmp)
+        tokenizer = make_tokenizer()
+        # A copy each: the export must not touch the model it reads.
+        to_ctranslate2(copy.deepcopy(ours), tokenizer, workdir / "ct2")
+        to_ctranslate2(copy.deepcopy(ours), tokenizer, workdir / "ct2-int8", quantization="int8")
+        for threads in plan.threads:
+            names = sorted({n for c in plan.cases for n in contenders(plan, threads, c)})
+            workers = {n: Worker(n, threads, workdir, plan.new_tokens) for n in names}
+            try:
+                for case in plan.cases:
+                    here = contenders(plan, threads, case)
+                    request = {"batch": case.batch, "beam": case.beam}
+                    if threads == plan.threads[0]:
+                        outputs = {n: workers[n].ask({"do": "outputs", **request}) for n in here}
+                        checks[case.key] = compare_outputs(outputs)
+                        profiles[case.key] = workers["attnlab"].ask({"do": "profile", **request})
+                        print(f"{case.key}: {json.dumps(checks[case.key])}", flush=True)
+                    times = time_interleaved(workers, here, request, plan, threads)
+                    samples.setdefault(case.key, {})[str(threads)] = times
+                    med = {
+                        n: case.batch * plan.new_tokens / statistics.median(t)
+                        for n, t in times.items()
+                    }
+                    print(
+                        f"{case.key} threads={threads}: "
+                        + ", ".join(f"{n} {v:,.0f} tok/s" for n, v in med.items()),
+                        flush=True,
+                    )
+            finally:
+                for w in workers.values():
+                    w.close()
     wall = time.perf_counter() - started
-
+    rows, table = report(plan, samples, checks, profiles, budget)
     print()
     print_table(rows)
     print()
-    print(
-        f"per-token latency, last {WINDOW} steps / first {WINDOW}: attnlab {ours_flat:.2f}, "
-        f"torch (no cache) {theirs_flat:.2f}"
-    )
-    dims = {"preset": "small", "vocab": VOCAB, "pad_id": PAD_ID, "source_length": SOURCE_LENGTH}
-    return finish("decode", args, plan, rows, wall, {"dims": dims})
+    print(table)
+    extra = {
+        "dims": {
+            "preset": "small",
+            "vocab": VOCAB,
+            "source_length": SOURCE_LENGTH,
+            "new_tokens": plan.new_tokens,
+        },
+        "ctranslate2_version": ctranslate2.__version__,
+        "budget": budget,
+        "output_checks": checks,
+        "profiles": profiles,
+        "samples_s": samples,
+        "markdown": table,
+        "threads_measured": list(plan.threads),
+    }
+    args.threads = list(plan.threads)
+    return finish("decode", args, plan, rows, wall, extra)
+
+
+def compare_outputs(outputs: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """Identical rows: attnlab fp32 against CTranslate2 fp32 and the others; int8 against
+    the same engine's fp32, as token agreement."""
+    base = outputs["attnlab"]
+    rows = len(base)
+    result: dict[str, Any] = {"rows": rows}
+    for name, other in outputs.items():
+        if name in ("attnlab", "attnlab-int8", "ct2-int8"):
+            continue
+        result[f"identical_rows_attnlab_vs_{name}"] = sum(
+            a == b for a, b in zip(base, other, strict=True)
+        )
+    for quantized, exact in (("attnlab-int8", "attnlab"), ("ct2-int8", "ct2")):
+        pairs = list(zip(outputs[quantized], outputs[exact], strict=True))
+        same = sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False))
+        total = sum(max(len(a), len(b)) for a, b in pairs)
+        result[f"{quantized}_token_agreement_with_fp32"] = same / max(total, 1)
+    return result
+
+
+def time_interleaved(
+    workers: dict[str, Worker],
+    names: list[str],
+    request: dict[str, Any],
+    plan: Plan,
+    threads: int,
+) -> dict[str, list[float]]:
+    """Seconds per decode of each contender: warm-ups, then repetitions in rotating order,
+    one contender at a time with a pause between runs."""
+    for _ in range(plan.warmup):
+        for name in names:
+            workers[name].ask({"do": "time", **request})
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(plan.reps[threads]):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            time.sleep(PAUSE_S)
+            times[name].append(workers[name].ask({"do": "time", **request}))
+    return times
+
+
+def _rate(case: Case, plan: Plan, seconds: list[float]) -> dict[str, float]:
+    tokens = case.batch * plan.new_tokens
+    return {
+        "median": tokens / statistics.median(seconds),
+        "best": tokens / min(seconds),
+        "worst": tokens / max(seconds),
+    }
+
+
+def report(
+    plan: Plan,
+    samples: dict[str, dict[str, dict[str, list[float]]]],
+    checks: dict[str, Any],
+    profiles: dict[str, Any],
+    budget: dict[str, float],
+) -> tuple[list[Row], str]:
+    """Rows for the JSON (attnlab against CTranslate2 per thread count, and at each engine's
+    best thread count) and the markdown table."""
+    rows: list[Row] = []
+    lines = [
+        "| row | threads | attnlab fp32 tok/s | CT2 fp32 tok/s | attnlab / CT2 fp32 | "
+        "attnlab int8 | CT2 int8 | attnlab / CT2 int8 | torch (no cache) | attnlab reference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in plan.cases:
+        by_threads = samples[case.key]
+        rates = {
+            t: {n: _rate(case, plan, s) for n, s in engines.items()}
+            for t, engines in by_threads.items()
+        }
+        for t, r in rates.items():
+
+            def cell(name: str, r: dict = r) -> str:
+                return f"{r[name]['median']:,.0f}" if name in r else "-"
+
+            lines.append(
+                f"| {case.key} | {t} | {cell('attnlab')} | {cell('ct2')} | "
+                f"{r['attnlab']['median'] / r['ct2']['median']:.2f} | {cell('attnlab-int8')} | "
+                f"{cell('ct2-int8')} | "
+                f"{r['attnlab-int8']['median'] / r['ct2-int8']['median']:.2f} | "
+                f"{cell('torch')} | {cell('attnlab-reference')} |"
+            )
+        for ours, anchor, tag in (("attnlab", "ct2", "fp32"), ("attnlab-int8", "ct2-int8", "int8")):
+            best_ours = max(rates, key=lambda t: rates[t][ours]["median"])
+            best_anchor = max(rates, key=lambda t: rates[t][anchor]["median"])
+            a, b = rates[best_ours][ours], rates[best_anchor][anchor]
+            target = TARGET if tag == "fp32" or case.batch > 1 else None
+            text, ok = check_target(a["median"] / b["median"], target, higher_is_better=True)
+            details: dict[str, Any] = {
+                "batch": case.batch,
+                "beam": case.beam,
+                "new_tokens": plan.new_tokens,
+                "threads_attnlab": int(best_ours),
+                "threads_anchor": int(best_anchor),
+                "rates": rates,
+                "output_checks": checks.get(case.key),
+            }
+            if tag == "fp32" and case.key in profiles:
+                details["bound"] = bound_text(case, profiles[case.key], budget, a["median"])
+            rows.append(
+                Row(
+                    key=f"{case.key}_{tag}",
+                    label=f"{case.key} {tag}, best threads ({best_ours} vs {best_anchor})",
+                    unit="tok/s",
+                    attnlab=a["median"],
+                    attnlab_best=a["best"],
+                    baseline_name=ENGINES[anchor],
+                    baseline=b["median"],
+                    baseline_best=b["best"],
+                    ratio=a["median"] / b["median"],
+                    ratio_best=a["best"] / b["best"],
+                    target=text,
+                    passed=ok,
+                    details=details,
+                )
+            )
+    lines.append("")
+    for case in plan.cases:
+        if case.key in profiles:
+            rate = next(r.attnlab for r in rows if r.key == f"{case.key}_fp32")
+            lines.append(f"- {case.key}: {bound_text(case, profiles[case.key], budget, rate)}")
+    return rows, "\n".join(lines)
 
 
 if __name__ == "__main__":
