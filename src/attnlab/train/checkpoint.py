@@ -276,7 +276,10 @@ def save_checkpoint(
         failed = next((final / n for n in CHECKPOINT_FILES if n in str(error)), final)
         raise not_written(error, failed, what="the previous checkpoints are intact") from error
     for old in find_checkpoints(out)[:-keep]:
-        _delete(old)
+        try:
+            _delete(old)
+        except OSError as e:  # the new checkpoint is written: not a reason to stop
+            warnings.warn(f"{old}: an old checkpoint could not be deleted ({e})", stacklevel=3)
 
 
 def _delete(path: Path) -> None:
@@ -398,5 +401,10 @@ def write_final_model(out: Path, average_last: int, tokenizers: Sequence[Path]) 
         for source in tokenizers:
             shutil.copyfile(source, temp / source.name)
 
-    atomic_write_dir(out / "model", build)
+    final = out / "model"
+    try:
+        atomic_write_dir(final, build)
+    except OSError as error:  # name the model's file, not the temporary one
+        failed = next((final / n for n in (WEIGHTS_FILE, CONFIG_FILE) if n in str(error)), final)
+        raise not_written(error, failed, what="the checkpoints are intact") from error
     return [path.name for path in chosen]
