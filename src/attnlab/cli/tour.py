@@ -15,6 +15,7 @@ from ..generate import beam_search, greedy_search
 from ..masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..positional import SinusoidalPositionalEncoding
+from ..vision import VisionConfig, count_vit_parameters
 from ._args import parse_lengths, positive_int
 
 
@@ -146,6 +147,24 @@ def _parameter_count(config: TransformerConfig, model_type: str) -> int | None:
     return count_parameters(config, model_type) if layers else None
 
 
+#: Every preset `attnlab config` knows: the Transformers', then the Vision Transformers'.
+PRESETS = TransformerConfig.preset_names() + VisionConfig.preset_names()
+
+
+def _print_vision_presets() -> None:
+    """The Vision Transformer presets (attnlab.VisionConfig), one line each."""
+    print(
+        f"{'ViT preset':<12}{'image':>6}{'patch':>6}{'d_model':>8}{'heads':>6}{'d_ff':>6}"
+        f"{'layers':>7}{'classes':>8}{'vit':>13}"
+    )
+    for name in VisionConfig.preset_names():
+        c = VisionConfig.preset(name)
+        print(
+            f"{name:<12}{c.image_size:>6}{c.patch_size:>6}{c.d_model:>8}{c.num_heads:>6}"
+            f"{c.d_ff:>6}{c.num_layers:>7}{c.num_classes:>8}{count_vit_parameters(c):>13,}"
+        )
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.preset is None:
         names = TransformerConfig.preset_names()
@@ -160,7 +179,16 @@ def cmd_config(args: argparse.Namespace) -> int:
                 f"{c.vocab_size:>7}"
                 + "".join(f"{'-' if n is None else f'{n:,}':>13}" for n in counts)
             )
+        print()
+        _print_vision_presets()
         print("\nParameters by model type; `attnlab config NAME` prints one preset in full.")
+        return 0
+    if args.preset in VisionConfig.preset_names():
+        vision = VisionConfig.preset(args.preset)
+        text = json.dumps(vision.to_dict(), indent=2)
+        print(text if args.json else f"Vision Transformer preset {args.preset!r}:\n{text}")
+        if not args.json:
+            print(f"{'vit':>12}: {count_vit_parameters(vision):,} parameters")
         return 0
     config = TransformerConfig.preset(args.preset)
     text = json.dumps(config.to_dict(), indent=2)
@@ -368,15 +396,16 @@ def add_parsers(sub) -> None:
         description=(
             "Without NAME, list the presets of attnlab.TransformerConfig with their exact "
             "parameter counts for each model type (encoder-decoder, decoder-only LM, "
-            "encoder-only). With NAME, print that preset's fields."
+            "encoder-only), then those of attnlab.VisionConfig (Vision Transformers, as "
+            "`attnlab train --preset digits`). With NAME, print that preset's fields."
         ),
     )
     config.add_argument(
         "preset",
         nargs="?",
-        choices=TransformerConfig.preset_names(),
+        choices=PRESETS,
         metavar="NAME",
-        help=f"a preset: {', '.join(TransformerConfig.preset_names())}",
+        help=f"a preset: {', '.join(PRESETS)}",
     )
     config.add_argument("--json", action="store_true", help="print only the config as JSON")
     config.set_defaults(func=cmd_config)
