@@ -303,9 +303,9 @@ def load_checkpoint(
     unit: str = "tokens",
     epoch_batches: Callable[[int], int] | None = None,
 ) -> dict[str, Any]:
-    """Check checkpoint ``path`` whole, then load its weights into ``model`` and its state into
-    ``optimizer``, and return its ``state.json`` (its ``scheduler`` state and position checked
-    against ``scheduler`` and the run's ``epoch_batches`` when given, ready to restore).
+    """Check checkpoint ``path`` whole, then load its weights into ``model``, its state into
+    ``optimizer`` and ``scheduler`` (when given), and return its ``state.json`` (the position
+    checked, against the run's ``epoch_batches`` when given: ready to restore).
 
     Raises:
         ValueError: ``resume: ...`` when the checkpoint is another run's (other settings, data
@@ -348,6 +348,8 @@ def load_checkpoint(
 
     set_weights(model, weights, dtype)
     optimizer.load_state_dict(loaded)
+    if scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
     return state
 
 

@@ -197,8 +197,7 @@ class Trainer:
         )
 
     def _load(self, path: Path) -> dict[str, Any]:
-        """Restore checkpoint ``path`` (weights, optimizer, schedule, position); return its
-        state (the RNG states are restored later, just before the first step)."""
+        """Restore checkpoint ``path``, checked whole first (the RNG states: at the first step)."""
         state = load_checkpoint(
             path,
             self.model,
@@ -209,8 +208,7 @@ class Trainer:
             scheduler=self.scheduler,
             unit=self.objective.unit,
             epoch_batches=self.batcher.num_batches,
-        )  # checked whole: what follows cannot fail half-way
-        self.scheduler.load_state_dict(state["scheduler"])
+        )  # weights, optimizer and schedule restored; the position cannot fail now
         self.position = Position.from_state(state, self.objective.unit)
         return state
 
