@@ -200,3 +200,47 @@ def test_translate_on_an_image_model_names_its_kind(tmp_path, capsys):
     VisionTransformer(config).save_pretrained(tmp_path / "vit")
     status, _, err = _run(["translate", "--model", str(tmp_path / "vit"), "seven"], capsys)
     assert status == 2 and "is a VisionTransformer" in err and err.count("\n") == 1
+
+
+def test_n_best_rows_are_distinct_ranked_and_scored_by_the_model(numbers_model_dir):
+    """beam_search(n_best=k): row 0 of each sentence is the plain search's answer, scores fall,
+    hypotheses differ, and each log P is the teacher-forced log-probability of its tokens."""
+    from attnlab.generate import beam_search, length_penalty
+
+    translator = Translator.load(numbers_model_dir, device="cpu")
+    model = translator.model.eval()
+    sources = translator.src_tokenizer.encode_batch(["seven", "four hundred and five"])
+    best = beam_search(model, sources, beam_size=4)
+    found = beam_search(model, sources, beam_size=4, n_best=4)
+    assert found.sequences.shape[0] == 8
+    rows = found.tolist(keep_eos=True)
+    assert [rows[0], rows[4]] == best.tolist(keep_eos=True)
+    for i, src in enumerate(sources):
+        group = list(range(4 * i, 4 * i + 4))
+        scores = [float(found.scores[r]) for r in group]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(rows[r]) for r in group}) == 4
+        for r in group:
+            tgt = torch.tensor([[model.config.bos_id, *rows[r]]])
+            with torch.no_grad():
+                logits = model(torch.tensor([src]), tgt[:, :-1]).float().log_softmax(-1)
+            log_p = logits[0].gather(1, tgt[0, 1:, None]).sum()
+            torch.testing.assert_close(found.log_probs[r], log_p, rtol=1e-4, atol=1e-4)
+            penalty = length_penalty(int(found.lengths[r]), 0.6)
+            torch.testing.assert_close(found.scores[r], found.log_probs[r] / penalty)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(model, sources, beam_size=2, n_best=3)
+
+
+def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
+    texts = ["seven", "", "ninety-one"]
+    expected = Translator.load(numbers_model_dir, device="cpu").n_best(texts, 3)
+    argv = ["translate", "--model", str(numbers_model_dir), "--n-best", "3", *texts]
+    status, out, _ = _run(argv, capsys)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines == [f"{s:.4f}\t{t}" for found in expected for s, t in found]
+    assert len(expected[0]) == 3 and expected[1] == [(0.0, "")]
+    status, _, err = _run([*argv[:3], "--n-best", "5", "seven"], capsys)
+    assert status == 2 and "--n-best: expected at most --beam-size (4)" in err
+

@@ -267,6 +267,44 @@ class Translator:
                 out[i] = self.tgt_tokenizer.decode(ids)
         return out
 
+    def n_best(self, texts: Sequence[str], n: int) -> list[list[tuple[float, str]]]:
+        """The ``n`` best beam-search translations of each of ``texts``, best first, as
+        ``(score, text)`` with score ``log P / lp(length)`` (what the beam ranks by; sec. 6.1).
+        ``n`` is at most ``beam_size``; a sentence with fewer finished hypotheses has fewer.
+        An empty text has one translation, ``(0.0, "")``."""
+        check_positive_int(n, "n")
+        if n > self.beam_size:
+            raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
+        if self.sample:
+            raise ValueError("n: n-best lists come from beam search, not from sampling")
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
+        encoded = self.src_tokenizer.encode_batch(texts) if texts else []
+        if self.max_len is not None:
+            encoded = [ids[: self.max_len] for ids in encoded]
+        out: list[list[tuple[float, str]]] = [[(0.0, "")] for _ in texts]
+        order = sorted((i for i in range(len(texts)) if encoded[i]), key=lambda i: len(encoded[i]))
+        for batch in self._batches(order, encoded):
+            found = beam_search(
+                self.model,
+                [encoded[i] for i in batch],
+                beam_size=self.beam_size,
+                alpha=self.alpha,
+                max_new_tokens=self.max_new_tokens,
+                quantize=self.quantize,
+                n_best=n,
+            )
+            rows, scores = found.tolist(), found.scores.tolist()
+            for j, i in enumerate(batch):
+                out[i] = [
+                    (scores[j * n + r], self.tgt_tokenizer.decode(rows[j * n + r]))
+                    for r in range(n)
+                    if math.isfinite(scores[j * n + r])
+                ]
+        return out
+
     def _batches(self, order: list[int], encoded: list[list[int]]) -> list[list[int]]:
         batches, current, longest = [], [], 0
         for i in order:  # ascending length: the last sentence of a batch is its longest

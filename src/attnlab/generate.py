@@ -549,6 +549,7 @@ def beam_search(
     min_new_tokens: int = 0,
     fast: bool = True,
     quantize: str | None = None,
+    n_best: int = 1,
 ) -> Generation:
     """Beam search with the length penalty of Wu et al. (2016), as the paper (sec. 6.1).
 
@@ -568,11 +569,17 @@ def beam_search(
         fast, quantize: as :func:`greedy_search`. On the fast path the beams of a sentence
             share its memory's keys and values, and the self-attention cache is never
             reordered (see :class:`attnlab.fastdecode.FastDecoder`).
+        n_best: finished hypotheses to return per sentence, 1 to ``beam_size``.
 
     Returns: a :class:`Generation` with the best finished hypothesis of each sentence;
-    ``scores`` are ``log_probs / lp(lengths)``.
+    ``scores`` are ``log_probs / lp(lengths)``. With ``n_best = n`` it has ``B n`` rows, the
+    ``n`` best of sentence ``i`` at rows ``i n`` to ``i n + n - 1``, best first; a sentence
+    that finished fewer (a short maximum length) has rows of score ``-inf`` and length 0.
     """
     check_positive_int(beam_size, "beam_size")
+    check_positive_int(n_best, "n_best")
+    if n_best > beam_size:
+        raise ValueError(f"n_best: expected at most beam_size ({beam_size}), got {n_best}")
     if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)) or not (
         math.isfinite(alpha) and alpha >= 0
     ):
@@ -582,7 +589,8 @@ def beam_search(
     rows = session.start.shape[0] * beam_size
     with _EvalMode(model), _Threads(rows, session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
-        return _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens).run()
+        search = _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens)
+        return search.run(n_best)
 
 
 class _BeamSearch:
@@ -603,7 +611,7 @@ class _BeamSearch:
         self.done_ids = torch.full((batch, beam, self.width), session.config.pad_id, device=device)
         self.done_eos = torch.zeros(batch, beam, dtype=torch.bool, device=device)
 
-    def run(self) -> Generation:
+    def run(self, n_best: int = 1) -> Generation:
         session, k, eos = self.session, self.beam, self.eos
         batch, device = self.limit.shape[0], self.device
         sentences = torch.arange(batch, device=device)  # the sentences still searching
@@ -650,7 +658,7 @@ class _BeamSearch:
                     token[keep],
                 )
             ids = token.reshape(-1, 1)
-        return self._result()
+        return self._result(n_best)
 
     def _finish(
         self,
@@ -690,14 +698,16 @@ class _BeamSearch:
         alive."""
         return torch.isfinite(self.done_scores[sentences, -1]) | torch.isneginf(live[:, 0])
 
-    def _result(self) -> Generation:
-        lengths = self.done_lengths[:, 0]
+    def _result(self, n_best: int = 1) -> Generation:
+        """The ``n_best`` best finished hypotheses of each sentence, as rows."""
+        lengths = self.done_lengths[:, :n_best].reshape(-1)
+        ids = self.done_ids[:, :n_best].reshape(-1, self.width)
         return Generation(
-            sequences=self.done_ids[:, 0, : int(lengths.max())],
+            sequences=ids[:, : int(lengths.max())],
             lengths=lengths,
-            log_probs=self.done_log_probs[:, 0],
-            scores=self.done_scores[:, 0],
-            finished=self.done_eos[:, 0],
+            log_probs=self.done_log_probs[:, :n_best].reshape(-1),
+            scores=self.done_scores[:, :n_best].reshape(-1),
+            finished=self.done_eos[:, :n_best].reshape(-1),
             eos_id=self.eos,
         )
 

@@ -126,6 +126,14 @@ def _extend_translate(translate: argparse.ArgumentParser) -> None:
         help="the longest translation in tokens (the source length + 50)",
     )
     translate.add_argument(
+        "--n-best",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the N best translations of each line (N <= --beam-size), best first, one a line "
+        "as SCORE<tab>TEXT; SCORE is log P / length penalty",
+    )
+    translate.add_argument(
         "--sample", action="store_true", help="draw each token instead of searching"
     )
     translate.add_argument(
@@ -168,6 +176,12 @@ def cmd_translate(args: argparse.Namespace) -> int:
             n for n, v in zip(names, sampling, strict=True) if v is not None and v is not False
         ]
         raise ValueError(f"{', '.join(given)}: only with --sample")
+    if args.n_best is not None and args.sample:
+        raise ValueError("--n-best: n-best lists come from beam search; not with --sample")
+    if args.n_best is not None and args.n_best > args.beam_size:
+        raise ValueError(
+            f"--n-best: expected at most --beam-size ({args.beam_size}), got {args.n_best}"
+        )
     if args.input and args.text:
         raise ValueError("--input: give either a FILE or TEXT arguments, not both")
     if args.input and not Path(args.input).is_file():
@@ -188,16 +202,24 @@ def cmd_translate(args: argparse.Namespace) -> int:
     }
     if getattr(args, "quantize", None):
         options["quantize"] = args.quantize
-    translator = Translator.load(args.model, device=args.device, **options)
+    loaded = Translator.load(args.model, device=args.device, **options)
+
+    def translate(batch: list[str]) -> list[str]:
+        if args.n_best is None:
+            return loaded.translate(batch)
+        return [
+            "\n".join(f"{score:.4f}\t{text}" for score, text in found)
+            for found in loaded.n_best(batch, args.n_best)
+        ]
 
     def translations(write: Callable[[str], object]) -> None:
         if args.text and args.text != ["-"]:
-            for line in translator.translate(args.text):
+            for line in translate(args.text):
                 write(line + "\n")
             return
         if not args.input:
             for batch in _chunks(sys.stdin, args.batch_lines):
-                for line in translator.translate(batch):
+                for line in translate(batch):
                     write(line + "\n")
             return
         from tqdm import tqdm
@@ -215,7 +237,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
             ) as bar,
         ):
             for batch in _chunks(source, args.batch_lines):
-                for line in translator.translate(batch):
+                for line in translate(batch):
                     write(line + "\n")
                 bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
 
