@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.cli import main
 from attnlab.evaluate import Headline, Scores, headline, perplexity, score
@@ -280,3 +281,24 @@ def test_overwrite_leaves_a_directory_that_is_not_a_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--overwrite: " in err and "does not look like an attnlab run" in err
     assert (out / "thesis.tex").read_text() == "not a run"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="jobs.run builds the translation model before any seed: its initial weights differ "
+    "from run to run (fix: build it under fork_rng + manual_seed([train] seed), as the digits "
+    "task does; then remove this mark)",
+)
+def test_the_same_seed_trains_the_same_model(tmp_path):
+    """`make demo` is bounded by steps so that its result does not depend on the machine's
+    speed: two runs with the same seed must give the same weights, bit for bit."""
+    from safetensors.torch import load_file
+
+    weights = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        assert main(["train", *TINY, "--max-steps", "4", "--out", str(out)]) == 0
+        weights.append(load_file(out / "model" / "model.safetensors"))
+    first, second = weights
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
