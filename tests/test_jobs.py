@@ -23,6 +23,7 @@ SMALL = [
     "--set", "tokenizer.vocab_size=300",
     "--set", "model.d_model=64", "--set", "model.d_ff=128",
     "--set", "model.num_encoder_layers=1", "--set", "model.num_decoder_layers=1",
+    "--set", "train.schedule=transformer",  # eq. 3: a resumed run may extend max_steps
     "--set", "train.lr_factor=1.0", "--set", "train.warmup=40",
     "--set", "train.max_tokens=512", "--set", "train.keep_checkpoints=2",
     "--set", "train.average_last=2", "--set", "eval.bleu_sentences=20",
