@@ -30,7 +30,8 @@ def numbers_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     argv += [
         "--set", "task.high=999", "--set", "task.valid_size=30", "--set", "task.test_size=30",
         "--set", "tokenizer.vocab_size=300", "--set", "model.d_model=64",
-        "--set", "model.d_ff=128", "--set", "train.lr_factor=1.0", "--set", "train.warmup=60",
+        "--set", "model.d_ff=128", "--set", "train.schedule=transformer",  # eq. 3, not cosine
+        "--set", "train.lr_factor=1.0", "--set", "train.warmup=60",
         "--set", "train.max_tokens=1024", "--set", "train.average_last=1",
         "--set", "eval.bleu_sentences=10",
     ]  # fmt: skip
