@@ -38,6 +38,12 @@ Run::
 
     .venv/bin/python benchmarks/decode.py            # full run (about 20 minutes on 2 busy cores)
     .venv/bin/python benchmarks/decode.py --quick    # smoke run (few tokens, small batch)
+    .venv/bin/python benchmarks/decode.py --quality MODEL_DIR   # int8 against float32
+
+``--quality MODEL_DIR`` measures what int8 costs in quality instead, on a model trained by
+``attnlab train``: its task's test split translated in float32 and in int8, greedy and with
+beam 4, scored (exact match, chrF, BLEU) with the time each took; it writes
+``benchmarks/results/decode_int8_quality.json`` (or ``--out``).
 
 It prints a table, a README-ready markdown table, and writes JSON (default
 ``benchmarks/results/decode.json``); the exit code is 0 unless ``--check`` is given and a
@@ -250,10 +256,10 @@ def worker_main(engine: str, threads: int, workdir: Path, new_tokens: int) -> in
                 result: Any = None
             elif request["do"] == "outputs":
                 result = run(request["batch"], request["beam"])
-            elif request["do"] == "time":
-                start = time.perf_counter()
+            elif request["do"] == "time":  # wall-clock and CPU seconds (all threads)
+                start, cpu = time.perf_counter(), time.process_time()
                 run(request["batch"], request["beam"])
-                result = time.perf_counter() - start
+                result = [time.perf_counter() - start, time.process_time() - cpu]
             elif request["do"] == "profile":
                 result = _profile(run, request["batch"], request["beam"], new_tokens)
             else:
@@ -406,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few tokens, a small batch")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--quality", type=Path, help="a trained model directory: int8 quality")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -413,7 +420,68 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(args.worker, args.threads, args.workdir, args.new_tokens)
+    if args.quality:
+        out = QUALITY_OUT if args.out == DEFAULT_OUT else args.out
+        return int8_quality(args.quality, out)
     return run_benchmark(args)
+
+
+QUALITY_OUT = DEFAULT_OUT.with_name("decode_int8_quality.json")
+
+
+def int8_quality(model_dir: Path, out: Path) -> int:
+    """Score the test split of a trained model's task in float32 and int8 (greedy, beam 4)."""
+    from attnlab.evaluate import Translator, score
+    from attnlab.jobs import JOB_FILE, Job
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    job = Job.from_dict(json.loads((model_dir / JOB_FILE).read_text(encoding="utf-8")))
+    pairs = job.task.load()["test"]
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    results: dict[str, Any] = {}
+    hypotheses: dict[str, list[str]] = {}
+    for beam in (1, 4):
+        for quantize in (None, "int8"):
+            name = f"{'greedy' if beam == 1 else 'beam4'}_{quantize or 'fp32'}"
+            translator = Translator.load(
+                model_dir,
+                device="cpu",
+                beam_size=beam,
+                alpha=job.eval.alpha,
+                max_tokens=job.eval.max_tokens,
+                quantize=quantize,
+            )
+            translator.translate(sources[:8])  # warm-up: packs the weights
+            start = time.perf_counter()
+            hypotheses[name] = translator.translate(sources)
+            seconds = time.perf_counter() - start
+            scores = score(hypotheses[name], references).to_dict()
+            results[name] = {
+                "exact_match": scores["exact_match"],
+                "chrf": scores["chrf"],
+                "bleu": scores["bleu"],
+                "seconds": seconds,
+            }
+            if quantize:
+                exact = hypotheses[name.replace("int8", "fp32")]
+                same = sum(a == b for a, b in zip(exact, hypotheses[name], strict=True))
+                results[name]["same_output_as_fp32"] = same / len(sources)
+            print(f"{name}: {json.dumps(results[name])}", flush=True)
+    report = {
+        "benchmark": "decode_int8_quality",
+        "model_dir": str(model_dir),
+        "task": job.task.name,
+        "sentences": len(pairs),
+        "threads": 1,
+        "torch_version": torch.__version__,
+        "cpu": cpu_model(),
+        "results": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
@@ -433,6 +501,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     ours, _ = make_models()
     budget = weight_budget(ours)
     samples: dict[str, dict[str, dict[str, list[float]]]] = {}  # case -> threads -> engine
+    cpu_samples: dict[str, dict[str, dict[str, list[float]]]] = {}  # the same, CPU seconds
     checks: dict[str, dict[str, Any]] = {}
     profiles: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="attnlab-decode-bench-") as tmp:
@@ -453,8 +522,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
                         checks[case.key] = compare_outputs(outputs)
                         profiles[case.key] = workers["attnlab"].ask({"do": "profile", **request})
                         print(f"{case.key}: {json.dumps(checks[case.key])}", flush=True)
-                    times = time_interleaved(workers, here, request, plan, threads)
+                    times, cpu = time_interleaved(workers, here, request, plan, threads)
                     samples.setdefault(case.key, {})[str(threads)] = times
+                    cpu_samples.setdefault(case.key, {})[str(threads)] = cpu
                     med = {
                         n: case.batch * plan.new_tokens / statistics.median(t)
                         for n, t in times.items()
@@ -468,7 +538,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 for w in workers.values():
                     w.close()
     wall = time.perf_counter() - started
-    rows, table = report(plan, samples, checks, profiles, budget)
+    rows, table = report(plan, samples, cpu_samples, checks, profiles, budget)
     print()
     print_table(rows)
     print()
@@ -485,6 +555,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         "output_checks": checks,
         "profiles": profiles,
         "samples_s": samples,
+        "cpu_samples_s": cpu_samples,
         "markdown": table,
         "threads_measured": list(plan.threads),
     }
@@ -518,19 +589,22 @@ def time_interleaved(
     request: dict[str, Any],
     plan: Plan,
     threads: int,
-) -> dict[str, list[float]]:
-    """Seconds per decode of each contender: warm-ups, then repetitions in rotating order,
-    one contender at a time with a pause between runs."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall-clock and CPU seconds per decode of each contender: warm-ups, then repetitions in
+    rotating order, one contender at a time with a pause between runs."""
     for _ in range(plan.warmup):
         for name in names:
             workers[name].ask({"do": "time", **request})
-    times: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(plan.reps[threads]):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
             time.sleep(PAUSE_S)
-            times[name].append(workers[name].ask({"do": "time", **request}))
-    return times
+            seconds, cpu_seconds = workers[name].ask({"do": "time", **request})
+            wall[name].append(seconds)
+            cpu[name].append(cpu_seconds)
+    return wall, cpu
 
 
 def _rate(case: Case, plan: Plan, seconds: list[float]) -> dict[str, float]:
@@ -545,16 +619,20 @@ def _rate(case: Case, plan: Plan, seconds: list[float]) -> dict[str, float]:
 def report(
     plan: Plan,
     samples: dict[str, dict[str, dict[str, list[float]]]],
+    cpu_samples: dict[str, dict[str, dict[str, list[float]]]],
     checks: dict[str, Any],
     profiles: dict[str, Any],
     budget: dict[str, float],
 ) -> tuple[list[Row], str]:
     """Rows for the JSON (attnlab against CTranslate2 per thread count, and at each engine's
-    best thread count) and the markdown table."""
+    best thread count) and the markdown table. Rates are medians of wall-clock time; the
+    "CPU" ratios divide tokens per CPU-second (all threads), which a busy machine disturbs
+    less (at 1 thread it is the rate an idle core would give)."""
     rows: list[Row] = []
     lines = [
-        "| row | threads | attnlab fp32 tok/s | CT2 fp32 tok/s | attnlab / CT2 fp32 | "
-        "attnlab int8 | CT2 int8 | attnlab / CT2 int8 | torch (no cache) | attnlab reference |",
+        "| row | threads | attnlab fp32 tok/s | CT2 fp32 tok/s | attnlab / CT2 fp32, wall (CPU) | "
+        "attnlab int8 | CT2 int8 | attnlab / CT2 int8, wall (CPU) | torch (no cache) | "
+        "attnlab reference |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in plan.cases:
@@ -563,17 +641,26 @@ def report(
             t: {n: _rate(case, plan, s) for n, s in engines.items()}
             for t, engines in by_threads.items()
         }
+        cpu_rates = {
+            t: {n: _rate(case, plan, s) for n, s in engines.items()}
+            for t, engines in cpu_samples[case.key].items()
+        }
         for t, r in rates.items():
+            c = cpu_rates[t]
 
             def cell(name: str, r: dict = r) -> str:
-                return f"{r[name]['median']:,.0f}" if name in r else "-"
+                low, high = r[name]["worst"], r[name]["best"]
+                return f"{r[name]['median']:,.0f} ({low:,.0f}-{high:,.0f})" if name in r else "-"
+
+            def ratio(ours: str, anchor: str, r: dict = r, c: dict = c) -> str:
+                wall = r[ours]["median"] / r[anchor]["median"]
+                return f"**{wall:.2f}** ({c[ours]['median'] / c[anchor]['median']:.2f})"
 
             lines.append(
                 f"| {case.key} | {t} | {cell('attnlab')} | {cell('ct2')} | "
-                f"{r['attnlab']['median'] / r['ct2']['median']:.2f} | {cell('attnlab-int8')} | "
-                f"{cell('ct2-int8')} | "
-                f"{r['attnlab-int8']['median'] / r['ct2-int8']['median']:.2f} | "
-                f"{cell('torch')} | {cell('attnlab-reference')} |"
+                f"{ratio('attnlab', 'ct2')} | {cell('attnlab-int8')} | {cell('ct2-int8')} | "
+                f"{ratio('attnlab-int8', 'ct2-int8')} | {cell('torch')} | "
+                f"{cell('attnlab-reference')} |"
             )
         for ours, anchor, tag in (("attnlab", "ct2", "fp32"), ("attnlab-int8", "ct2-int8", "int8")):
             best_ours = max(rates, key=lambda t: rates[t][ours]["median"])
@@ -588,6 +675,9 @@ def report(
                 "threads_attnlab": int(best_ours),
                 "threads_anchor": int(best_anchor),
                 "rates": rates,
+                "cpu_rates": cpu_rates,
+                "ratio_cpu_time": cpu_rates[best_ours][ours]["median"]
+                / cpu_rates[best_anchor][anchor]["median"],
                 "output_checks": checks.get(case.key),
             }
             if tag == "fp32" and case.key in profiles:

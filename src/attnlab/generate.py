@@ -19,6 +19,14 @@ ends with ``eos_id`` or when it reaches its maximum length; a batch decodes exac
 one at a time (padding is moved out of the way, each row has its own maximum length, rows that
 finish leave the batch). The model runs in eval mode (every module's mode is restored
 afterwards) without gradients.
+
+Speed: an encoder-decoder :class:`attnlab.Transformer` decodes on the lean step of
+:mod:`attnlab.fastdecode` (packed weights, one key/value store, beam search without reordering
+the cache), tested equal to the reference (``model.decode`` with its cache), which
+``fast=False`` forces and which serves every other model (``why_not_fast_path`` says why).
+Fewer than :data:`SINGLE_THREAD_ROWS` rows per step decode on one CPU thread.
+``quantize="int8"`` trades exactness for speed: int8 weights, and activations quantized with
+one scale per call over the batch, so an int8 output can depend on the batch it is in.
 """
 
 from __future__ import annotations
@@ -438,7 +446,8 @@ def greedy_search(
             reference (``model.decode`` with its cache). Both compute the same numbers.
         quantize: ``"int8"`` runs the decoder's linear maps and the output projection with int8
             weights (fast path only; see :mod:`attnlab.fastdecode`); None keeps the model's
-            dtype.
+            dtype. Int8 activations are quantized over the whole batch: a sentence's int8
+            output may differ with the batch around it.
 
     Returns: a :class:`Generation`; ``scores`` are the log-probabilities.
     """
