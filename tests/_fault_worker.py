@@ -196,6 +196,12 @@ def _install() -> None:
         setattr(loop, name, counted)
 
 
+def own_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The messages of the UserWarnings (attnlab's kind; not a ResourceWarning that the
+    garbage collector happens to emit meanwhile, nor a DeprecationWarning)."""
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
 def _digests(out: Path) -> dict[str, str]:
     found = {}
     for checkpoint in find_checkpoints(out):
@@ -243,7 +249,7 @@ def run(
         except BaseException:
             report["traceback"] = traceback.format_exc()
             status = 3
-    report["warnings"] = [str(w.message) for w in caught]
+    report["warnings"] = own_warnings(caught)
     report["events"] = Counter.names
     report["noted"] = Counter.noted
     return status, report

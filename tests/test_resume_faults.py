@@ -87,11 +87,11 @@ def assert_same_run(out: Path, reference: Path) -> None:
 
 
 def resume(out: Path) -> tuple[list[str], dict[str, Any]]:
-    """Resume ``out``; the warnings, and the summary."""
+    """Resume ``out``; the UserWarnings (:func:`faults.own_warnings`), and the summary."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         faults.train(out, resume=True)
-    return [str(w.message) for w in caught], json.loads((out / "summary.json").read_text())
+    return faults.own_warnings(caught), json.loads((out / "summary.json").read_text())
 
 
 def copy_run(reference: Path, tmp_path: Path) -> tuple[Path, Path]:
@@ -140,7 +140,15 @@ def test_a_damaged_file_falls_back_to_the_previous_checkpoint(
 ) -> None:
     out, newest = copy_run(reference, tmp_path)
     rng = random.Random(f"{name}-{damage}")
+    before = (newest / name).read_bytes()
     DAMAGE[damage](newest / name, rng)
+    if name == "state.json" and _same_values(before, (newest / name).read_bytes()):
+        # state.json holds timings, so where a seeded flip lands varies: in a float's last
+        # digit it may leave the value (what the checksum covers) as it was. Then nothing
+        # is damaged, and the newest checkpoint is used.
+        caught, summary = resume(out)
+        assert caught == [] and summary["resumed_from_step"] == 8
+        return
     caught, summary = resume(out)
     assert len(caught) == 1, caught
     assert caught[0].startswith(f"{newest}: damaged checkpoint skipped: {newest}/")
@@ -149,6 +157,13 @@ def test_a_damaged_file_falls_back_to_the_previous_checkpoint(
     assert summary["resumed_from_step"] == 6
     assert (newest.parent / "damaged-step-00000008" / name).exists()  # set aside, as it was
     assert_same_run(out, reference)
+
+
+def _same_values(a: bytes, b: bytes) -> bool:
+    try:
+        return json.loads(a) == json.loads(b)
+    except (UnicodeDecodeError, ValueError):
+        return False
 
 
 def test_with_no_usable_checkpoint_resume_is_one_error_naming_each(
@@ -301,12 +316,13 @@ def test_tampered_content_falls_back_with_the_fault_named(
 
 
 def test_the_digests_catch_what_the_checks_would_not(reference: Path, tmp_path: Path) -> None:
-    """A plausible change (a learning rate's last digit) that no schema sees: the checksum
-    does."""
+    """A plausible change (the training time's first decimal) that no schema sees: the
+    checksum does."""
     out, newest = copy_run(reference, tmp_path)
     path = newest / "state.json"
     text = path.read_text()
-    changed = re.sub(r'("elapsed_s": \d+\.\d*)(\d)', lambda m: m[1] + str(9 - int(m[2])), text)
+    # The first decimal (a 17th digit may not change the float: the checksum is of values).
+    changed = re.sub(r'("elapsed_s": \d+\.)(\d)', lambda m: m[1] + str(9 - int(m[2])), text)
     assert changed != text
     path.write_text(changed)
     caught, _ = resume(out)
