@@ -133,7 +133,7 @@ def optimizer_state(
             )
         if not tensor.dtype.is_floating_point:
             raise ValueError(f"{key}: dtype {tensor.dtype}, expected a floating dtype")
-        if name.endswith("exp_avg_sq") and bool((tensor < 0).any()):
+        if name.endswith("exp_avg_sq") and tensor.numel() and float(tensor.amin()) < 0:
             raise ValueError(f"{key}: a second moment below 0")
         if name == "step" and not (tensor.dim() == 0 and 0 <= float(tensor) <= step):
             raise ValueError(f"{key}: expected a step count in [0, {step}], got {tensor!r:.40}")
