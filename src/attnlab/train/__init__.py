@@ -14,7 +14,9 @@
   :func:`attnlab.model.load_pretrained`.
 * Resume: ``Trainer.train(resume=True)`` continues from the newest checkpoint with the same
   losses, bit for bit on CPU, as a run never interrupted (weights, Adam moments, schedule,
-  data position and RNG states are all restored).
+  data position and RNG states are all restored). The checkpoint is checked whole first
+  (digests, schema, every tensor against what it belongs to); a damaged one is skipped with a
+  warning, set aside as ``checkpoints/damaged-step-N``, and the previous one used.
 * Distributed: under ``torchrun`` call :func:`init_distributed` first; the model is then
   wrapped in ``DistributedDataParallel``, each global batch is split among the ranks, and
   rank 0 alone writes files.
@@ -30,6 +32,7 @@ The modules, one concept each:
 ``optim``          the optimizer and the learning-rate schedule
 ``position``       where a run stands (counters, best validation, stop reasons)
 ``checkpoint``     checkpoints on disk: atomic save, checked resume, the averaged final model
+``integrity``      a checkpoint's digests and checks of its content before a resume
 ``rng``            the global RNG states, saved and restored
 ``distributed``    the process group, sums over replicas, DistributedDataParallel
 ``metrics``        metrics.csv, TensorBoard, the progress bar, the on_evaluate hook's values
