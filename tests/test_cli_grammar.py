@@ -22,7 +22,8 @@ def _subparsers(parser: argparse.ArgumentParser, prefix: str = ""):
 
 
 COMMANDS = dict(_subparsers(build_parser()))
-#: Commands whose model is positional: kept as they were (viz's MODEL, export's MODEL_DIR).
+#: Commands whose model was positional (viz's MODEL, export's MODEL_DIR): kept as a
+#: deprecated alias beside --model.
 POSITIONAL_MODEL = {"viz attention", "viz learned-pe", "viz rollout", "export"}
 
 
@@ -37,8 +38,8 @@ def test_a_command_taking_a_model_calls_it_model(name):
     flags = {s for a in parser._actions for s in a.option_strings}
     dests = {a.dest for a in parser._actions}
     if name in POSITIONAL_MODEL:
-        assert dests & {"model", "model_dir"}
-        return
+        positional = [a for a in parser._actions if a.dest in {"model", "model_dir"}]
+        assert positional and positional[0].nargs == "?" and "deprecated" in positional[0].help
     if dests & {"model", "model_dir"}:
         assert "--model" in flags, name
 

@@ -244,3 +244,36 @@ def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
     status, _, err = _run([*argv[:3], "--n-best", "5", "seven"], capsys)
     assert status == 2 and "--n-best: expected at most --beam-size (4)" in err
 
+
+def test_viz_attention_draws_a_checkpoint(checkpoint, tmp_path, capsys):
+    """The positional MODEL of viz goes through the same resolver as --model."""
+    argv = ["viz", "attention", str(checkpoint), "--src-ids", "5 6 7", "--out", str(tmp_path)]
+    status, _, err = _run([*argv, "--max-new-tokens", "3"], capsys)
+    assert status == 0, err
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "cross.png",
+        "decoder.png",
+        "encoder.png",
+    ]
+    status, _, err = _run(
+        ["viz", "attention", "--model", str(tmp_path / "none"), "--src-ids", "5"], capsys
+    )
+    assert status == 2 and "MODEL: " in err and err.count("\n") == 1
+    out = tmp_path / "flag"
+    argv = ["viz", "attention", "--model", str(checkpoint), "--src-ids", "5 6", "--out", str(out)]
+    status, _, err = _run([*argv, "--max-new-tokens", "2"], capsys)
+    assert status == 0 and err == "" and len(list(out.glob("*.png"))) == 3
+    status, _, err = _run([*argv, str(checkpoint)], capsys)
+    assert status == 2 and "--model: given twice" in err
+
+
+def test_translate_a_file_shows_a_progress_bar_on_a_terminal(
+    numbers_model_dir, tmp_path, monkeypatch, capsys
+):
+    source = tmp_path / "in.txt"
+    source.write_text("seven\neight\n", encoding="utf-8")
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "1", "-i", str(source)]
+    status, out, err = _run(argv, capsys)
+    assert status == 0 and len(out.splitlines()) == 2
+    assert "translate: 100%" in err  # tqdm's bar, complete: every byte of the file read

@@ -61,7 +61,8 @@ def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
     ``OUT/checkpoints/step-N`` becomes a view of its weights with the run's tokenizers and
     ``job.json``. ``name`` is the argument the errors name (``--model``, say).
 
-    Raises FileNotFoundError, one line naming ``name`` and the path, when it is none of these.
+    Any other directory is returned as it is, for the loader to name what it lacks.
+    Raises FileNotFoundError, one line naming ``name`` and the path, when it does not exist.
     """
     directory = Path(path)
     if not directory.is_dir():
@@ -77,10 +78,7 @@ def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
         checkpoints = find_checkpoints(directory)
         if checkpoints:
             return resolve_model_dir(checkpoints[-1], name=name)
-        raise FileNotFoundError(
-            f"{name}: {directory} holds no {_CONFIG}: not a model directory (OUT/model), a "
-            f"checkpoint (OUT/checkpoints/step-N) or a run (OUT)"
-        )
+        return directory  # the loader names what is missing (config.json, job.json)
     has_tokenizer = any((directory / n).is_file() for n in TOKENIZER_NAMES)
     if has_tokenizer or directory.parent.name != "checkpoints":
         return directory

@@ -52,6 +52,7 @@ def _resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
+        _merge_model_flag(args)
         for attr, flag in _MODEL_ARGS.items():
             value = getattr(args, attr, None)
             if isinstance(value, str):
@@ -62,11 +63,53 @@ def _resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
     return run
 
 
+def _merge_model_flag(args: argparse.Namespace) -> None:
+    """``--model`` where the model was positional (viz's MODEL, export's MODEL_DIR): the
+    positional stays, as a deprecated alias (its help says so; it prints nothing, so that
+    scripts reading stderr keep working)."""
+    if not hasattr(args, "model_flag"):
+        return
+    attr = "model_dir" if hasattr(args, "model_dir") else "model"
+    positional, flag = getattr(args, attr), args.model_flag
+    if positional is not None and flag is not None:
+        raise ValueError(f"--model: given twice (--model {flag} and {positional}); keep --model")
+    if positional is None and flag is None:
+        raise ValueError("--model: required (a model directory, checkpoint or run)")
+    setattr(args, attr, positional if flag is None else flag)
+
+
+def _add_model_flag(parser: argparse.ArgumentParser) -> None:
+    """Give a parser whose model is positional a ``--model`` flag, the positional optional."""
+    for action in parser._actions:
+        if not action.option_strings and action.dest in _MODEL_ARGS:
+            action.nargs, action.default, action.required = "?", None, False
+            action.help = f"{action.help} (deprecated: use --model)"
+            parser.add_argument(
+                "--model",
+                dest="model_flag",
+                metavar="MODEL",
+                default=None,
+                help="model directory (OUT/model)",
+            )
+            return
+
+
+def _walk(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _walk(child)
+
+
 def extend(sub) -> None:
     """Add the inference options to ``translate`` and ``evaluate`` and resolve every command's
     model argument (see the module's docstring)."""
     _extend_translate(sub.choices["translate"])
     _extend_evaluate(sub.choices["evaluate"])
+    for parser in sub.choices.values():
+        for each in _walk(parser):
+            _add_model_flag(each)
     for name, parser in sub.choices.items():
         func = parser.get_default("func")
         skip = {"train", "translate", "evaluate", "average", "generate", "predict"}
