@@ -109,7 +109,7 @@ def _check_lengths(max_new_tokens: object, min_new_tokens: object) -> None:
         or min_new_tokens < 0
     ):
         raise ValueError(f"min_new_tokens: expected an int >= 0, got {min_new_tokens!r}")
-    if max_new_tokens is not None and min_new_tokens > max_new_tokens:
+    if isinstance(max_new_tokens, int) and min_new_tokens > max_new_tokens:
         raise ValueError(
             f"min_new_tokens: {min_new_tokens} exceeds max_new_tokens={max_new_tokens}"
         )
@@ -149,8 +149,8 @@ def _as_ids(inputs: object, name: str, pad_id: int, device: torch.device) -> Ten
         raise ValueError(f"{name}: empty batch or sequence, shape {tuple(ids.shape)}")
     empty = (ids == pad_id).all(dim=1)
     if bool(empty.any()):
-        row = int(empty.nonzero()[0])
-        raise ValueError(f"{name}: row {row} is empty (only pad_id={pad_id})")
+        first = int(empty.nonzero()[0])
+        raise ValueError(f"{name}: row {first} is empty (only pad_id={pad_id})")
     return ids
 
 
@@ -272,8 +272,10 @@ class _Session:
         """Keep the cache rows ``rows`` (see :meth:`attnlab.layers.DecoderCache.select`)."""
         if self.fast is not None:
             self.fast.select(rows, cross=cross)
-        else:
+        elif self.cache is not None:
             self.cache.select(rows, cross=cross)
+        else:
+            raise RuntimeError("select() before begin(): the session has no cache yet")
 
     def banned(self) -> list[int]:
         """Ids never generated: pad and BOS (unless one of them is EOS)."""
