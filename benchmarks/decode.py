@@ -468,10 +468,27 @@ def int8_quality(model_dir: Path, out: Path) -> int:
                 same = sum(a == b for a, b in zip(exact, hypotheses[name], strict=True))
                 results[name]["same_output_as_fp32"] = same / len(sources)
             print(f"{name}: {json.dumps(results[name])}", flush=True)
+    # A continuous measure where the outputs agree: log P of each greedy output under both.
+    translator = Translator.load(model_dir, device="cpu", beam_size=1)
+    ids = [row for row in translator.src_tokenizer.encode_batch(sources) if row]
+    diffs = []
+    for start in range(0, len(ids), 64):
+        batch = ids[start : start + 64]
+        exact = attnlab.greedy_search(translator.model, batch)
+        int8 = attnlab.greedy_search(translator.model, batch, quantize="int8")
+        for i, (a, b) in enumerate(zip(exact.tolist(), int8.tolist(), strict=True)):
+            if a == b:
+                diffs.append(abs(float(exact.log_probs[i] - int8.log_probs[i])) / (len(a) + 1))
+    results["greedy_log_prob_per_token_abs_diff"] = {
+        "mean": statistics.mean(diffs),
+        "max": max(diffs),
+        "sentences": len(diffs),
+    }
+    print(f"log P per token, |int8 - fp32|: {results['greedy_log_prob_per_token_abs_diff']}")
     report = {
         "benchmark": "decode_int8_quality",
-        "model_dir": str(model_dir),
         "task": job.task.name,
+        "job": json.loads((model_dir / JOB_FILE).read_text(encoding="utf-8")),
         "sentences": len(pairs),
         "threads": 1,
         "torch_version": torch.__version__,
