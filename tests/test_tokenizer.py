@@ -2,13 +2,12 @@
 characters never seen in training included), byte tokens that never break a character and never
 turn into U+FFFD (the tokenizer alone, a model forced toward a lone lead byte, and a trained
 numbers model on every German number word with ä/ö/ü/ß), special tokens, files (the stated
-format, byte-level files of earlier versions, refusals), errors, and speed on Multi30K when its
-files are present."""
+format, byte-level files of earlier versions, refusals), errors, and a real vocabulary on
+Multi30K when its files are present."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -544,22 +543,17 @@ def test_load_tokenizers_errors(tok, tmp_path):
 
 
 @pytest.mark.skipif(not MULTI30K_DIR.is_dir(), reason=f"no Multi30K files in {MULTI30K_DIR}")
-def test_multi30k_joint_vocabulary_is_fast_and_exact():
+def test_multi30k_joint_vocabulary_is_exact():
     corpus = corpora.multi30k(MULTI30K_DIR, download=False)
     train = [side for pair in corpus["train"] for side in pair]
-    start = time.perf_counter()
     tok = Tokenizer.train(train, vocab_size=8000)
-    train_seconds = time.perf_counter() - start
     assert tok.vocab_size == 8000
     sources = [src for src, _ in corpus["train"]]
-    start = time.perf_counter()
     ids = tok.encode_batch(sources)
-    encode_seconds = time.perf_counter() - start
     assert tok.decode_batch(ids) == sources
     held_out = [side for split in ("valid", "test") for pair in corpus[split] for side in pair]
     assert tok.decode_batch(tok.encode_batch(held_out)) == held_out
     tokens_per_sentence = sum(map(len, ids)) / len(ids)
     assert 10 < tokens_per_sentence < 20  # ~13 words a caption; BPE keeps most whole
-    # Generous bounds (about 10x what 2 cores take) so that a busy machine does not fail them.
-    assert train_seconds < 30, train_seconds
-    assert encode_seconds < 10, encode_seconds
+    # Every character of the training text is a symbol: its encoding needs no byte token.
+    assert min(i for row in ids for i in row) >= 260
