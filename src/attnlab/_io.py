@@ -221,8 +221,13 @@ def not_written(error: OSError, path: str | os.PathLike, *, what: str | None = N
     naming ``path`` even where ``error`` named another file (a temporary one, inside a
     directory that :func:`atomic_write_dir` was building). ``what`` says what is left
     (default: that the previous version, if any, is intact)."""
-    reason = error.strerror or (os.strerror(error.errno) if error.errno else None)
-    reason = reason or type(error).__name__
+    cause: BaseException = error
+    while getattr(cause, "attnlab_not_written", False) and isinstance(cause.__cause__, OSError):
+        cause = cause.__cause__  # the refusal itself, not an earlier restatement
+    reason = getattr(cause, "strerror", None)
+    if not reason and getattr(cause, "errno", None):
+        reason = os.strerror(cause.errno)  # type: ignore[attr-defined]
+    reason = reason or str(cause) or type(cause).__name__
     left = what or "its previous version, if any, is intact"
     try:
         named = type(error)(f"{path}: not written ({reason}); {left}")

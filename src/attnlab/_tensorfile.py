@@ -163,17 +163,18 @@ def save_safetensors(
     tensors: dict[str, Tensor], path: str | os.PathLike[str], metadata: dict[str, str]
 ) -> None:
     """``safetensors.torch.save_file``, whose errors name ``path``: a refused write (a full
-    disk, a file-size limit) is the OSError of its errno, anything else a ValueError."""
+    disk, a file-size limit) is the OSError of its errno, anything else an OSError too."""
     from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     try:
         save_file(tensors, path, metadata=metadata)
     except SafetensorError as e:
-        found = re.search(r"\bcode: (\d+)", str(e))
+        # The OS error inside, as "Os { code: 28, ... }" or "... (os error 27)".
+        found = re.search(r"\bcode: (\d+)|\(os error (\d+)\)", str(e))
         if found is None:
-            raise ValueError(f"{path}: not written: {e}") from None
-        code = int(found.group(1))
+            raise OSError(f"{path}: not written: {e}") from None
+        code = int(found.group(1) or found.group(2))
         raise OSError(code, os.strerror(code), str(path)) from None
 
 
