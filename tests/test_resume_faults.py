@@ -224,6 +224,19 @@ def _nan_weight(checkpoint: Path) -> None:
     redigest(checkpoint)
 
 
+def _first_format(checkpoint: Path) -> None:
+    """Make ``checkpoint`` one of the first format: no digests, no checksum."""
+    state = json.loads((checkpoint / "state.json").read_text())
+    del state["files"], state["checksum"]
+    state["format"] = "attnlab-checkpoint-1"
+    (checkpoint / "state.json").write_text(json.dumps(state))
+
+
+def _first_format_nan_weight(checkpoint: Path) -> None:
+    _nan_weight(checkpoint)
+    _first_format(checkpoint)
+
+
 def _edit(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
     return lambda checkpoint: redigest(checkpoint, change)
 
@@ -234,10 +247,7 @@ def _short_torch_rng(state: dict[str, Any]) -> None:
 
 
 def _first_format_truncated_optimizer(checkpoint: Path) -> None:
-    state = json.loads((checkpoint / "state.json").read_text())
-    del state["files"], state["checksum"]
-    state["format"] = "attnlab-checkpoint-1"
-    (checkpoint / "state.json").write_text(json.dumps(state))
+    _first_format(checkpoint)
     _truncate_half(checkpoint / "optimizer.safetensors", random.Random(0))
 
 
@@ -247,7 +257,10 @@ TAMPERED: dict[str, tuple[Callable[[Path], None], str]] = {
         r"optimizer state: 0\.exp_avg: shape \(\d+, 16\), but parameter 0 is \(\d+, 16\)",
     ),
     "negative second moment": (_negative_second_moment, r"3\.exp_avg_sq: a second moment below 0"),
-    "NaN weight": (_nan_weight, r"norm1\.weight: holds NaN or infinite values"),
+    "first format, a NaN weight": (
+        _first_format_nan_weight,
+        r"norm1\.weight: holds NaN or infinite values",
+    ),
     "torch RNG state cut": (
         _edit(_short_torch_rng),
         r"state\.json: rng\[0\]\.torch: 5055 bytes, expected 5056",
@@ -313,6 +326,17 @@ def test_tampered_content_falls_back_with_the_fault_named(
     assert re.search(pattern, caught[0]), caught[0]
     assert summary["resumed_from_step"] == 6
     assert_same_run(out, reference)
+
+
+def test_a_run_that_diverged_resumes_as_it_was(reference: Path, tmp_path: Path) -> None:
+    """A NaN in a checkpoint whose digests hold is the run's own (it diverged), not damage:
+    the run resumes from it, and ends as such a run would, its averaged model NaN too."""
+    out, newest = copy_run(reference, tmp_path)
+    _nan_weight(newest)
+    caught, summary = resume(out)
+    assert caught == [] and summary["resumed_from_step"] == 8
+    averaged = load_file(out / "model" / "model.safetensors")
+    assert torch.isnan(averaged["encoder.layers.0.norm1.weight"][2])
 
 
 def test_the_digests_catch_what_the_checks_would_not(reference: Path, tmp_path: Path) -> None:

@@ -155,7 +155,10 @@ def read_safetensors(
     if finite:
         for name, tensor in tensors.items():
             if tensor.dtype.is_floating_point and not _finite(tensor):
-                raise ValueError(f"{path}: {name}: holds NaN or infinite values (damaged?)")
+                raise ValueError(
+                    f"{path}: {name}: holds NaN or infinite values (a damaged file, or saved "
+                    f"from a run that diverged)"
+                )
     return tensors, metadata
 
 

@@ -14,11 +14,13 @@ Files of a checkpoint::
                                      SHA-256 of the other three files and its own checksum
 
 Resuming checks the newest checkpoint whole before touching the model or the optimizer: the
-digests (any flipped bit), the schema of ``state.json``, the weights' header and values, every
+digests (any flipped bit), the schema of ``state.json``, the weights' header, every
 optimizer tensor against its parameter, the schedule, the RNG states and the position. A
 damaged one is set aside as ``checkpoints/damaged-step-N`` with a warning naming it and what
 was wrong, and the previous complete one is used; when none is usable, one error lists them.
 A checkpoint of another run (other settings, other data, another model) is an error at once.
+A NaN in a checkpoint whose digests hold is the run's own (it diverged) and resumes as it is;
+in one of the first format (no digests), a value that is not finite is taken for damage.
 """
 
 from __future__ import annotations
@@ -119,7 +121,8 @@ def average_checkpoints(checkpoints: Sequence[Path]) -> tuple[dict[str, Tensor],
     dtypes: dict[str, torch.dtype] = {}
     metadata: dict[str, str] = {}
     for path in checkpoints:
-        weights, metadata = read_safetensors(path / WEIGHTS_FILE)
+        # A run's own checkpoints: NaN is what a diverged run holds, averaged as it is.
+        weights, metadata = read_safetensors(path / WEIGHTS_FILE, finite=False)
         if total and set(weights) != set(total):
             raise ValueError(f"{path}: holds other weights than {checkpoints[0]}; cannot average")
         for name, tensor in weights.items():
@@ -314,7 +317,10 @@ def load_checkpoint(
     """
     state_path = path / STATE_FILE
     state = read_json(state_path)
-    if state.get("format") == CHECKPOINT_FORMAT:
+    # With its digests checked, every byte is as the run wrote it: a NaN is the run's own (it
+    # diverged), not damage. Without them, a value that is not finite is taken for damage.
+    verified = state.get("format") == CHECKPOINT_FORMAT
+    if verified:
         check_digests(path, state, STATE_FILE)
     elif state.get("format") not in OLD_FORMATS:
         raise ValueError(
@@ -339,8 +345,8 @@ def load_checkpoint(
 
     weights_path = path / WEIGHTS_FILE
     dtype = check_weights(model, read_safetensors_header(weights_path)[0], weights_path)
-    weights, _ = read_safetensors(weights_path)
-    stored, _ = read_safetensors(path / OPTIMIZER_FILE)
+    weights, _ = read_safetensors(weights_path, finite=not verified)
+    stored, _ = read_safetensors(path / OPTIMIZER_FILE, finite=not verified)
     try:
         loaded = optimizer_state(stored, state["optimizer"], optimizer, step=state["step"])
     except ValueError as e:
