@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test test-fast test-load demo tour train-multi30k train-digits serve bench explain lint format clean
+.PHONY: test test-wheel test-fast test-load demo tour train-multi30k train-digits serve bench explain lint format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,22 @@ $(STAMP): $(PY) pyproject.toml $(CONSTRAINTS)
 # Everything, as CI runs it.
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The package as a user installs it: a wheel, no extras, a fresh venv outside the source tree;
+# a 20-step training, a translation and an evaluation from the installed command.
+WHEEL_DIR := build/wheel-check
+test-wheel: $(STAMP)
+	rm -rf $(WHEEL_DIR)
+	$(PIP) wheel --quiet --no-deps --wheel-dir $(WHEEL_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet -c $(CONSTRAINTS) $(WHEEL_DIR)/dist/attnlab-*.whl
+	cd $(WHEEL_DIR) && venv/bin/attnlab train --task numbers --out run --no-progress \
+		--max-steps 20 --eval-every 20 --checkpoint-every 20 --set task.valid_size=20 \
+		--set task.test_size=20 --set train.warmup=5 --set train.average_last=1 \
+		--set eval.bleu_sentences=5
+	cd $(WHEEL_DIR) && venv/bin/attnlab translate --model run/model "twelve" "forty-two"
+	cd $(WHEEL_DIR) && venv/bin/attnlab evaluate --model run/model --json > evaluate.json
+	cd $(WHEEL_DIR) && venv/bin/python -c "import json, sys; r = json.load(open('evaluate.json')); sys.exit(0 if 0 <= r['chrf'] <= 100 and 'exact_match' in r else 'evaluate.json: ' + str(sorted(r)))"
 
 # The edit-test loop (< 2 minutes on 2 cores): all but the tests marked slow or browser.
 test-fast: $(STAMP)

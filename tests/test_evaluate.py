@@ -283,12 +283,6 @@ def test_overwrite_leaves_a_directory_that_is_not_a_run(tmp_path, capsys):
     assert (out / "thesis.tex").read_text() == "not a run"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobs.run builds the translation model before any seed: its initial weights differ "
-    "from run to run (fix: build it under fork_rng + manual_seed([train] seed), as the digits "
-    "task does; then remove this mark)",
-)
 def test_the_same_seed_trains_the_same_model(tmp_path):
     """`make demo` is bounded by steps so that its result does not depend on the machine's
     speed: two runs with the same seed must give the same weights, bit for bit."""

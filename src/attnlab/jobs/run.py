@@ -146,16 +146,21 @@ def train_job(
     return result
 
 
-def _build_model(job: Job):
-    """A fresh model for an image task, seeded by ``[train] seed`` so that a job's initial
-    weights (hence its accuracy) are reproducible."""
+def _seeded(job: Job, build: Callable[[], Any]) -> Any:
+    """``build()`` under ``[train] seed`` (the global generator left as it was), so that a
+    job's initial weights, hence its result, are the same on every run."""
     import torch
-
-    from ..vision import VisionTransformer
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(job.train.get("seed", 0)))
-        return VisionTransformer(job.model_config())
+        return build()
+
+
+def _build_model(job: Job):
+    """A fresh model for an image task, seeded by ``[train] seed``."""
+    from ..vision import VisionTransformer
+
+    return _seeded(job, lambda: VisionTransformer(job.model_config()))
 
 
 def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
@@ -170,7 +175,9 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
         tgt = tgt_tok.encode_batch([t for _, t in pairs])
         return make_examples(list(zip(src, tgt, strict=True)), max_len=job.task.max_len)
 
-    model = Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
+    model = _seeded(
+        job, lambda: Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
+    )
     valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
 
     def on_evaluate(step: int, trained) -> dict[str, float]:
@@ -193,7 +200,9 @@ def _lm_setup(job: Job, corpus, tokenizer, _):
     def encode(split: str):
         return make_lm_examples(tokenizer.encode_batch(corpus[split]), max_len=job.task.max_len)
 
-    model = TransformerLM(job.model_config(tokenizer.vocab_size, tokenizer.vocab_size))
+    model = _seeded(
+        job, lambda: TransformerLM(job.model_config(tokenizer.vocab_size, tokenizer.vocab_size))
+    )
     return model, encode("train"), encode("valid"), None
 
 
@@ -278,6 +287,7 @@ def evaluate_model(
     result = scores.to_dict()
     result["split"] = split
     result["task"] = job.task.name
+    result["beam_size"] = beam_size or job.eval.beam_size
     result["examples"] = [
         {"source": s, "reference": t, "hypothesis": h}
         for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]

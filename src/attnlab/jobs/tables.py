@@ -194,8 +194,9 @@ class TaskOptions:
 
 @dataclass
 class TokenizerOptions:
-    """Byte-level BPE trained on the training split: ``vocab_size`` subwords (specials
-    included), one vocabulary for both languages when ``joint`` (with shared embeddings)."""
+    """BPE over characters with byte fallback, trained on the training split: ``vocab_size``
+    subwords (specials included), one vocabulary for both languages when ``joint`` (with
+    shared embeddings)."""
 
     vocab_size: int = 8000
     joint: bool = True

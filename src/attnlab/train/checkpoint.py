@@ -172,7 +172,8 @@ def prepare_run_directory(out: Path, *, resume: bool, rank: int, world_size: int
     if checkpoints and not resume:
         raise FileExistsError(
             f"out: {out} already holds checkpoints ({checkpoints[-1].name}); pass "
-            f"resume=True to continue that run, or choose another directory"
+            f"resume=True (attnlab train --resume) to continue that run, or choose another "
+            f"directory (attnlab train --overwrite starts it over)"
         )
     return checkpoints
 
