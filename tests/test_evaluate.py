@@ -178,7 +178,7 @@ def test_evaluate_json_names_the_headline_on_numbers(numbers_model_dir, capsys):
 
 
 def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_model_dir, capsys):
-    from attnlab.cli.jobs import _print_scores
+    from attnlab.cli.jobs import print_scores
 
     argv = ["evaluate", "--model", str(numbers_model_dir), "--limit", "5", "--show", "1"]
     assert main([*argv, "--beam-size", "1"]) == 0
@@ -190,7 +190,7 @@ def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_m
     # results.json of the session's run holds the same, and `attnlab train` printed it so.
     results = json.loads((numbers_model_dir.parent / "results.json").read_text("utf-8"))
     assert results["headline"] == ["exact_match", "chrf"] and results["note"]
-    _print_scores(results, beam_size=4)
+    print_scores(results, beam_size=4)
     summary = capsys.readouterr().out.splitlines()
     n = results["sentences"]
     assert summary[0].startswith(f"test ({n} sentences, beam search (4)): exact match ")

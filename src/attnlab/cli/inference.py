@@ -45,7 +45,7 @@ def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str
     raise ValueError(f"{flag}: {directory} is {what}; attnlab {command} needs another kind{hint}")
 
 
-def _resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``func`` with its model argument resolved first (a checkpoint or a run to a model
     directory)."""
     from ..modeldir import resolve_model_dir
@@ -114,13 +114,13 @@ def extend(sub) -> None:
         func = parser.get_default("func")
         skip = {"train", "translate", "evaluate", "average", "generate", "predict"}
         if func is not None and name not in skip:
-            parser.set_defaults(func=_resolving(func))
+            parser.set_defaults(func=resolving(func))
 
 
 # -- translate ---------------------------------------------------------------------------------
 
 
-def _probability(text: str) -> float:
+def probability(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -140,7 +140,7 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> float:
+def positive_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -180,13 +180,13 @@ def _extend_translate(translate: argparse.ArgumentParser) -> None:
         "--sample", action="store_true", help="draw each token instead of searching"
     )
     translate.add_argument(
-        "--temperature", type=_positive, default=1.0, help="--sample: temperature (1.0)"
+        "--temperature", type=positive_number, default=1.0, help="--sample: temperature (1.0)"
     )
     translate.add_argument(
         "--top-k", type=positive_int, default=None, help="--sample: keep the k most probable"
     )
     translate.add_argument(
-        "--top-p", type=_probability, default=None, help="--sample: nucleus mass, in (0, 1]"
+        "--top-p", type=probability, default=None, help="--sample: nucleus mass, in (0, 1]"
     )
     translate.add_argument("--seed", type=int, default=None, help="--sample: random seed")
     translate.add_argument(
@@ -195,7 +195,7 @@ def _extend_translate(translate: argparse.ArgumentParser) -> None:
     translate.add_argument(
         "-o", "--output", default=None, metavar="FILE", help="write to FILE instead of stdout"
     )
-    translate.set_defaults(func=_resolving(cmd_translate))
+    translate.set_defaults(func=resolving(cmd_translate))
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -317,7 +317,7 @@ def _extend_evaluate(evaluate: argparse.ArgumentParser) -> None:
         "--alpha", type=_non_negative, default=0.6, help="--src: length penalty (0.6)"
     )
     job_evaluate = evaluate.get_default("func")
-    evaluate.set_defaults(func=_resolving(functools.partial(cmd_evaluate, job_evaluate)))
+    evaluate.set_defaults(func=resolving(functools.partial(cmd_evaluate, job_evaluate)))
 
 
 def _read_lines(path: str, flag: str) -> list[str]:
@@ -346,7 +346,7 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
         missing = "--ref" if args.ref is None else "--src"
         raise ValueError(f"{missing}: required with {'--src' if missing == '--ref' else '--ref'}")
     from ..evaluate import Translator, score
-    from .jobs import _print_scores
+    from .jobs import print_scores
 
     sources = _read_lines(args.src, "--src")
     references = _read_lines(args.ref, "--ref")
@@ -372,13 +372,13 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
         for s, h, r in zip(sources, hypotheses, references, strict=True)
         if h != r
     ]
-    _print_scores(result, show=args.show, beam_size=beam)
+    print_scores(result, show=args.show, beam_size=beam)
     return 0
 
 
 def _evaluate_lm_file(args: argparse.Namespace) -> int:
     from ..evaluate import lm_perplexity, load_with_tokenizers
-    from .jobs import _print_scores
+    from .jobs import print_scores
 
     if args.ref is not None or args.src is None:
         raise ValueError("--ref: a language model is scored on --src FILE alone (perplexity)")
@@ -391,7 +391,7 @@ def _evaluate_lm_file(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        _print_scores(result)
+        print_scores(result)
     return 0
 
 

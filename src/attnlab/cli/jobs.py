@@ -95,7 +95,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
     _print_time_cap(result.get("training", {}), job.train)
-    _print_scores(result, beam_size=job.eval.beam_size)
+    print_scores(result, beam_size=job.eval.beam_size)
     use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
@@ -176,7 +176,7 @@ def _decoding(beam_size: object) -> str:
     return ", greedy" if beam_size == 1 else f", beam search ({beam_size})"
 
 
-def _print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> None:
+def print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> None:
     if "accuracy" in result:  # an image classifier
         print(
             f"{result['split']} ({result['images']:,} images): accuracy "
@@ -253,7 +253,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
         print(json.dumps({k: result[k] for k in keys}))
         return 0
-    _print_scores(result, show=args.show, beam_size=args.beam_size)
+    print_scores(result, show=args.show, beam_size=args.beam_size)
     return 0
 
 

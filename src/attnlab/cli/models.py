@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ._args import positive_int
-from .inference import _positive, _probability, _resolving, check_kind
+from .inference import check_kind, positive_number, probability, resolving
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -121,14 +121,14 @@ def add_parsers(sub) -> None:
         "--max-len", type=positive_int, default=50, help="new tokens at most (50)"
     )
     generate.add_argument("--sample", action="store_true", help="draw tokens (default: greedy)")
-    generate.add_argument("--temperature", type=_positive, default=1.0, help="--sample (1.0)")
+    generate.add_argument("--temperature", type=positive_number, default=1.0, help="--sample (1.0)")
     generate.add_argument("--top-k", type=positive_int, default=None, help="--sample: top k")
-    generate.add_argument("--top-p", type=_probability, default=None, help="--sample: nucleus mass")
+    generate.add_argument("--top-p", type=probability, default=None, help="--sample: nucleus mass")
     generate.add_argument("--seed", type=int, default=0, help="random seed (0)")
     generate.add_argument(
         "--device", choices=("cpu", "cuda"), default=None, help="cpu (default) or cuda"
     )
-    generate.set_defaults(func=_resolving(cmd_generate))
+    generate.set_defaults(func=resolving(cmd_generate))
 
     predict = sub.add_parser(
         "predict",
@@ -144,4 +144,4 @@ def add_parsers(sub) -> None:
     predict.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG)")
     predict.add_argument("--top-k", type=positive_int, default=3, help="classes to show (3)")
     predict.add_argument("--invert", action="store_true", help="dark ink on light paper")
-    predict.set_defaults(func=_resolving(cmd_predict))
+    predict.set_defaults(func=resolving(cmd_predict))
