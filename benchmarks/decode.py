@@ -542,6 +542,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
                     times, cpu = time_interleaved(workers, here, request, plan, threads)
                     samples.setdefault(case.key, {})[str(threads)] = times
                     cpu_samples.setdefault(case.key, {})[str(threads)] = cpu
+                    raw = {"samples_s": samples, "cpu_samples_s": cpu_samples, "checks": checks}
+                    args.out.with_suffix(".partial.json").write_text(json.dumps(raw))
                     med = {
                         n: case.batch * plan.new_tokens / statistics.median(t)
                         for n, t in times.items()
@@ -666,8 +668,10 @@ def report(
             c = cpu_rates[t]
 
             def cell(name: str, r: dict = r) -> str:
+                if name not in r:
+                    return "-"
                 low, high = r[name]["worst"], r[name]["best"]
-                return f"{r[name]['median']:,.0f} ({low:,.0f}-{high:,.0f})" if name in r else "-"
+                return f"{r[name]['median']:,.0f} ({low:,.0f}-{high:,.0f})"
 
             def ratio(ours: str, anchor: str, r: dict = r, c: dict = c) -> str:
                 wall = r[ours]["median"] / r[anchor]["median"]

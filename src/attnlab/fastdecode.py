@@ -2,8 +2,10 @@
 
 :meth:`attnlab.Transformer.decode` with a :class:`attnlab.layers.DecoderCache` is the readable
 reference of incremental decoding: every step goes through the modules, checks its arguments,
-builds masks and calls scaled dot-product attention. At batch 1 a step of the ``small`` model is
-about a hundred tiny ops, and op dispatch, not arithmetic, bounds it. :class:`FastDecoder`
+builds masks and calls scaled dot-product attention. At batch 1 a step of the ``small`` model
+streams 19 MB of weights for one token, and the Python and op dispatch around several hundred
+small ops cost a large part of it (on a model with tiny widths, where only that overhead is
+left, the reference step took 1.8x the time of this one). :class:`FastDecoder`
 computes the same numbers (tested equal, outputs and caches, in ``tests/test_fastdecode.py``)
 with fewer, larger ops and nothing else on the hot path:
 
@@ -32,6 +34,13 @@ an int8 output may depend on the batch it is decoded in (float32 outputs do not)
 
 :func:`why_not_fast_path` says why a model takes the reference path instead ("" when it does
 not), in the manner of torch.nn.MultiheadAttention's ``why_not_sparsity_fast_path``.
+
+Not used, measured: ``torch.compile`` of the step (inductor, ``dynamic=True``) on this 2-core
+AVX2 CPU took 217 s to compile, recompiled for every position (the in-place write into the
+store specialises on it) until dynamo's recompile limit sent it back to eager, and ran 1.4-1.5x
+slower per step than eager. Pre-transposed weights beat ``F.linear`` by 1.3-2x on the output
+projection (MKL's transposed-B path); MKL-packed and oneDNN linear ops, SDPA for one query, and
+splitting the output projection into column blocks were no faster here.
 """
 
 from __future__ import annotations
@@ -339,6 +348,7 @@ class FastDecoder:
                 (keys.transpose(1, 2), values, write, memory[0].transpose(1, 2), memory[1])
             )
         self.new_shape = (n, beam, 2, kv_heads, head_dim)
+        self.shape = (n, n * kv_heads, p.heads // kv_heads, head_dim, p.d_model)
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -363,12 +373,42 @@ class FastDecoder:
             bias = self.alibi.narrow(1, self.capacity - 1 - t, t + 1)
             bias = bias.reshape(1, p.kv_heads, self.group, 1, -1)
         keys_length = (t + 1) * self.beam
-        for w, views in zip(p.layers, self.layer_views, strict=True):
-            x = self._layer(w, views, x, t, keys_length, mask, bias)
+        if self.beam == 1 and self.rotation is None and bias is None:
+            for w, views in zip(p.layers, self.layer_views, strict=True):
+                x = self._one_query_layer(w, views, x, t)
+        else:
+            for w, views in zip(p.layers, self.layer_views, strict=True):
+                x = self._layer(w, views, x, t, keys_length, mask, bias)
         if p.final_norm is not None:
             x = p.final_norm(x)
         self.length = t + 1
         return p.head(x)
+
+    def _one_query_layer(self, w: _Layer, views: tuple[Tensor, ...], x: Tensor, t: int) -> Tensor:
+        """:meth:`_layer` for one row per sentence, no RoPE, no ALiBi (greedy decoding and
+        sampling with the paper's positions): the same ops, written out, fewer Python calls."""
+        keys_t, values, write, memory_keys_t, memory_values = views
+        norm1, norm2, norm3 = w.norms
+        pre, (n, rows_heads, group, head_dim, d) = self.packed.norm_first, self.shape
+        qkv = w.qkv(norm1(x) if pre else x)  # (n, d + 2 kv)
+        write[t].copy_(qkv.narrow(1, d, qkv.shape[1] - d).view(self.new_shape))
+        q = qkv.narrow(1, 0, d).reshape(rows_heads, group, head_dim)
+        scores = torch.bmm(q, keys_t.narrow(2, 0, t + 1))
+        a = torch.bmm(torch.softmax(scores, -1), values.narrow(1, 0, t + 1)).view(n, d)
+        out = w.out(a)
+        out += x
+        x = out if pre else norm1(out)
+        q = w.cross_q(norm2(x) if pre else x).view(rows_heads, group, head_dim)
+        scores = torch.bmm(q, memory_keys_t)
+        if self.memory_bias is not None:
+            scores.view(n, -1, group, 1, scores.shape[-1]).add_(self.memory_bias)
+        a = torch.bmm(torch.softmax(scores, -1), memory_values).view(n, d)
+        out = w.cross_out(a)
+        out += x
+        x = out if pre else norm2(out)
+        out = w.ff2(w.activation(w.ff1(norm3(x) if pre else x)))
+        out += x
+        return out if pre else norm3(out)
 
     def _layer(
         self,
