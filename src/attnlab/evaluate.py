@@ -249,9 +249,9 @@ class Translator:
             return self.translate([texts])[0]
         return self.translate(texts)
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """Translations of ``texts``, in order. An empty line translates to an empty line;
-        a source longer than a learned-position model's ``max_len`` is cut to it."""
+    def _encode_sources(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+        """The source ids of ``texts`` (cut to ``max_len`` where the model has one), and the
+        indices of the non-empty ones, shortest first (the order batches are made in)."""
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
@@ -259,8 +259,14 @@ class Translator:
         encoded = self.src_tokenizer.encode_batch(texts) if texts else []
         if self.max_len is not None:
             encoded = [ids[: self.max_len] for ids in encoded]
-        out = [""] * len(texts)
         order = sorted((i for i in range(len(texts)) if encoded[i]), key=lambda i: len(encoded[i]))
+        return encoded, order
+
+    def translate(self, texts: Sequence[str]) -> list[str]:
+        """Translations of ``texts``, in order. An empty line translates to an empty line;
+        a source longer than a learned-position model's ``max_len`` is cut to it."""
+        encoded, order = self._encode_sources(texts)
+        out = [""] * len(encoded)
         for batch in self._batches(order, encoded):
             generated = self._decode([encoded[i] for i in batch])
             for i, ids in zip(batch, generated, strict=True):
@@ -277,15 +283,8 @@ class Translator:
             raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
         if self.sample:
             raise ValueError("n: n-best lists come from beam search, not from sampling")
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
-        encoded = self.src_tokenizer.encode_batch(texts) if texts else []
-        if self.max_len is not None:
-            encoded = [ids[: self.max_len] for ids in encoded]
-        out: list[list[tuple[float, str]]] = [[(0.0, "")] for _ in texts]
-        order = sorted((i for i in range(len(texts)) if encoded[i]), key=lambda i: len(encoded[i]))
+        encoded, order = self._encode_sources(texts)
+        out: list[list[tuple[float, str]]] = [[(0.0, "")] for _ in encoded]
         for batch in self._batches(order, encoded):
             found = beam_search(
                 self.model,
