@@ -688,6 +688,13 @@ def test_cli_sigint_during_training_exits_130_with_one_line(tmp_path):
         process.kill()
         pytest.fail(f"attnlab train printed nothing in 180 s: {process.stderr.read()}")
     assert first.startswith("attnlab train: ")
+    line = first
+    while not line.startswith("  model: "):  # the last line before the training loop starts
+        try:
+            line = lines.get(timeout=180)
+        except queue.Empty:
+            process.kill()
+            pytest.fail(f"attnlab train did not reach training in 180 s: {process.stderr.read()}")
     process.send_signal(signal.SIGINT)
     code, err = _finish(process, "SIGINT")
     assert code == 130, err

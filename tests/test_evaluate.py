@@ -193,7 +193,9 @@ def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_m
     print_scores(results, beam_size=4)
     summary = capsys.readouterr().out.splitlines()
     n = results["sentences"]
-    assert summary[0].startswith(f"test ({n} sentences, beam search (4)): exact match ")
+    size = results["beam_size"]  # the results name their decoder; the argument is a fallback
+    decoder = "greedy" if size == 1 else f"beam search ({size})"
+    assert summary[0].startswith(f"test ({n} sentences, {decoder}): exact match ")
     assert summary[1].startswith("  note: ")
 
 
