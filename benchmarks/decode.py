@@ -579,7 +579,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
         "threads_measured": list(plan.threads),
     }
     args.threads = list(plan.threads)
-    return finish("decode", args, plan, rows, wall, extra)
+    code = finish("decode", args, plan, rows, wall, extra)
+    args.out.with_suffix(".partial.json").unlink(missing_ok=True)  # the report holds it all
+    return code
 
 
 def compare_outputs(outputs: dict[str, list[list[int]]]) -> dict[str, Any]:
