@@ -120,34 +120,27 @@ def extend(sub) -> None:
 # -- translate ---------------------------------------------------------------------------------
 
 
-def probability(text: str) -> float:
+def _number(text: str, accept: Callable[[float], bool], expected: str) -> float:
+    """``text`` as a float that ``accept`` takes (NaN never does), else argparse's error."""
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+        value = float("nan")
+    if value != value or not accept(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def probability(text: str) -> float:
+    return _number(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (value >= 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+    return _number(text, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
 
 
 def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
+    return _number(text, lambda v: 0 < v < float("inf"), "a finite number > 0")
 
 
 def _extend_translate(translate: argparse.ArgumentParser) -> None:
