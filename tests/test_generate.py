@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Callable
 
 import pytest
@@ -476,13 +477,15 @@ def next_log_probs(model, row: list[int], prefixes: list[list[int]]) -> Tensor:
 
 
 def reference_beam_search(
-    model, row: list[int], beam: int, alpha: float, max_new: int
+    model, row: list[int], beam: int, alpha: float, max_new: int, *, stop_at_k: bool = False
 ) -> list[tuple[float, list[int]]]:
     """The documented algorithm, one sentence, written plainly: every live hypothesis is
     extended by every generable token and the extensions ranked by log P; those among the best
     K that end in EOS (or any reaching max_new) finish, the best K others among the top 2K live
-    on; the search stops once K hypotheses have finished (every beam has finished). Returns
-    every finished hypothesis as (log P / lp, tokens), best first."""
+    on; the search stops once the best finished score is at least the best live log P over
+    lp(max_new), the most any live hypothesis can still reach. With ``stop_at_k`` it stops
+    instead once K hypotheses have finished (fairseq's rule, which beam_search does not use).
+    Returns every finished hypothesis as (log P / lp, tokens), best first."""
     live: list[tuple[float, list[int]]] = [(0.0, [])]
     done: list[tuple[float, list[int]]] = []
     for length in range(1, max_new + 1):
@@ -497,7 +500,12 @@ def reference_beam_search(
             if (tokens[-1] == EOS and rank < beam) or length == max_new:
                 done.append((log_p / length_penalty(length, alpha), tokens))
         live = [e for e in top if e[1][-1] != EOS][:beam]
-        if len(done) >= beam or not live:
+        if not live:
+            break
+        if stop_at_k and len(done) >= beam:
+            break
+        best_done = max((d[0] for d in done), default=-math.inf)
+        if not stop_at_k and best_done >= live[0][0] / length_penalty(max_new, alpha):
             break
     return sorted(done, key=lambda d: d[0], reverse=True)
 
@@ -510,7 +518,8 @@ def test_beam_search_follows_the_documented_algorithm(
     kind: str, beam: int, alpha: float, seed: int
 ):
     """The batched search returns what the plain one-sentence search above returns: the same
-    candidates finish, the same live on, and a sentence stops once every beam has finished."""
+    candidates finish, the same live on, and a sentence stops once no live hypothesis can beat
+    its best finished one."""
     model = build(kind, TransformerConfig(**SMALL), seed)
     inputs = EXHAUSTIVE_INPUTS[kind]
     out = beam_search(model, inputs, beam_size=beam, alpha=alpha, max_new_tokens=8)
@@ -521,6 +530,28 @@ def test_beam_search_follows_the_documented_algorithm(
         assert abs(float(out.scores[i]) - best) <= ATOL
         if len(done) == 1 or best - done[1][0] > 1e-4:
             assert out.tolist(keep_eos=True)[i] == best_tokens
+
+
+@pytest.mark.parametrize(
+    ("kind", "seed", "beam", "alpha"),
+    [("transformer", 1, 3, 0.6), ("transformer", 23, 2, 0.0), ("lm", 19, 2, 0.6)],
+)
+def test_beam_search_does_not_stop_on_early_eos_truncations(
+    kind: str, seed: int, beam: int, alpha: float
+):
+    """Cases (found by searching seeds) where K early-EOS hypotheses fill the finished set
+    while a better hypothesis is still live: stopping at K finished returns the worse one."""
+    model = build(kind, TransformerConfig(**SMALL), seed)
+    inputs = EXHAUSTIVE_INPUTS[kind]
+    out = beam_search(model, inputs, beam_size=beam, alpha=alpha, max_new_tokens=8)
+    improved = 0
+    for i, row in enumerate(rows_of(inputs)):
+        (best, tokens), *_ = reference_beam_search(model, row, beam, alpha, max_new=8)
+        (early, _), *_ = reference_beam_search(model, row, beam, alpha, 8, stop_at_k=True)
+        assert abs(float(out.scores[i]) - best) <= ATOL
+        assert out.tolist(keep_eos=True)[i] == tokens
+        improved += best > early + 1e-3
+    assert improved >= 1  # the case still shows the difference
 
 
 # -- sampling ----------------------------------------------------------------------------------

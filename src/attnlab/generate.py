@@ -568,11 +568,16 @@ def beam_search(
     extended by every token and the extensions are ranked by ``log P``. Those among the best
     ``beam_size`` that end in EOS are finished; the best ``beam_size`` that do not end in EOS
     (looking as far as rank ``2 x beam_size``) live on. A hypothesis reaching the maximum
-    length finishes without EOS. A sentence stops when every beam has finished, i.e. once it
-    holds ``beam_size`` finished hypotheses, or at its maximum length; the answer is its best
-    finished hypothesis by ``log P / lp``, with ``lp = ((5 + length) / 6)^alpha`` (the length
-    counts EOS). So ``beam_size=1`` is greedy search, and a beam wider than the number of
-    possible outputs searches them all. Sentences that stop leave the batch.
+    length finishes without EOS. Finished hypotheses are ranked by ``log P / lp``, with
+    ``lp = ((5 + length) / 6)^alpha`` (the length counts EOS), and each sentence keeps its
+    ``beam_size`` best. A sentence stops when no live hypothesis can still beat its
+    ``n_best``-th finished one: a live ``log P`` only falls as tokens are added, so
+    ``log P / lp(maximum length)`` bounds every score it can reach. (Stopping as soon as
+    ``beam_size`` hypotheses have finished, as fairseq and transformers' ``early_stopping=True``
+    do, can return a truncation that an early EOS ranked into the set while the better
+    hypothesis was still live.) A sentence also stops at its maximum length or when nothing is
+    left alive; the answer is its best finished hypothesis. So ``beam_size=1`` is greedy
+    search, and a beam wider than the number of possible outputs searches them all. Sentences that stop leave the batch.
 
     Args: as :func:`greedy_search`, and
         beam_size: hypotheses per sentence (4 in the paper; 1 is greedy search).
@@ -654,7 +659,7 @@ class _BeamSearch:
             history = extended.gather(1, _expand(pick, extended))
             token = token.gather(1, pick)
 
-            stop = last | self._settled(sentences, live)
+            stop = last | self._settled(sentences, live, n_best)
             if bool(stop.all()):
                 break
             keep = (~stop).nonzero().squeeze(1)
@@ -704,10 +709,11 @@ class _BeamSearch:
             both = torch.cat([old, new], dim=1)
             getattr(self, name)[sentences] = both.gather(1, _expand(pick, both))
 
-    def _settled(self, sentences: Tensor, live: Tensor) -> Tensor:
-        """``(n,)`` True where every beam has finished (K finished hypotheses), or none is left
-        alive."""
-        return torch.isfinite(self.done_scores[sentences, -1]) | torch.isneginf(live[:, 0])
+    def _settled(self, sentences: Tensor, live: Tensor, n_best: int) -> Tensor:
+        """``(n,)`` True where no live hypothesis can beat the ``n_best``-th finished one (its
+        best reachable score is ``log P / lp(maximum length)``), or none is left alive."""
+        bound = live[:, 0] / length_penalty(self.limit[sentences], self.alpha)
+        return (self.done_scores[sentences, n_best - 1] >= bound) | torch.isneginf(live[:, 0])
 
     def _result(self, n_best: int = 1) -> Generation:
         """The ``n_best`` best finished hypotheses of each sentence, as rows."""
