@@ -295,6 +295,30 @@ def test_ctranslate2_int8_loads_and_translates(numbers, numbers_ct2, tmp_path):
     assert change.mean().item() < 0.15 and change.max().item() < 0.5, change
 
 
+@pytest.mark.parametrize(
+    ("target", "quantization"),
+    [
+        ("ctranslate2", None),
+        ("ctranslate2", "int8"),
+        ("ctranslate2", "int8_float16"),
+        ("huggingface", None),
+    ],
+)
+def test_export_leaves_the_callers_model_unchanged(tokenizer, tmp_path, target, quantization):
+    """CTranslate2 quantizes and fuses the arrays it is given in place: export hands it copies,
+    so the model in memory is bit for bit what it was."""
+    torch.manual_seed(1)
+    config = TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0)
+    model = Transformer(config).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    if target == "ctranslate2":
+        ex.to_ctranslate2(model, tokenizer, tmp_path / "out", quantization=quantization)
+    else:
+        ex.to_huggingface(model, tokenizer, tmp_path / "out")
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed == []
+
+
 def test_ctranslate2_expresses_the_other_options(tokenizer, tmp_path):
     """Pre-LN, grouped-query attention, GELU, learned and rotary positions, an embedding
     LayerNorm, no biases, unscaled and untied embeddings: CTranslate2 computes them all."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .._io import atomic_write_dir
 from .common import (
     PathLike,
@@ -118,13 +120,15 @@ def _spec(model: Any, src_tokens: list[str], tgt_tokens: list[str], unk_id: int)
     decoder = transformer_spec.TransformerDecoderSpec(c.num_decoder_layers, c.num_heads, **options)
     d = c.d_model
 
-    def numpy(name: str):
-        return state[name].contiguous().numpy()
+    def numpy(name: str, rows: slice = slice(None)):
+        # A copy: spec.optimize() quantizes and fuses these arrays in place, and a view would
+        # change the caller's model.
+        return state[name][rows].clone(memory_format=torch.contiguous_format).numpy()
 
     def linear(spec: Any, prefix: str, rows: slice = slice(None)) -> None:
-        spec.weight = state[f"{prefix}.weight"][rows].contiguous().numpy()
+        spec.weight = numpy(f"{prefix}.weight", rows)
         if f"{prefix}.bias" in state:
-            spec.bias = state[f"{prefix}.bias"][rows].contiguous().numpy()
+            spec.bias = numpy(f"{prefix}.bias", rows)
 
     def norm(spec: Any, prefix: str) -> None:
         spec.gamma, spec.beta = numpy(f"{prefix}.weight"), numpy(f"{prefix}.bias")
@@ -133,7 +137,7 @@ def _spec(model: Any, src_tokens: list[str], tgt_tokens: list[str], unk_id: int)
         embeddings.weight = numpy(f"{side}_embed.token.weight")
         spec.scale_embeddings = c.scale_embeddings
         if hasattr(spec, "position_encodings"):  # absent from a rotary decoder
-            spec.position_encodings.encodings = position_table(c, state, side).numpy()
+            spec.position_encodings.encodings = position_table(c, state, side).clone().numpy()
         if c.embedding_norm:
             norm(spec.layernorm_embedding, f"{side}_embed.norm")
 
