@@ -595,14 +595,18 @@ def run(
     log_level: str = "warning",
     limits: Limits | None = None,
     allow_hosts: Sequence[str] = (),
+    device: str | torch.device | None = None,
 ) -> None:
     """Serve the explorer of ``model_dir`` until interrupted; prints its URL. ``port`` 0
     picks a free port (the printed URL has the real one). The Host header must be a loopback
-    name, ``host``, or one of ``allow_hosts`` (``"*"``: any)."""
+    name, ``host``, or one of ``allow_hosts`` (``"*"``: any). ``device``: as
+    :func:`create_app`'s."""
     sock = bind(host, port)  # first: a busy port fails before the model loads
     allowed = allowed_hosts_for(host, allow_hosts)
     try:
-        app = create_app(model_dir, beam_size=beam_size, limits=limits, allowed_hosts=allowed)
+        app = create_app(
+            model_dir, beam_size=beam_size, device=device, limits=limits, allowed_hosts=allowed
+        )
     except BaseException:
         sock.close()
         raise
