@@ -19,7 +19,6 @@ CLASS_LINES = 300
 LONG_MODULES = {
     "attention.py": "MultiHeadAttention and its fast paths; to split with the class",
     "layers.py": "the encoder and decoder layers and stacks, with their torch.nn importers",
-    "generate.py": "decoding, being extended (a fast decoder step)",
     "serve/app.py": "the explorer's API",
 }
 LONG_CLASSES = {

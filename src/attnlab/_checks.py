@@ -20,13 +20,35 @@ def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_int(value: object, name: str, *, minimum: int = 1) -> int:
+def is_int(value: object) -> TypeGuard[int]:
+    """An int, and not a bool (True is not a count). For checks whose message or exception is
+    their own (a TypeError, an API's error); otherwise :func:`check_int`."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_kind(minimum: int, plain: bool) -> str:
+    if not plain and minimum in (0, 1):
+        return "a positive int" if minimum == 1 else "a non-negative int"
+    return f"an int >= {minimum}"
+
+
+def check_int(value: object, name: str, *, minimum: int = 1, plain: bool = False) -> int:
     """Return ``value``, or raise ValueError unless it is an int >= ``minimum`` (bools are not
-    counts). Minimum 1 reads "a positive int", 0 "a non-negative int"."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        kind = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
-        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    counts). Minimum 1 reads "a positive int", 0 "a non-negative int", any other (and every
+    minimum when ``plain``) "an int >= minimum"."""
+    if not is_int(value) or value < minimum:
+        raise ValueError(f"{name}: expected {_int_kind(minimum, plain)}, got {value!r}")
     return value
+
+
+def check_optional_int(
+    value: object, name: str, *, minimum: int = 1, plain: bool = False
+) -> int | None:
+    """:func:`check_int`, but None passes too (the message says so: "a positive int or
+    None")."""
+    if value is None or (is_int(value) and value >= minimum):
+        return value
+    raise ValueError(f"{name}: expected {_int_kind(minimum, plain)} or None, got {value!r}")
 
 
 def check_positive_int(value: object, name: str) -> None:

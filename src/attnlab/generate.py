@@ -10,7 +10,8 @@ through the decoder (:class:`attnlab.KVCache`).
 * :func:`beam_search`: the paper's decoding (Vaswani et al. 2017, sec. 6.1): beam size 4,
   length penalty ``alpha = 0.6`` (Wu et al. 2016, eq. 14: ``lp(Y) = ((5 + |Y|) / 6)^alpha``,
   a hypothesis ranks by ``log P(Y | X) / lp(Y)``), maximum output length = input length + 50,
-  batched over sentences and beams; a sentence stops when every beam has finished.
+  batched over sentences and beams; a sentence stops once no live hypothesis can beat its
+  finished ones.
 * :func:`sample`: ancestral sampling with temperature, top-k and top-p (nucleus, Holtzman et
   al. 2020) filtering.
 
@@ -24,7 +25,8 @@ Speed: an encoder-decoder :class:`attnlab.Transformer` decodes on the lean step 
 :mod:`attnlab.fastdecode` (packed weights, one key/value store, beam search without reordering
 the cache), tested equal to the reference (``model.decode`` with its cache), which
 ``fast=False`` forces and which serves every other model (``why_not_fast_path`` says why).
-Fewer than :data:`SINGLE_THREAD_ROWS` rows per step decode on one CPU thread.
+Fewer than :data:`SINGLE_THREAD_ROWS` rows per step decode on one CPU thread. The session,
+input checks and guards that the three share are in :mod:`attnlab.decoding`.
 ``quantize="int8"`` trades exactness for speed: int8 weights, and activations quantized with
 one scale per call over the batch, so an int8 output can depend on the batch it is in.
 """
@@ -36,20 +38,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_positive_int, check_positive_number
-from .fastdecode import FastDecoder, check_quantize, why_not_fast_path
-from .layers import DecoderCache
+from ._checks import check_optional_int, check_positive_int, check_positive_number, is_number
+from .decoding import EXTRA_LENGTH as EXTRA_LENGTH
+from .decoding import LM_MAX_NEW_TOKENS as LM_MAX_NEW_TOKENS
+from .decoding import SINGLE_THREAD_ROWS as SINGLE_THREAD_ROWS
+from .decoding import EvalMode, Masker, Session, Threads, check_lengths
 from .model import Transformer, TransformerLM
 
 __all__ = ["Generation", "beam_search", "greedy_search", "length_penalty", "sample"]
-
-#: Output length allowance over the source length (Vaswani et al. 2017, sec. 6.1).
-EXTRA_LENGTH = 50
-#: Default maximum of new tokens for a language model.
-LM_MAX_NEW_TOKENS = 50
 
 
 @dataclass
@@ -90,272 +88,6 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-# -- argument checks ---------------------------------------------------------------------------
-
-
-def _check_optional_count(value: object, name: str, minimum: int) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
-        raise ValueError(f"{name}: expected {what} or None, got {value!r}")
-
-
-def _check_lengths(max_new_tokens: object, min_new_tokens: object) -> None:
-    _check_optional_count(max_new_tokens, "max_new_tokens", 1)
-    if (
-        not isinstance(min_new_tokens, int)
-        or isinstance(min_new_tokens, bool)
-        or min_new_tokens < 0
-    ):
-        raise ValueError(f"min_new_tokens: expected an int >= 0, got {min_new_tokens!r}")
-    if isinstance(max_new_tokens, int) and min_new_tokens > max_new_tokens:
-        raise ValueError(
-            f"min_new_tokens: {min_new_tokens} exceeds max_new_tokens={max_new_tokens}"
-        )
-
-
-def _as_ids(inputs: object, name: str, pad_id: int, device: torch.device) -> Tensor:
-    """A ``(B, T)`` int64 tensor from a tensor or a list of id lists (right-padded)."""
-    if isinstance(inputs, Tensor):
-        if inputs.dim() == 1:
-            raise ValueError(
-                f"{name}: expected a (B, T) batch, got shape {tuple(inputs.shape)}; use "
-                f"ids[None] for one sequence"
-            )
-        if inputs.dim() != 2:
-            raise ValueError(f"{name}: expected shape (B, T), got {tuple(inputs.shape)}")
-        if inputs.dtype.is_floating_point or inputs.dtype.is_complex or inputs.dtype == torch.bool:
-            raise TypeError(f"{name}: expected an integer dtype, got {inputs.dtype}")
-        ids = inputs.to(device=device, dtype=torch.long)
-    elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
-        rows = [list(row) for row in inputs] if inputs else []
-        if not rows:
-            raise ValueError(f"{name}: empty batch")
-        for i, row in enumerate(rows):
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in row):
-                raise TypeError(f"{name}: row {i} holds something other than int ids")
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), max(width, 1)), pad_id, dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        ids = ids.to(device)
-    else:
-        raise TypeError(
-            f"{name}: expected a (B, T) integer tensor or a list of id lists, got "
-            f"{type(inputs).__name__}"
-        )
-    if ids.numel() == 0:
-        raise ValueError(f"{name}: empty batch or sequence, shape {tuple(ids.shape)}")
-    empty = (ids == pad_id).all(dim=1)
-    if bool(empty.any()):
-        first = int(empty.nonzero()[0])
-        raise ValueError(f"{name}: row {first} is empty (only pad_id={pad_id})")
-    return ids
-
-
-# -- the decoding session: one model, its cache, one step at a time ----------------------------
-
-
-class _Session:
-    """Incremental decoding of one batch: :meth:`step` feeds ids, returns next-token logits.
-
-    For a Transformer the first ids are BOS; for a language model, the prompt (left-padded,
-    its positions counting real tokens only, so each row decodes as it would alone).
-    """
-
-    def __init__(
-        self,
-        model: Transformer | TransformerLM,
-        inputs: object,
-        fast: bool = True,
-        quantize: str | None = None,
-    ) -> None:
-        if not isinstance(model, (Transformer, TransformerLM)):
-            raise TypeError(
-                f"model: expected an attnlab Transformer or TransformerLM, got "
-                f"{type(model).__name__}"
-            )
-        if not isinstance(fast, bool):
-            raise TypeError(f"fast: expected a bool, got {fast!r}")
-        check_quantize(quantize)
-        #: Why this batch decodes on the reference path ("" when it takes the fast one).
-        self.why_not_fast_path = why_not_fast_path(model, quantize) if fast else "fast=False"
-        if quantize is not None and self.why_not_fast_path:
-            raise ValueError(
-                f"quantize={quantize!r} runs on the fast decoder step only, which this model "
-                f"cannot take: {self.why_not_fast_path}"
-            )
-        self.quantize = quantize
-        self.fast: FastDecoder | None = None
-        self.model = model
-        config = model.config
-        self.config = config
-        device = next(model.parameters()).device
-        pad = config.pad_id
-        if isinstance(model, Transformer):
-            self.source = _pack(_as_ids(inputs, "src_ids", pad, device), pad, real_first=True)
-            self.input_lengths = (self.source != pad).sum(dim=1)
-            self.start = torch.full((self.source.shape[0], 1), config.bos_id, device=device)
-            self.prompt_length = 1
-            self.position_limit = config.max_len if config.positional == "learned" else None
-        else:
-            ids = _as_ids(inputs, "ids", pad, device)
-            self.input_lengths = (ids != pad).sum(dim=1)
-            self.start = _pack(ids, pad, real_first=False)
-            self.prompt_length = self.start.shape[1]
-            limit = config.max_len if config.positional == "learned" else None
-            if limit is not None and int(self.input_lengths.max()) > limit:
-                raise ValueError(
-                    f"ids: a prompt of {int(self.input_lengths.max())} tokens exceeds the "
-                    f"model's max_len={limit} (learned positions)"
-                )
-            self.position_limit = limit
-        self.vocab_size = model.lm_head.out_features
-        self.cache: DecoderCache | None = None
-
-    def max_new_tokens(self, requested: int | None) -> Tensor:
-        """Each row's maximum output length ``(B,)``: ``requested``, or for a Transformer the
-        source length + 50 (for a language model 50); capped where learned positions end."""
-        if requested is not None:
-            limit = torch.full_like(self.input_lengths, requested)
-        elif isinstance(self.model, Transformer):
-            limit = self.input_lengths + EXTRA_LENGTH
-        else:
-            limit = torch.full_like(self.input_lengths, LM_MAX_NEW_TOKENS)
-        if self.position_limit is not None:
-            # Token n is predicted from the input at position n - 1 (after BOS at 0), or at
-            # P + n - 2 after a prompt of P tokens: keep that below max_len.
-            if isinstance(self.model, Transformer):
-                room = torch.full_like(limit, self.position_limit)
-            else:
-                room = self.position_limit - self.input_lengths + 1
-            limit = torch.minimum(limit, room)
-        return limit
-
-    def begin(self, rows_per_input: int, capacity: int) -> Tensor:
-        """Build the cache (``rows_per_input`` rows per input: beams); return the first ids."""
-        model = self.model
-        expand = torch.arange(self.start.shape[0], device=self.start.device)
-        expand = expand.repeat_interleave(rows_per_input)
-        if isinstance(model, Transformer):
-            memory = model.encode(self.source)
-            mask = model.source_mask(self.source)
-            if not self.why_not_fast_path:
-                self.fast = FastDecoder(
-                    model,
-                    memory,
-                    mask,
-                    beam=rows_per_input,
-                    capacity=capacity,
-                    quantize=self.quantize,
-                )
-                return self.start[expand]
-            self.cache = model.new_cache(memory, mask, capacity=capacity)
-            if rows_per_input > 1:
-                self.cache.select(expand)
-        else:
-            self.cache = model.new_cache(capacity=capacity + self.prompt_length)
-        return self.start[expand]
-
-    def step(self, ids: Tensor) -> Tensor:
-        """Feed ``ids`` ``(N, T)``; the float32 log-probabilities of the next token ``(N, V)``."""
-        if self.fast is not None:
-            return torch.log_softmax(self.fast.step(ids.view(-1)), dim=-1, dtype=torch.float32)
-        if isinstance(self.model, Transformer):
-            logits = self.model.decode(ids, cache=self.cache)
-        else:
-            logits = self.model(ids, cache=self.cache)
-        return F.log_softmax(logits[:, -1].float(), dim=-1)
-
-    def select(self, rows: Tensor, *, cross: bool = True) -> None:
-        """Keep the cache rows ``rows`` (see :meth:`attnlab.layers.DecoderCache.select`)."""
-        if self.fast is not None:
-            self.fast.select(rows, cross=cross)
-        elif self.cache is not None:
-            self.cache.select(rows, cross=cross)
-        else:
-            raise RuntimeError("select() before begin(): the session has no cache yet")
-
-    def banned(self) -> list[int]:
-        """Ids never generated: pad and BOS (unless one of them is EOS)."""
-        c = self.config
-        return sorted({c.pad_id, c.bos_id} - {c.eos_id})
-
-
-def _pack(ids: Tensor, pad_id: int, *, real_first: bool) -> Tensor:
-    """Move each row's real tokens together, in their order: to the front (right padding: a
-    source then encodes as it would alone) or to the end (left padding: prompts then end
-    together, where decoding continues)."""
-    real = ids != pad_id
-    key = real if not real_first else ~real
-    # A stable sort on "is pad" (or "is real") keeps the real tokens' order.
-    order = torch.sort(key.to(torch.int8), dim=1, stable=True).indices
-    return ids.gather(1, order)
-
-
-#: Below this many rows per step (sentences x beams) decoding runs on one CPU thread: its
-#: matrix products are too small to share, and waking a second thread for each of a step's
-#: ~100 ops costs more than it saves (the issue's batch-1 greedy at 2 threads ran at half its
-#: 1-thread speed; measured again in benchmarks/decode.py).
-SINGLE_THREAD_ROWS = 8
-
-
-class _Threads:
-    """Run with one intra-op thread when a step's work is that small (CPU only); restore the
-    caller's setting afterwards. torch's thread count is global to the process."""
-
-    def __init__(self, rows: int, device: torch.device) -> None:
-        self.single = device.type == "cpu" and rows < SINGLE_THREAD_ROWS
-        self.before = 1
-
-    def __enter__(self) -> None:
-        self.before = torch.get_num_threads()
-        if self.single and self.before > 1:
-            torch.set_num_threads(1)
-
-    def __exit__(self, *exc: object) -> None:
-        if torch.get_num_threads() != self.before:
-            torch.set_num_threads(self.before)
-
-
-class _EvalMode:
-    """Run with the model in eval mode and without autograd; restore every module's mode."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.modes = [(m, m.training) for m in model.modules()]
-        self.model = model
-        self.grad = torch.no_grad()
-
-    def __enter__(self) -> None:
-        self.model.eval()
-        self.grad.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        self.grad.__exit__(*exc)
-        for module, training in self.modes:
-            module.training = training
-
-
-class _Masker:
-    """Sets the log-probabilities of ids that must not come next to -inf, in place: pad and BOS
-    always, EOS before ``min_new_tokens``."""
-
-    def __init__(self, session: _Session, min_new_tokens: int) -> None:
-        device = session.start.device
-        banned = session.banned()
-        self.banned = torch.tensor(banned, dtype=torch.long, device=device)
-        eos = session.config.eos_id
-        self.early = torch.tensor(sorted({*banned, eos}), dtype=torch.long, device=device)
-        self.min_new_tokens = min_new_tokens
-
-    def __call__(self, log_probs: Tensor, step: int) -> Tensor:
-        banned = self.early if step < self.min_new_tokens else self.banned
-        if banned.numel():
-            log_probs.index_fill_(1, banned, -math.inf)
-        return log_probs
-
-
 # -- greedy and sampling: one hypothesis per row -----------------------------------------------
 
 
@@ -370,10 +102,10 @@ def _decode_rows(
 ) -> Generation:
     """One token per row per step, chosen by ``choose(log_probs (N, V)) -> ids (N,)``; rows
     that finish leave the batch (and the cache)."""
-    _check_lengths(max_new_tokens, min_new_tokens)
-    session = _Session(model, inputs, fast, quantize)
+    check_lengths(max_new_tokens, min_new_tokens)
+    session = Session(model, inputs, fast, quantize)
     eos = session.config.eos_id
-    with _EvalMode(model), _Threads(session.start.shape[0], session.start.device):
+    with EvalMode(model), Threads(session.start.shape[0], session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
         batch, width = limit.shape[0], int(limit.max())
         device = limit.device
@@ -384,7 +116,7 @@ def _decode_rows(
         row_limit, row_log_probs = limit, log_probs.clone()  # of those rows
         chosen: list[tuple[Tensor, Tensor]] = []  # (rows, tokens) of each step
         ids = session.begin(1, width)
-        mask = _Masker(session, min_new_tokens)
+        mask = Masker(session, min_new_tokens)
         limit_steps = set(limit.tolist())  # where some row reaches its maximum length
         for step in range(width):
             scores = mask(session.step(ids), step)
@@ -516,10 +248,8 @@ def sample(
     log-probabilities of the drawn tokens (temperature 1, unfiltered).
     """
     temperature = check_positive_number(temperature, "temperature")
-    _check_optional_count(top_k, "top_k", 1)
-    if top_p is not None and not (
-        isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and 0 < top_p <= 1
-    ):
+    check_optional_int(top_k, "top_k")
+    if top_p is not None and not (is_number(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p: expected a number in (0, 1] or None, got {top_p!r}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
@@ -577,7 +307,8 @@ def beam_search(
     do, can return a truncation that an early EOS ranked into the set while the better
     hypothesis was still live.) A sentence also stops at its maximum length or when nothing is
     left alive; the answer is its best finished hypothesis. So ``beam_size=1`` is greedy
-    search, and a beam wider than the number of possible outputs searches them all. Sentences that stop leave the batch.
+    search, and a beam wider than the number of possible outputs searches them all. Sentences
+    that stop leave the batch.
 
     Args: as :func:`greedy_search`, and
         beam_size: hypotheses per sentence (4 in the paper; 1 is greedy search).
@@ -596,14 +327,12 @@ def beam_search(
     check_positive_int(n_best, "n_best")
     if n_best > beam_size:
         raise ValueError(f"n_best: expected at most beam_size ({beam_size}), got {n_best}")
-    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)) or not (
-        math.isfinite(alpha) and alpha >= 0
-    ):
+    if not (is_number(alpha) and math.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
-    _check_lengths(max_new_tokens, min_new_tokens)
-    session = _Session(model, inputs, fast, quantize)
+    check_lengths(max_new_tokens, min_new_tokens)
+    session = Session(model, inputs, fast, quantize)
     rows = session.start.shape[0] * beam_size
-    with _EvalMode(model), _Threads(rows, session.start.device):
+    with EvalMode(model), Threads(rows, session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
         search = _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens)
         return search.run(n_best)
@@ -613,7 +342,7 @@ class _BeamSearch:
     """The state of a batched beam search; see :func:`beam_search`."""
 
     def __init__(
-        self, session: _Session, limit: Tensor, beam: int, alpha: float, min_new_tokens: int
+        self, session: Session, limit: Tensor, beam: int, alpha: float, min_new_tokens: int
     ) -> None:
         self.session, self.limit, self.beam, self.alpha = session, limit, beam, alpha
         self.min_new_tokens = min_new_tokens
@@ -636,7 +365,7 @@ class _BeamSearch:
         live[:, 0] = 0.0
         history = torch.zeros(batch, k, 0, dtype=torch.long, device=device)
         ids = session.begin(k, self.width)
-        mask = _Masker(session, self.min_new_tokens)
+        mask = Masker(session, self.min_new_tokens)
         vocab = session.vocab_size
         rank = torch.arange(min(2 * k, k * vocab), device=device)[None, :]
         for step in range(self.width):
