@@ -151,8 +151,9 @@ def training_curves(
     Axes are labelled with the panel's first quantity (``"loss"``, ``"lr"``, ...).
 
     Raises:
-        FileNotFoundError: no such file. ValueError: no ``step`` column, a bad step, or no numeric
-        data besides the step (each names the file).
+        FileNotFoundError: no such file.
+        ValueError: no ``step`` column, a bad step, or no numeric data besides the step (each
+            names the file).
     """
     dpi = check_dpi(dpi)
     data = _read_metrics(csv_path)
