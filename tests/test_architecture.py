@@ -17,12 +17,9 @@ CLASS_LINES = 300
 # Over the limits today, each waiting for its split (the test fails once one is split, so
 # that its entry goes too). Not a licence to grow: split rather than add here.
 LONG_MODULES = {
-    "attention.py": "MultiHeadAttention and its fast paths; to split with the class",
-    "layers.py": "the encoder and decoder layers and stacks, with their torch.nn importers",
     "serve/app.py": "the explorer's API",
 }
 LONG_CLASSES = {
-    "attention.py:MultiHeadAttention": "self, cross and grouped-query attention, its caches",
     "serve/explorer.py:Explorer": "the explorer's model-facing queries",
 }
 

@@ -14,6 +14,10 @@ materialises the ``T_q x T_k`` score matrix); asking for the weights takes an ex
 computes the same numbers and returns them. Attention dropout on CPU also takes the explicit
 path: torch's SDPA has no fused CPU kernel with dropout either (it falls back to its math path,
 which materialises the scores too), and attnlab's dropout draws its mask faster.
+
+Beside this module: :mod:`attnlab.cache` (:class:`KVCache`, re-exported here, for incremental
+decoding), :mod:`attnlab.torch_interop` (the copies to and from ``torch.nn.MultiheadAttention``
+behind :meth:`MultiHeadAttention.from_torch` / ``to_torch``) and the argument checks.
 """
 
 from __future__ import annotations
@@ -25,10 +29,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, shape_of
+from ._attention_checks import (
+    check_cache,
+    check_context,
+    check_heads,
+    check_inputs,
+    check_positional,
+    check_qkv,
+    check_queries,
+)
+from ._checks import check_positive_int
 from ._ops import dropout
+from .cache import KVCache
 from .masks import causal_mask, check_attention_mask, combine_masks
-from .positional import ALiBi, AttentionPositional, RotaryEmbedding
+from .positional import AttentionPositional
+from .torch_interop import attention_kwargs, attention_to_torch, copy_attention
 
 __all__ = ["KVCache", "MultiHeadAttention", "scaled_dot_product_attention"]
 
@@ -43,32 +58,6 @@ def _torch_sdpa_has_gqa() -> bool:
 
 
 _SDPA_GQA = _torch_sdpa_has_gqa()
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 4:
-            raise ValueError(f"{name}: expected a 4-D tensor (B, H, T, Dh), got {shape_of(t)}")
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{name}: expected a floating dtype, got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v: dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v: devices differ: {q.device}, {k.device}, {v.device}")
-    (b, h, t_q, d), (bk, hk, t_k, dk), (bv, hv, t_v, _) = q.shape, k.shape, v.shape
-    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    if not b == bk == bv:
-        raise ValueError(f"q, k, v: batch sizes differ: {shapes}")
-    if d != dk:
-        raise ValueError(f"q, k: head dims differ: {shapes}")
-    if t_k != t_v:
-        raise ValueError(f"k, v: key and value lengths differ: {shapes}")
-    if hk != hv or h % hk:
-        raise ValueError(
-            f"q, k, v: k and v need the same head count, dividing q's (grouped-query): {shapes}"
-        )
-    if t_q == 0 or t_k == 0 or d == 0:
-        raise ValueError(f"q, k, v: empty sequence or head dim: {shapes}")
 
 
 def scaled_dot_product_attention(
@@ -104,7 +93,7 @@ def scaled_dot_product_attention(
         ``v`` (after dropout, as torch.nn.MultiheadAttention returns them), so
         ``out == weights @ v``. Rows with no allowed key are zero in both.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if scale is not None and not (
         isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0
     ):
@@ -198,150 +187,6 @@ def _attention_with_weights(
     return torch.matmul(weights, v), weights  # (B, H, T_q, Dv)
 
 
-class KVCache:
-    """Keys and values of one attention module, kept between steps of incremental decoding.
-
-    Decoding one token at a time, the keys and values of earlier positions never change: a
-    cache keeps them so that each step projects only its new token (an n-token output then
-    costs O(n) projections instead of O(n^2) re-running the whole prefix).
-
-    * Self-attention (``cross=False``): buffers of ``capacity`` positions are allocated on first
-      use; each step writes its keys and values in place at ``[length, length + T)`` and
-      attends to the view ``[:length + T]``. Nothing is concatenated. Keys are stored after the
-      positional transform of their own positions (RoPE), so they are rotated once. Writing past
-      ``capacity`` reallocates to twice the size (one copy), so size it to the longest output.
-    * Cross-attention (``cross=True``): the keys and values of the encoder output, projected
-      once per source (:meth:`MultiHeadAttention.memory_cache`) and reused by every step.
-
-    Attributes:
-        keys, values: ``(B, H_kv, capacity, Dh)`` buffers (None before first use); only
-            ``[:, :, :length]`` holds data. :attr:`k` and :attr:`v` are those views.
-        length: positions filled; the position of the next token.
-        cross: whether it holds cross-attention keys.
-
-    Beam search reorders the rows with :meth:`select`.
-    """
-
-    def __init__(self, capacity: int | None = None, *, cross: bool = False) -> None:
-        if cross:
-            if capacity is not None:
-                raise ValueError(
-                    "capacity: a cross-attention cache holds the whole memory; leave it None"
-                )
-        else:
-            check_positive_int(capacity, "capacity")
-        self.cross = bool(cross)
-        self._capacity = capacity
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        """Positions the buffers hold before they must grow."""
-        return self.keys.shape[2] if self.keys is not None else (self._capacity or 0)
-
-    @property
-    def batch_size(self) -> int | None:
-        return None if self.keys is None else self.keys.shape[0]
-
-    @property
-    def k(self) -> Tensor | None:
-        """The cached keys ``(B, H_kv, length, Dh)``, or None when empty."""
-        return None if self.keys is None else self.keys[:, :, : self.length]
-
-    @property
-    def v(self) -> Tensor | None:
-        """The cached values ``(B, H_kv, length, Dv)``, or None when empty."""
-        return None if self.values is None else self.values[:, :, : self.length]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the buffers (allocated capacity, not only the filled part)."""
-        return sum(t.numel() * t.element_size() for t in (self.keys, self.values) if t is not None)
-
-    def __repr__(self) -> str:
-        kind = "cross" if self.cross else "self"
-        if self.keys is None:
-            return f"KVCache({kind}, empty, capacity={self.capacity})"
-        b, h, _, d = self.keys.shape
-        return (
-            f"KVCache({kind}, batch={b}, kv_heads={h}, head_dim={d}, length={self.length}, "
-            f"capacity={self.capacity}, dtype={self.keys.dtype}, device={self.keys.device})"
-        )
-
-    def reset(self) -> None:
-        """Forget every position (keeps the buffers of a self-attention cache)."""
-        self.length = 0
-        if self.cross:
-            self.keys = self.values = None
-
-    def set(self, k: Tensor, v: Tensor) -> None:
-        """Store the memory's keys ``(B, H_kv, S, Dh)`` and values (cross-attention)."""
-        if not self.cross:
-            raise ValueError("cache: set() is for cross-attention caches; use append()")
-        self.keys, self.values, self.length = k, v, k.shape[2]
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write a step's keys ``(B, H_kv, T, Dh)`` and values at ``[length, length + T)``;
-        return every cached key and value so far, ``(B, H_kv, length + T, Dh)`` views."""
-        if self.cross:
-            raise ValueError("cache: a cross-attention cache is filled once; use set()")
-        batch, heads, t, _ = k.shape
-        keys, values = self.keys, self.values
-        if keys is None or values is None:
-            size = max(self._capacity or 0, t)
-            keys = self.keys = k.new_empty(batch, heads, size, k.shape[3])
-            values = self.values = v.new_empty(batch, heads, size, v.shape[3])
-        elif (
-            (batch, heads) != tuple(keys.shape[:2])
-            or k.shape[3] != keys.shape[3]
-            or v.shape[3] != values.shape[3]
-            or k.dtype != keys.dtype
-            or k.device != keys.device
-        ):
-            raise ValueError(
-                f"cache: holds keys {tuple(keys.shape[:2])} x {keys.shape[3]} "
-                f"({keys.dtype}, {keys.device}); got {tuple(k.shape)} ({k.dtype}, "
-                f"{k.device}): a cache serves one module and one batch"
-            )
-        end = self.length + t
-        if end > keys.shape[2]:
-            keys, values = self._grow(max(end, 2 * keys.shape[2]))
-        keys.narrow(2, self.length, t).copy_(k)
-        values.narrow(2, self.length, t).copy_(v)
-        self.length = end
-        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
-
-    def _grow(self, size: int) -> tuple[Tensor, Tensor]:
-        """Reallocate the buffers to ``size`` positions, keeping the filled part; return them."""
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = old.new_empty(*old.shape[:2], size, old.shape[3])
-            new[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, new)
-        return self.keys, self.values  # type: ignore[return-value]  # both set just above
-
-    def select(self, index: Tensor) -> None:
-        """Keep the rows ``index`` ``(B',)`` in that order (beam search: the beams each new beam
-        extends; dropping finished sentences). A same-size reorder copies only the filled part,
-        in place."""
-        keys, values = self.keys, self.values
-        if keys is None or values is None:
-            return
-        if not isinstance(index, Tensor) or index.dim() != 1 or index.dtype != torch.long:
-            raise ValueError(f"index: expected a 1-D int64 tensor of rows, got {shape_of(index)}")
-        index = index.to(keys.device)
-        if self.cross:
-            self.keys, self.values = keys[index], values[index]
-        elif index.shape[0] == keys.shape[0]:
-            end = self.length
-            keys[:, :, :end] = keys[index, :, :end]
-            values[:, :, :end] = values[index, :, :end]
-        else:
-            self.keys, self.values = keys[index], values[index]
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (Vaswani et al. 2017, sec. 3.2.2; the tutorial's T4), batch-first.
 
@@ -389,37 +234,13 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int(d_model, "d_model")
-        check_positive_int(num_heads, "num_heads")
-        if d_model % num_heads:
-            raise ValueError(
-                f"d_model: {d_model} is not divisible by num_heads={num_heads} "
-                f"(each head gets d_model / num_heads channels)"
-            )
-        if num_kv_heads is None:
-            num_kv_heads = num_heads
-        if (
-            not isinstance(num_kv_heads, int)
-            or isinstance(num_kv_heads, bool)
-            or num_kv_heads < 1
-            or num_heads % num_kv_heads
-        ):
-            raise ValueError(
-                f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, "
-                f"got {num_kv_heads!r}"
-            )
+        num_kv_heads = check_heads(d_model, num_heads, num_kv_heads)
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise ValueError(f"dropout: expected a number in [0, 1), got {dropout!r}")
         kdim = d_model if kdim is None else kdim
         vdim = d_model if vdim is None else vdim
         check_positive_int(kdim, "kdim")
         check_positive_int(vdim, "vdim")
-        if positional is not None and not isinstance(positional, AttentionPositional):
-            raise TypeError(
-                f"positional: expected an AttentionPositional (RotaryEmbedding, ALiBi), got "
-                f"{type(positional).__name__}; sinusoidal and learned encodings are added to "
-                f"the embeddings instead"
-            )
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -427,16 +248,7 @@ class MultiHeadAttention(nn.Module):
         self.kv_dim = num_kv_heads * self.head_dim
         self.dropout = float(dropout)
         self.kdim, self.vdim = kdim, vdim
-        if isinstance(positional, RotaryEmbedding) and positional.head_dim != self.head_dim:
-            raise ValueError(
-                f"positional: RotaryEmbedding has head_dim={positional.head_dim}, but this "
-                f"attention has head_dim={self.head_dim}"
-            )
-        if isinstance(positional, ALiBi) and positional.num_heads != num_heads:
-            raise ValueError(
-                f"positional: built for {positional.num_heads} heads, attention has {num_heads}"
-            )
-        self.positional = positional
+        self.positional = check_positional(positional, num_heads, self.head_dim)
 
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         # One fused projection when the inputs share d_model, else three (then in_proj is None;
@@ -480,17 +292,35 @@ class MultiHeadAttention(nn.Module):
             parts.append(f"kdim={self.kdim}, vdim={self.vdim}")
         return ", ".join(parts)
 
+    def project(
+        self, x: Tensor, context: Tensor | None = None, *, value: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The per-head queries, keys and values, ``Q W_i^Q``, ``K W_i^K``, ``V W_i^V`` of sec.
+        3.2.2, as :meth:`forward` computes them before attending.
+
+        Args: ``x``, ``context`` and ``value`` as in :meth:`forward` (``context=None`` for
+        self-attention).
+
+        Returns:
+            ``(q, k, v)``: q ``(B, H, T_q, Dh)``, k and v ``(B, H_kv, T_k, Dh)``; before the
+            positional transform (RoPE, which :meth:`forward` applies next) and the scaling.
+        """
+        check_inputs(self, x, context, value)
+        return self._project(x, context, value)
+
     def _project(
         self, x: Tensor, context: Tensor | None, value: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Input projections: q ``(B, T_q, E)``, k and v ``(B, T_k, kv_dim)``."""
+        """Input projections split into heads: q ``(B, H, T_q, Dh)``, k and v
+        ``(B, H_kv, T_k, Dh)``."""
         e, kv = self.d_model, self.kv_dim
         if context is None and self.in_proj is not None:
             q, k, v = self.in_proj(x).split((e, kv, kv), dim=-1)  # one GEMM for q, k, v
-            return q, k, v
-        q = self._project_queries(x)
-        k, v = self._project_memory(context, value)  # type: ignore[arg-type]  # not None here
-        return q, k, v
+        else:
+            q = self._project_queries(x)
+            k, v = self._project_memory(context, value)  # type: ignore[arg-type]  # not None here
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        return self._heads(q, heads), self._heads(k, kv_heads), self._heads(v, kv_heads)
 
     def _project_queries(self, x: Tensor) -> Tensor:
         if self.in_proj is None:
@@ -521,87 +351,11 @@ class MultiHeadAttention(nn.Module):
         """Project the cross-attention input once: a filled cross-attention :class:`KVCache`
         for ``context`` ``(B, S, kdim)`` (and ``value`` ``(B, S, vdim)`` when it differs), which
         :meth:`forward` then uses instead of a context at every decoding step."""
-        self._check_context(context, value, None)
+        check_context(self, context, value, None)
         k, v = self._project_memory(context, value)
         cache = KVCache(cross=True)
         cache.set(self._heads(k, self.num_kv_heads), self._heads(v, self.num_kv_heads))
         return cache
-
-    def _check_queries(self, x: Tensor) -> None:
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x: expected shape (B, T_q, d_model={self.d_model}), got {shape_of(x)}"
-            )
-        if x.shape[1] == 0:
-            raise ValueError(f"x: empty sequence (T_q = 0) in shape {tuple(x.shape)}")
-
-    def _check_inputs(self, x: Tensor, context: Tensor | None, value: Tensor | None) -> None:
-        self._check_queries(x)
-        if context is None:
-            if value is not None:
-                raise ValueError("value: given without context; pass context (the keys) too")
-            if self.in_proj is None:
-                raise ValueError(
-                    f"context: required, since kdim={self.kdim} / vdim={self.vdim} differ from "
-                    f"d_model={self.d_model} (self-attention is impossible)"
-                )
-            return
-        self._check_context(context, value, x)
-
-    def _check_context(self, context: Tensor, value: Tensor | None, x: Tensor | None) -> None:
-        """Check the keys' (and values') input, and against the queries ``x`` when given."""
-        for name, t, width in (("context", context, self.kdim), ("value", value, self.vdim)):
-            if t is None:
-                continue
-            if not isinstance(t, Tensor) or t.dim() != 3 or t.shape[-1] != width:
-                raise ValueError(f"{name}: expected shape (B, T_k, {width}), got {shape_of(t)}")
-            if x is not None and t.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"{name}: batch size {t.shape[0]} differs from x's {x.shape[0]} "
-                    f"(x {tuple(x.shape)}, {name} {tuple(t.shape)})"
-                )
-            if t.shape[1] == 0:
-                raise ValueError(f"{name}: empty sequence (T_k = 0) in shape {tuple(t.shape)}")
-            if x is not None and t.dtype != x.dtype:
-                raise TypeError(f"{name}: dtype {t.dtype} differs from x's {x.dtype}")
-        if value is None and self.vdim != self.kdim:
-            raise ValueError(
-                f"value: required, since vdim={self.vdim} differs from kdim={self.kdim}"
-            )
-        if value is not None and value.shape[1] != context.shape[1]:
-            raise ValueError(
-                f"value: length {value.shape[1]} differs from context's {context.shape[1]} "
-                f"(context {tuple(context.shape)}, value {tuple(value.shape)})"
-            )
-
-    def _check_cache(self, cache: object, x: Tensor, context: Tensor | None, offset: int) -> None:
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache: expected an attnlab KVCache, got {type(cache).__name__}")
-        if cache.cross:
-            if cache.keys is None:
-                raise ValueError(
-                    "cache: an empty cross-attention cache; build it with memory_cache(context)"
-                )
-            if context is not None:
-                raise ValueError(
-                    "context: the cross-attention cache already holds the memory's keys and "
-                    "values; pass context=None with it"
-                )
-        elif context is not None:
-            raise ValueError(
-                "cache: a self-attention cache was given with a context; cross-attention takes "
-                "KVCache(cross=True) from memory_cache(context)"
-            )
-        elif offset not in (0, cache.length):
-            raise ValueError(
-                f"offset: with a cache the positions continue from cache.length={cache.length}; "
-                f"got offset={offset}"
-            )
-        if cache.batch_size is not None and cache.batch_size != x.shape[0]:
-            raise ValueError(
-                f"cache: holds {cache.batch_size} rows, x has batch size {x.shape[0]} "
-                f"(x {tuple(x.shape)})"
-            )
 
     def forward(
         self,
@@ -639,27 +393,24 @@ class MultiHeadAttention(nn.Module):
         """
         cross_cache = isinstance(cache, KVCache) and cache.cross
         if cross_cache:
-            self._check_queries(x)
+            check_queries(self, x)
             if value is not None:
                 raise ValueError("value: the cross-attention cache already holds the values")
         else:
-            self._check_inputs(x, context, value)
+            check_inputs(self, x, context, value)
         if cache is not None:
-            self._check_cache(cache, x, context, offset)
+            check_cache(cache, x, context, offset)
         if average_weights and not need_weights:
             raise ValueError("average_weights: only meaningful with need_weights=True")
         batch, t_q, _ = x.shape
-        heads, kv_heads = self.num_heads, self.num_kv_heads
+        heads = self.num_heads
         k: Tensor
         v: Tensor
         if cross_cache:
             q = self._heads(self._project_queries(x), heads)  # (B, H, T_q, Dh)
             k, v = cache.k, cache.v  # type: ignore[union-attr, assignment]  # (B, H_kv, S, Dh)
         else:
-            q, k, v = self._project(x, context, value)
-            q = self._heads(q, heads)  # (B, H, T_q, Dh)
-            k = self._heads(k, kv_heads)  # (B, H_kv, T_k, Dh)
-            v = self._heads(v, kv_heads)
+            q, k, v = self._project(x, context, value)  # (B, H, T_q, Dh), (B, H_kv, T_k, Dh) x2
         self_cache = cache is not None and not cross_cache
         positional = self.positional if context is None and not cross_cache else None
         # Positions: x starts at `start`; the keys start at `key_start` (0 with a cache).
@@ -690,7 +441,7 @@ class MultiHeadAttention(nn.Module):
             weights = weights.mean(dim=1)
         return out, weights
 
-    # -- interop with torch.nn.MultiheadAttention ------------------------------------------
+    # -- interop with torch.nn.MultiheadAttention (attnlab.torch_interop) --------------------
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -700,82 +451,10 @@ class MultiHeadAttention(nn.Module):
         torch's masks use the opposite polarity: convert them with
         :func:`attnlab.masks.from_torch_masks`.
         """
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(
-                f"module: expected torch.nn.MultiheadAttention, got {type(module).__name__}"
-            )
-        if module.bias_k is not None or module.bias_v is not None:
-            raise ValueError("module: add_bias_kv=True has no attnlab equivalent")
-        if module.add_zero_attn:
-            raise ValueError("module: add_zero_attn=True has no attnlab equivalent")
-        ref = module.out_proj.weight
-        new = cls(
-            module.embed_dim,
-            module.num_heads,
-            dropout=module.dropout,
-            bias=module.in_proj_bias is not None,
-            kdim=module.kdim,
-            vdim=module.vdim,
-            device=ref.device,
-            dtype=ref.dtype,
-        )
-        e = module.embed_dim
-        with torch.no_grad():
-            if new.in_proj is not None:
-                new.in_proj.weight.copy_(module.in_proj_weight)
-                if module.in_proj_bias is not None:
-                    new.in_proj.bias.copy_(module.in_proj_bias)
-            else:
-                pairs = zip(
-                    (new.q_proj, new.k_proj, new.v_proj),
-                    (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight),
-                    strict=True,
-                )
-                for i, (proj, weight) in enumerate(pairs):
-                    proj.weight.copy_(weight)
-                    if module.in_proj_bias is not None:
-                        proj.bias.copy_(module.in_proj_bias[i * e : (i + 1) * e])
-            new.out_proj.weight.copy_(module.out_proj.weight)
-            if module.out_proj.bias is not None:
-                new.out_proj.bias.copy_(module.out_proj.bias)
+        new = cls(**attention_kwargs(module))
+        copy_attention(new, module)
         return new.train(module.training)
 
     def to_torch(self, *, batch_first: bool = True) -> nn.MultiheadAttention:
         """Weight-exact ``torch.nn.MultiheadAttention`` with the same computation."""
-        if self.num_kv_heads != self.num_heads:
-            raise ValueError(
-                f"num_kv_heads={self.num_kv_heads}: torch.nn.MultiheadAttention has no "
-                f"grouped-query attention"
-            )
-        if self.positional is not None:
-            raise ValueError("positional: torch.nn.MultiheadAttention has no RoPE / ALiBi")
-        ref = self.out_proj.weight
-        bias = self.out_proj.bias is not None
-        module = nn.MultiheadAttention(
-            self.d_model,
-            self.num_heads,
-            dropout=self.dropout,
-            bias=bias,
-            kdim=self.kdim,
-            vdim=self.vdim,
-            batch_first=batch_first,
-            device=ref.device,
-            dtype=ref.dtype,
-        )
-        with torch.no_grad():
-            if self.in_proj is not None:
-                module.in_proj_weight.copy_(self.in_proj.weight)
-                if bias:
-                    module.in_proj_bias.copy_(self.in_proj.bias)
-            else:
-                module.q_proj_weight.copy_(self.q_proj.weight)
-                module.k_proj_weight.copy_(self.k_proj.weight)
-                module.v_proj_weight.copy_(self.v_proj.weight)
-                if bias:
-                    module.in_proj_bias.copy_(
-                        torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-                    )
-            module.out_proj.weight.copy_(self.out_proj.weight)
-            if bias:
-                module.out_proj.bias.copy_(self.out_proj.bias)
-        return module.train(self.training)
+        return attention_to_torch(self, batch_first=batch_first)

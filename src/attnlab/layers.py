@@ -1,6 +1,7 @@
 """The Transformer's layers and stacks (Vaswani et al. 2017, sec. 3.1, 3.3; figure 1).
 
-* :class:`FeedForward`: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (sec. 3.3, eq. 2), or GELU.
+* :class:`FeedForward` (:mod:`attnlab.feedforward`, re-exported here):
+  ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` (sec. 3.3, eq. 2), or GELU.
 * :class:`EncoderLayer`: self-attention, then the feed-forward network.
 * :class:`DecoderLayer`: masked self-attention, cross-attention over the encoder's output
   ("memory"), then the feed-forward network; without cross-attention it is the block of a
@@ -15,8 +16,10 @@ Each sub-layer is wrapped in a residual connection with dropout on the sub-layer
   final LayerNorm after the stack; the stacks add it by default when ``norm_first``.
 
 Parameter names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
-(``self_attn``, ``linear1``, ``norm1``, ...), and ``from_torch`` copies those modules exactly.
-Masks follow :mod:`attnlab.masks` (bool ``True`` = may attend).
+(``self_attn``, ``linear1``, ``norm1``, ...), and ``from_torch`` copies those modules exactly
+(the reading and copying live in :mod:`attnlab.torch_interop`). Masks follow
+:mod:`attnlab.masks` (bool ``True`` = may attend). :class:`DecoderCache`, what a decoder keeps
+between steps of incremental decoding, lives in :mod:`attnlab.cache` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -25,73 +28,18 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_positive_int, check_positive_number, check_rate, shape_of
 from ._ops import dropout
-from .attention import KVCache, MultiHeadAttention
+from .attention import MultiHeadAttention
+from .cache import DecoderCache, KVCache
+from .feedforward import ACTIVATIONS as ACTIVATIONS  # config, vision, fastdecode import it here
+from .feedforward import FeedForward
 from .positional import AttentionPositional
+from .torch_interop import copy_layer, layer_kwargs, stack_kwargs
 
 __all__ = ["Decoder", "DecoderCache", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
-
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": F.relu,
-    "gelu": F.gelu,  # exact (erf) GELU, as BERT and ViT
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's approximation
-}
-
-
-def _check_activation(activation: object) -> str:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
-    return str(activation)
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward network (Vaswani et al. 2017, sec. 3.3, eq. 2).
-
-    ``linear2(dropout(activation(linear1(x))))``: two linear maps ``d_model -> d_ff -> d_model``
-    applied to every position alike. The paper uses ReLU and no inner dropout
-    (``activation_dropout=0``); torch.nn.Transformer applies its dropout here too.
-
-    Args:
-        d_model: input and output width (512 in the paper's base model).
-        d_ff: inner width (2048 in the base model).
-        activation: ``"relu"`` (the paper), ``"gelu"`` (BERT, ViT) or ``"gelu_tanh"``.
-        activation_dropout: dropout after the activation, in training.
-        bias: biases in both linear maps.
-
-    Shape: ``(..., d_model) -> (..., d_model)``.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        *,
-        activation: str = "relu",
-        activation_dropout: float = 0.0,
-        bias: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__()
-        check_positive_int(d_model, "d_model")
-        check_positive_int(d_ff, "d_ff")
-        self.activation = _check_activation(activation)
-        self.activation_dropout = check_rate(activation_dropout, "activation_dropout")
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias, **factory)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias, **factory)
-
-    def extra_repr(self) -> str:
-        return f"activation={self.activation!r}, activation_dropout={self.activation_dropout}"
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
-        h = dropout(h, self.activation_dropout, self.training)
-        return self.linear2(h)  # (..., d_model)
 
 
 class _Block(nn.Module):
@@ -256,12 +204,8 @@ class EncoderLayer(_Block):
         torch uses one dropout rate for the residuals, the attention weights and the FFN; the
         copy does the same. The result is batch-first, in the same train/eval mode.
         """
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(
-                f"layer: expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
-            )
-        new = cls(**_torch_layer_kwargs(layer))
-        _copy_torch_layer(new, layer, ("self_attn",), ("norm1", "norm2"))
+        new = cls(**layer_kwargs(layer, nn.TransformerEncoderLayer))
+        copy_layer(new, layer, ("self_attn",), ("norm1", "norm2"))
         return new.train(layer.training)
 
 
@@ -409,64 +353,9 @@ class DecoderLayer(_Block):
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderLayer:
         """Weight-exact copy of a ``torch.nn.TransformerDecoderLayer`` (either ``batch_first``)."""
-        if not isinstance(layer, nn.TransformerDecoderLayer):
-            raise TypeError(
-                f"layer: expected torch.nn.TransformerDecoderLayer, got {type(layer).__name__}"
-            )
-        new = cls(**_torch_layer_kwargs(layer))
-        _copy_torch_layer(new, layer, ("self_attn", "multihead_attn"), ("norm1", "norm2", "norm3"))
+        new = cls(**layer_kwargs(layer, nn.TransformerDecoderLayer))
+        copy_layer(new, layer, ("self_attn", "multihead_attn"), ("norm1", "norm2", "norm3"))
         return new.train(layer.training)
-
-
-def _torch_layer_kwargs(layer: Any) -> dict[str, Any]:
-    """Constructor arguments equivalent to a torch Transformer{Encoder,Decoder}Layer."""
-    activation = layer.activation
-    if activation is F.relu or isinstance(activation, nn.ReLU):
-        name = "relu"
-    elif activation is F.gelu or (
-        isinstance(activation, nn.GELU) and activation.approximate == "none"
-    ):
-        name = "gelu"
-    elif isinstance(activation, nn.GELU) and activation.approximate == "tanh":
-        name = "gelu_tanh"
-    else:
-        raise ValueError(f"layer.activation: {activation!r} has no attnlab equivalent")
-    attention = layer.self_attn
-    weight = layer.linear1.weight
-    rate = float(layer.dropout.p)
-    return {
-        "d_model": attention.embed_dim,
-        "num_heads": attention.num_heads,
-        "d_ff": layer.linear1.out_features,
-        "dropout": rate,
-        "attention_dropout": float(attention.dropout),
-        "activation_dropout": rate,
-        "activation": name,
-        "norm_first": bool(layer.norm_first),
-        "layer_norm_eps": float(layer.norm1.eps),
-        "bias": layer.linear1.bias is not None,
-        "device": weight.device,
-        "dtype": weight.dtype,
-    }
-
-
-def _copy_torch_layer(
-    new: nn.Module, layer: nn.Module, attentions: tuple[str, ...], norms: tuple[str, ...]
-) -> None:
-    """Copy a torch layer's attention, FFN and LayerNorm weights into ``new``."""
-    ours = ("self_attn", "cross_attn")
-    for mine, theirs in zip(ours, attentions, strict=False):
-        converted = MultiHeadAttention.from_torch(getattr(layer, theirs))
-        getattr(new, mine).load_state_dict(converted.state_dict())
-    with torch.no_grad():
-        for name in ("linear1", "linear2"):
-            getattr(new.ff, name).load_state_dict(getattr(layer, name).state_dict())
-        for mine, theirs in zip(("norm1", "norm2", "norm3")[: len(norms)], norms, strict=True):
-            if getattr(layer, theirs).bias is None:
-                raise ValueError(
-                    f"layer.{theirs}: LayerNorm without bias has no attnlab equivalent"
-                )
-            getattr(new, mine).load_state_dict(getattr(layer, theirs).state_dict())
 
 
 class _Stack(nn.Module):
@@ -502,24 +391,9 @@ class _Stack(nn.Module):
         """Weight-exact copy of the torch stack (``torch.nn.TransformerEncoder`` for
         :class:`Encoder`, ``TransformerDecoder`` for :class:`Decoder`), its ``norm`` included;
         batch-first, in the same train/eval mode."""
-        if not isinstance(stack, cls.torch_class):
-            raise TypeError(
-                f"stack: expected torch.nn.{cls.torch_class.__name__}, got {type(stack).__name__}"
-            )
-        torch_stack: Any = stack
-        kwargs = [_torch_layer_kwargs(layer) for layer in torch_stack.layers]
-        for i, k in enumerate(kwargs):
-            differ = sorted(name for name in k if k[name] != kwargs[0][name])
-            if differ:
-                raise ValueError(
-                    f"stack: the torch stack's layers differ in their options: layer {i} has "
-                    f"other {differ} than layer 0 (attnlab stacks hold identical layers)"
-                )
-        norm = torch_stack.norm
-        if norm is not None and not (isinstance(norm, nn.LayerNorm) and norm.bias is not None):
-            raise ValueError(f"norm: {norm!r} has no attnlab equivalent (LayerNorm with bias only)")
-        new = cls(len(kwargs), final_norm=norm is not None, **kwargs[0])
-        for mine, theirs in zip(new.layers, torch_stack.layers, strict=True):
+        kwargs, layers, norm = stack_kwargs(stack, cls.torch_class)
+        new = cls(len(layers), final_norm=norm is not None, **kwargs)
+        for mine, theirs in zip(new.layers, layers, strict=True):
             mine.load_state_dict(cls.layer_class.from_torch(theirs).state_dict())
         final = new.norm
         if final is not None and norm is not None:
@@ -671,79 +545,3 @@ class Decoder(_Stack):
             )
         if (cache.cross_attn is None) == self.layers[0].has_cross_attention:
             raise ValueError("cache: made for a decoder with other cross-attention")
-
-
-class DecoderCache:
-    """What a :class:`Decoder` keeps between steps of incremental decoding.
-
-    Attributes:
-        self_attn: one self-attention :class:`attnlab.KVCache` per layer.
-        cross_attn: one cross-attention cache per layer, holding the memory's keys and values
-            (projected once per source), or None for a decoder without cross-attention.
-        memory_mask: the source's key mask ``(B, 1, 1, S)``, or None.
-        real: ``(B, length)`` bool, True where a cached position holds a real token; None while
-            every position does. Models set it when a step contains padding (a left-padded
-            prompt), so later steps mask those keys.
-
-    Beam search and batch pruning reorder it with :meth:`select`.
-    """
-
-    def __init__(
-        self,
-        self_attn: list[KVCache],
-        cross_attn: list[KVCache] | None = None,
-        *,
-        memory_mask: Tensor | None = None,
-    ) -> None:
-        self.self_attn = list(self_attn)
-        self.cross_attn = None if cross_attn is None else list(cross_attn)
-        self.memory_mask = memory_mask
-        self.real: Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        """Positions decoded so far (the position of the next token)."""
-        return self.self_attn[0].length
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the key/value buffers."""
-        return sum(c.nbytes for c in self.self_attn + (self.cross_attn or []))
-
-    def __repr__(self) -> str:
-        cross = "none" if self.cross_attn is None else f"{self.cross_attn[0].length} positions"
-        return (
-            f"DecoderCache(layers={len(self.self_attn)}, length={self.length}, "
-            f"capacity={self.self_attn[0].capacity}, cross={cross}, "
-            f"padded={self.real is not None}, nbytes={self.nbytes})"
-        )
-
-    def track_padding(self, real: Tensor) -> Tensor | None:
-        """Record which of the next ``T`` positions hold real tokens (``real`` ``(B, T)`` bool);
-        return the flags of every position so far ``(B, length + T)``, or None while all are
-        real. Call before the step that appends them."""
-        if self.real is None:
-            if bool(real.all()):
-                return None
-            self.real = real.new_ones(real.shape[0], self.length)
-        self.real = torch.cat([self.real, real], dim=1)  # a (B, T) bool row: negligible
-        return self.real
-
-    def select(self, index: Tensor, *, cross: bool = True) -> None:
-        """Keep the rows ``index`` ``(B',)`` in that order, in every cache and mask.
-
-        ``cross=False`` leaves the cross-attention caches and memory mask as they are: right
-        when ``index`` only permutes rows that share a source (the beams of one sentence), so
-        the memory's rows are already the same.
-        """
-        for c in self.self_attn:
-            c.select(index)
-        if self.real is not None:
-            self.real = self.real[index.to(self.real.device)]
-        if not cross:
-            return
-        for c in self.cross_attn or []:
-            c.select(index)
-        mask = self.memory_mask
-        if mask is not None and mask.shape[0] > 1:
-            self.memory_mask = mask[index.to(mask.device)]

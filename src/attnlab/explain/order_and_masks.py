@@ -158,7 +158,7 @@ def masking_styles_claim(out: Path, quick: bool, gen: torch.Generator) -> Sectio
             weights[pads] = (wa[0].mean(0), wb[0].mean(0))
         # Zeroing weights after softmax: renormalised it is the -inf mask; raw, rows sum < 1.
         with_mask = torch.cat([x, mask_vector.expand(1, 2, d_model)], dim=1)
-        q, k, _ = (mha._heads(t, 4) for t in mha._project(with_mask, None, None))
+        q, k, _ = mha.project(with_mask)  # per head: (1, H, T, Dh)
         scores = q @ k.transpose(-1, -2) / math.sqrt(mha.head_dim)  # (1, H, T, T)
         zeroed = torch.softmax(scores, dim=-1)
         zeroed[..., real_len:] = 0.0
