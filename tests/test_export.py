@@ -169,7 +169,7 @@ def hf_search(hf_model, model, ids, *, beam: int) -> list[list[int]]:
             num_beams=beam,
             do_sample=False,
             length_penalty=0.0,
-            early_stopping=True,
+            early_stopping="never",
             max_new_tokens=MAX_NEW,
         )
     return _strip(model, generated.tolist())
@@ -235,18 +235,19 @@ def test_ctranslate2_teacher_forced_log_probs(which, request):
 
 
 def test_ctranslate2_beam_search_without_length_penalty(numbers, numbers_ct2):
-    """attnlab with alpha=0 and CTranslate2 with length_penalty=0 both rank by log P, and
-    extend the same beams. attnlab stops once beam_size hypotheses have ended, CTranslate2
-    once its best-ranked candidate ends: where the outputs differ, CTranslate2 searched on
-    and found a hypothesis that attnlab's own model scores higher."""
+    """attnlab with alpha=0 and CTranslate2 with length_penalty=0 both rank by log P, extend
+    the same beams, and stop once the best-ranked candidate has ended (no live hypothesis can
+    then overtake it): the same outputs, but where two candidates are within the rounding of
+    CTranslate2 renormalising after removing pad and BOS (attnlab removes them after)."""
     model, tokenizer, _ = numbers
     ids = _source_ids(tokenizer, NUMBER_SOURCES)
-    ours = attnlab_search(model, ids, beam=4)
-    theirs = ct2_search(numbers_ct2, model, tokenizer, ids, beam=4)
-    differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
-    for i in differ:
-        assert _log_p(model, ids[i], theirs[i]) > _log_p(model, ids[i], ours[i]), i
-    assert len(differ) <= len(ids) // 4, differ  # the same search, but for that stopping rule
+    for beam in (2, 4, 5):
+        ours = attnlab_search(model, ids, beam=beam)
+        theirs = ct2_search(numbers_ct2, model, tokenizer, ids, beam=beam)
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            if a != b:
+                gap = _log_p(model, ids[i], a) - _log_p(model, ids[i], b)
+                assert abs(gap) < 1e-3, (beam, i, gap)
 
 
 def _log_p(model, source: list[int], output: list[int]) -> float:

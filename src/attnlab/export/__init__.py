@@ -42,11 +42,10 @@ Length penalties differ between the three engines: attnlab's beam search ranks f
 hypotheses by ``log P / ((5 + |Y|) / 6)^alpha`` (Wu et al. 2016), transformers by
 ``log P / |Y|^length_penalty`` (``|Y|`` counting EOS), CTranslate2 by
 ``log P / |Y|^length_penalty`` (``|Y|`` without EOS). They coincide at ``alpha = 0`` and
-``length_penalty = 0`` (plain log-probability). Then transformers (with
-``early_stopping=True``) searches exactly as attnlab: it stops once ``num_beams`` hypotheses
-have finished. CTranslate2 stops as soon as its best-ranked candidate finishes; the answer is
-the same unless attnlab's ``beam_size`` finished hypotheses are all outranked by a live one
-that would finish later with a higher score.
+``length_penalty = 0`` (plain log-probability). Then all three stop a sentence once its
+best finished hypothesis outranks every live one (transformers with
+``early_stopping="never"``, which the export writes; CTranslate2 when its best-ranked
+candidate ends), and they return the same outputs up to ties within rounding.
 """
 
 from __future__ import annotations

@@ -228,7 +228,7 @@ def _generation_config(config: Any) -> dict[str, Any]:
         # attnlab's translate default (sec. 6.1: beam 4, alpha 0.6); transformers divides by
         # length ** 0.6, not by GNMT's ((5 + length) / 6) ** 0.6
         "num_beams": 4,
-        "early_stopping": True,  # stop once num_beams hypotheses have finished, as attnlab
+        "early_stopping": "never",  # stop when no live hypothesis can win, as attnlab
         "length_penalty": 0.6,
     }
     if banned:
