@@ -12,7 +12,7 @@ from torch import Tensor
 from ..attention import MultiHeadAttention
 from ..flops import attention_costs, compare_heads, measure
 from ..viz._figures import figure
-from .section import Section, save, table
+from .section import Prose, Section, save, table
 
 # -- T3: scaling by 1/sqrt(d_k) --------------------------------------------------------------------
 
@@ -30,10 +30,15 @@ def _softmax_stats(scores: Tensor) -> tuple[float, float]:
 def scaling_claim(out: Path, quick: bool, gen: torch.Generator) -> Section:
     s = Section(
         "T3",
-        "why the scores are divided by sqrt(d_k)",
-        "Dot products of d_k-dimensional vectors grow with d_k (their variance is d_k for unit "
-        "components); unscaled, they push softmax into saturation, where its gradient vanishes. "
-        "Dividing by sqrt(d_k) keeps the scores' variance at 1 for every d_k.",
+        Prose("why the scores are divided by sqrt(d_k)", "为什么注意力分数要除以 sqrt(d_k)"),
+        Prose(
+            "Dot products of d_k-dimensional vectors grow with d_k (their variance is d_k for "
+            "unit components); unscaled, they push softmax into saturation, where its gradient "
+            "vanishes. Dividing by sqrt(d_k) keeps the scores' variance at 1 for every d_k.",
+            "d_k 维向量的点积随 d_k 增大（分量为单位方差时，点积的方差等于 d_k）；不做缩放，"
+            "点积的数值很大，会把 softmax 推进饱和区，梯度随之变得很小。除以 sqrt(d_k) 之后，"
+            "无论 d_k 取多大，分数的方差都保持为 1。",
+        ),
     )
     keys, queries = 64, 100 if quick else 200
     sizes = [4, 16, 64, 256, 1024]
@@ -55,46 +60,67 @@ def scaling_claim(out: Path, quick: bool, gen: torch.Generator) -> Section:
                 f"{scaled[1]:.4f}",
             ]
         )
+    uniform = math.log(keys)
     s.body += [
-        f"{queries} random queries, each against its own {keys} random keys, components "
-        f"N(0, 1), float64; "
-        f"medians over the queries. Entropy is in nats (uniform over {keys} keys: "
-        f"{math.log(keys):.3f}); the gradient is the Frobenius norm of softmax's Jacobian "
-        f"diag(p) - p p^T.",
+        Prose(
+            f"{queries} random queries, each against its own {keys} random keys, components "
+            f"N(0, 1), float64; medians over the queries. Entropy is in nats (uniform over "
+            f"{keys} keys: {uniform:.3f}); the gradient is the Frobenius norm of softmax's "
+            f"Jacobian diag(p) - p p^T.",
+            f"{queries} 个随机 query，每个各自对应 {keys} 个随机 key，各分量服从 N(0, 1)，"
+            f"float64 精度；表中取所有 query 的中位数。熵以 nats 为单位（在 {keys} 个 key "
+            f"上均匀分布时为 {uniform:.3f}）；梯度指 softmax 的 Jacobian 矩阵 diag(p) - p p^T "
+            f"的 Frobenius 范数。",
+        ),
         "",
         *table(
             [
                 "d_k",
                 "var(q.k)",
-                "entropy, unscaled",
-                "entropy, scaled",
-                "gradient, unscaled",
-                "gradient, scaled",
+                Prose("entropy, unscaled", "熵（未缩放）"),
+                Prose("entropy, scaled", "熵（缩放后）"),
+                Prose("gradient, unscaled", "梯度（未缩放）"),
+                Prose("gradient, scaled", "梯度（缩放后）"),
             ],
             rows,
         ),
     ]
     for d_k, (variance, _, _) in results.items():
         s.check(
-            f"var(q.k) = {variance:.1f} is within 15% of d_k = {d_k}",
+            Prose(
+                f"var(q.k) = {variance:.1f} is within 15% of d_k = {d_k}",
+                f"var(q.k) = {variance:.1f}，与 d_k = {d_k} 相差不到 15%",
+            ),
             abs(variance / d_k - 1) < 0.15,
         )
     low, high = results[sizes[0]], results[sizes[-1]]
     s.check(
-        f"unscaled, the softmax gradient falls from {low[1][1]:.4f} (d_k = {sizes[0]}) to "
-        f"{high[1][1]:.4f} (d_k = {sizes[-1]}): more than 5x",
+        Prose(
+            f"unscaled, the softmax gradient falls from {low[1][1]:.4f} (d_k = {sizes[0]}) to "
+            f"{high[1][1]:.4f} (d_k = {sizes[-1]}): more than 5x",
+            f"未缩放时，softmax 的梯度从 {low[1][1]:.4f}（d_k = {sizes[0]}）降到 "
+            f"{high[1][1]:.4f}（d_k = {sizes[-1]}），降幅超过 5 倍",
+        ),
         high[1][1] * 5 < low[1][1],
     )
     s.check(
-        f"unscaled, the entropy at d_k = {sizes[-1]} ({high[1][0]:.3f}) is under a quarter of "
-        f"the uniform {math.log(keys):.3f} (the weights collapse onto a few keys)",
-        high[1][0] < 0.25 * math.log(keys),
+        Prose(
+            f"unscaled, the entropy at d_k = {sizes[-1]} ({high[1][0]:.3f}) is under a quarter "
+            f"of the uniform {uniform:.3f} (the weights collapse onto a few keys)",
+            f"未缩放时，d_k = {sizes[-1]} 处的熵（{high[1][0]:.3f}）不到均匀分布的熵 "
+            f"{uniform:.3f} 的四分之一（权重集中到了少数几个 key 上）",
+        ),
+        high[1][0] < 0.25 * uniform,
     )
     entropy = [r[2][0] for r in results.values()]
     gradient = [r[2][1] for r in results.values()]
     s.check(
-        f"scaled, entropy ({min(entropy):.3f} .. {max(entropy):.3f}) and gradient "
-        f"({min(gradient):.4f} .. {max(gradient):.4f}) stay within 15% across d_k",
+        Prose(
+            f"scaled, entropy ({min(entropy):.3f} .. {max(entropy):.3f}) and gradient "
+            f"({min(gradient):.4f} .. {max(gradient):.4f}) stay within 15% across d_k",
+            f"缩放后，在各个 d_k 下，熵（{min(entropy):.3f} .. {max(entropy):.3f}）和梯度"
+            f"（{min(gradient):.4f} .. {max(gradient):.4f}）的变化都在 15% 以内",
+        ),
         max(entropy) < 1.15 * min(entropy) and max(gradient) < 1.15 * min(gradient),
     )
     fig = figure(9.0, 3.4, 100)
@@ -118,10 +144,18 @@ def scaling_claim(out: Path, quick: bool, gen: torch.Generator) -> Section:
 def heads_claim(out: Path, quick: bool, gen: torch.Generator) -> Section:
     s = Section(
         "T5, T6",
-        "multi-head attention costs what single-head attention costs, plus W^O",
-        "Splitting d_model into h heads of d_model / h channels leaves every product's total "
-        "size unchanged, so the cost does not depend on h; a single-head module without an "
-        "output projection differs from a multi-head one exactly by W^O.",
+        Prose(
+            "multi-head attention costs what single-head attention costs, plus W^O",
+            "多头注意力的计算量与单头注意力相同，只多出 W^O 一项",
+        ),
+        Prose(
+            "Splitting d_model into h heads of d_model / h channels leaves every product's total "
+            "size unchanged, so the cost does not depend on h; a single-head module without an "
+            "output projection differs from a multi-head one exactly by W^O.",
+            "把 d_model 均分成 h 个头、每个头 d_model / h 个通道，并不改变任何一次矩阵乘法的"
+            "总规模，所以计算量与 h 无关；去掉输出投影的单头模块与多头模块之间的差别，恰好就是 "
+            "W^O 这一项。",
+        ),
     )
     d_model, seq = 512, 32 if quick else 128
     head_counts = [1, 2, 4, 8, 16, 32, 64]
@@ -144,41 +178,72 @@ def heads_claim(out: Path, quick: bool, gen: torch.Generator) -> Section:
             ]
         )
     s.body += [
-        f"attnlab.MultiHeadAttention({d_model}, h) on one input (1, {seq}, {d_model}), counted "
-        f"while running (torch's FlopCounterMode with attnlab's formulas for the CPU "
-        f"flash-attention kernels), in multiply-accumulates (MACs; FLOPs = 2 x MACs: a count, "
-        f"not a rate).",
+        Prose(
+            f"attnlab.MultiHeadAttention({d_model}, h) on one input (1, {seq}, {d_model}), "
+            f"counted while running (torch's FlopCounterMode with attnlab's formulas for the CPU "
+            f"flash-attention kernels), in multiply-accumulates (MACs; FLOPs = 2 x MACs: a "
+            f"count, not a rate).",
+            f"在一个形状为 (1, {seq}, {d_model}) 的输入上运行 "
+            f"attnlab.MultiHeadAttention({d_model}, h)，边运行边计数（torch 的 FlopCounterMode，"
+            f"加上 attnlab 为 CPU 上 flash-attention 内核补充的公式），单位是乘加次数（MACs；"
+            f"FLOPs = 2 x MACs：FLOPs 是运算次数，不是每秒运算次数那样的速率）。",
+        ),
         "",
         *table(
-            ["heads", "head dim", "measured MACs", "Q, K, V projections", "Q K^T and A V", "W^O"],
+            [
+                Prose("heads", "头数"),
+                Prose("head dim", "每个头的维度"),
+                Prose("measured MACs", "实测 MACs"),
+                Prose("Q, K, V projections", "Q、K、V 投影"),
+                Prose("Q K^T and A V", "Q K^T 与 A V"),
+                "W^O",
+            ],
             rows,
         ),
     ]
     analytic = sum(c.macs for c in attention_costs(seq, seq, d_model, 8))
     s.check(
-        f"the measured count is the same for every head count 1..64 ({measured[1]:,} MACs) and "
-        f"equals the closed form",
+        Prose(
+            f"the measured count is the same for every head count 1..64 ({measured[1]:,} MACs) "
+            f"and equals the closed form",
+            f"头数取 1..64 中的每一个值，实测计数都相同（{measured[1]:,} MACs），并且等于解析"
+            f"公式给出的值",
+        ),
         len(set(measured.values())) == 1 and measured[1] == analytic,
     )
     experiment = compare_heads(2 if quick else 4, seq, d_model, 8)
     single, multi = experiment["single_head"]["macs"], experiment["multi_head"]["macs"]
+    w_o = experiment["w_o"]["macs"]
     s.check(
-        f"single head without W^O: {single:,} MACs; 8 heads with W^O: {multi:,}; the "
-        f"difference, {multi - single:,}, is exactly W^O's {experiment['w_o']['macs']:,}",
+        Prose(
+            f"single head without W^O: {single:,} MACs; 8 heads with W^O: {multi:,}; the "
+            f"difference, {multi - single:,}, is exactly W^O's {w_o:,}",
+            f"不带 W^O 的单头：{single:,} MACs；带 W^O 的 8 头：{multi:,}；两者之差 "
+            f"{multi - single:,} 恰好等于 W^O 的 {w_o:,}",
+        ),
         experiment["difference"] == experiment["w_o"],
     )
     tutorial = compare_heads(measured=False)  # (32, 1024, 512): the tutorial's input
+    one, eight = tutorial["single_head"], tutorial["multi_head"]
     s.body += [
         "",
-        f"At the tutorial's size, input (32, 1024, 512), the closed forms give "
-        f"{tutorial['single_head']['macs']:,} MACs for the single-head module and "
-        f"{tutorial['multi_head']['macs']:,} for the 8-head one: the numbers the tutorial "
-        f"printed with fvcore (which counts one multiply-add as one 'flop'), "
-        f"{tutorial['single_head']['flops']:,} and {tutorial['multi_head']['flops']:,} FLOPs.",
+        Prose(
+            f"At the tutorial's size, input (32, 1024, 512), the closed forms give "
+            f"{one['macs']:,} MACs for the single-head module and {eight['macs']:,} for the "
+            f"8-head one: the numbers the tutorial printed with fvcore (which counts one "
+            f"multiply-add as one 'flop'), {one['flops']:,} and {eight['flops']:,} FLOPs.",
+            f"在教程使用的尺寸下（输入 (32, 1024, 512)），解析公式给出单头模块 "
+            f"{one['macs']:,} MACs、8 头模块 {eight['macs']:,} MACs，正是教程用 fvcore 打印出的"
+            f"数字（fvcore 把一次乘加记作一个 'flop'）；换算成 FLOPs 分别是 {one['flops']:,} 和 "
+            f"{eight['flops']:,}。",
+        ),
     ]
     s.check(
-        "the closed forms reproduce the tutorial's fvcore output, 60,129,542,144 and "
-        "68,719,476,736",
+        Prose(
+            "the closed forms reproduce the tutorial's fvcore output, 60,129,542,144 and "
+            "68,719,476,736",
+            "解析公式重现了教程中 fvcore 的输出：60,129,542,144 和 68,719,476,736",
+        ),
         (tutorial["single_head"]["macs"], tutorial["multi_head"]["macs"])
         == (60_129_542_144, 68_719_476_736),
     )
