@@ -345,7 +345,7 @@ def _measure_model(config: TransformerConfig, src_len: int, tgt_len: int, batch:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ..explain import REPORT, explain
+    from ..explain import REPORT, REPORTS, explain, in_lang
 
     print(
         f"Running the tutorial's claims{' (quick)' if args.quick else ''}; report and figures "
@@ -354,15 +354,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     )
 
     def show(section) -> None:
-        print(f"  {'PASS' if section.passed else 'FAIL'}  {section.key}: {section.title}")
+        title = in_lang(section.title, args.lang)
+        print(f"  {'PASS' if section.passed else 'FAIL'}  {section.key}: {title}")
         for text, ok in section.checks:
             if not ok:
-                print(f"        failed: {text}")
+                print(f"        failed: {in_lang(text, args.lang)}")
 
-    sections = explain(args.out, quick=args.quick, seed=args.seed, progress=show)
+    sections = explain(args.out, quick=args.quick, seed=args.seed, progress=show, lang=args.lang)
     failed = [s.key for s in sections if not s.passed]
     held = len(sections) - len(failed)
-    print(f"\n{held}/{len(sections)} claims held. Report: {Path(args.out) / REPORT}")
+    report = Path(args.out) / REPORTS[args.lang]
+    english = f" (English: {Path(args.out) / REPORT})" if args.lang != "en" else ""
+    print(f"\n{held}/{len(sections)} claims held. Report: {report}{english}")
     return 1 if failed else 0
 
 
@@ -450,7 +453,8 @@ def add_parsers(sub) -> None:
         description=(
             "Run each claim of the tutorial (T3 scaling, T5/T6 heads and FLOPs, T7 order, "
             "T10/T11 masks, T12 masking styles) and the paper's Table 1 on attnlab's modules, "
-            "check it, and write report.md with its figures into --out. Exits 1 if a claim "
+            "check it, and write report.md with its figures into --out (with --lang zh, also "
+            "report.zh.md: the same run in Chinese, the tutorial's language). Exits 1 if a claim "
             "fails."
         ),
     )
@@ -459,4 +463,11 @@ def add_parsers(sub) -> None:
         "--quick", action="store_true", help="smaller experiments (Table 1 up to n = 1024)"
     )
     explain.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    explain.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="language of the report: en writes report.md; zh writes report.zh.md (Chinese, "
+        "the tutorial's language) beside report.md, both from the same run (default en)",
+    )
     explain.set_defaults(func=cmd_explain)
