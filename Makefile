@@ -90,7 +90,7 @@ lint: $(STAMP)
 # nav or a docstring section it cannot parse fails the build. The CLI reference and the API
 # index are written from the code at build time (tools/docs_hooks.py). Offline but for PyPI.
 DOCS_STAMP := $(VENV)/.installed-docs
-$(DOCS_STAMP): $(STAMP)
+$(DOCS_STAMP): $(PY) pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[docs]'
 	touch $(DOCS_STAMP)
 

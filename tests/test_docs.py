@@ -188,6 +188,37 @@ def test_links_are_rewritten_for_the_page_they_land_on():
     assert same == "[R](#reliability)"
 
 
+def test_plan_maps_files_and_headings_to_the_pages_that_include_them(tmp_path):
+    pytest.importorskip("pymdownx")
+    (tmp_path / "README.md").write_text(README, encoding="utf-8")
+    (tmp_path / "README.zh.md").write_text(
+        "# 中文\n\n[English](README.md)、[可靠性](README.md#reliability)、[下面](#快速开始)\n\n"
+        "## 快速开始\n",
+        encoding="utf-8",
+    )
+    pages = {
+        "index.md": '<!-- include README.md "# Title" to "## Using it" -->\n',
+        "guide.md": '# Guide\n\n<!-- include README.md "## Using it" -->\n',
+        "more/reliability.md": '<!-- include README.md "## Reliability" -->\n',
+        "zh.md": "<!-- include README.zh.md -->\n",
+    }
+    site = hooks.plan(tmp_path, "docs", pages)
+    # A link to a file lands where its top is included; one to a heading, where that heading is.
+    assert site.files == {"README.md": "index.md", "README.zh.md": "zh.md"}
+    assert site.anchors[("README.md", "reliability")] == "more/reliability.md"
+    assert site.anchors[("README.md", "sub")] == "guide.md"
+    assert site.anchors[("README.zh.md", "快速开始")] == "zh.md"  # GitHub's anchors: Chinese kept
+    out = hooks.include(pages["zh.md"], "zh.md", tmp_path, site)
+    assert "[English](index.md)" in out
+    assert "[可靠性](more/reliability.md#reliability)" in out
+    assert "[下面](#快速开始)" in out
+    guide = hooks.include(pages["guide.md"], "guide.md", tmp_path, site)
+    assert "[Reliability](more/reliability.md#reliability)" in guide
+    assert "the guide (`CONTRIBUTING.md` in the repository)" in guide  # no page holds it
+    with pytest.raises(ValueError, match=r"docs/x\.md: the included file MISSING\.md does not"):
+        hooks.include("<!-- include MISSING.md -->", "docs/x.md", tmp_path, site)
+
+
 def test_every_include_of_the_docs_finds_what_it_names():
     includes = [
         (page, match)

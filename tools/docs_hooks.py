@@ -10,6 +10,9 @@ Nothing here is copied by hand, so nothing can drift from the code or the README
   from its docstrings (:func:`api_modules`; the nav's "API reference" section is filled in).
 * The Sphinx roles of the docstrings (:class:`Name`, :func:`name`) render as the code span
   alone (:func:`strip_roles`).
+* The Chinese README (README.zh.md) becomes the page ``zh.md`` and a translated explain
+  report (``docs/explain/report.zh.md``) joins the nav beside the English one, once they
+  exist (:func:`on_config`).
 * A page line ``<!-- include FILE "HEADING" to "HEADING" -->`` (path relative to the
   repository root; both headings optional) is replaced by that part of FILE: from the first
   heading up to the second, or to the next heading of the same or a higher level, or the whole
@@ -358,10 +361,11 @@ class Site:
 
 
 def slugify(title: str) -> str:
-    """The anchor of a heading, as Python-Markdown's toc extension makes it (mkdocs' default)."""
-    from markdown.extensions.toc import slugify as toc_slugify
+    """The anchor of a heading, as mkdocs.yml's toc makes it: GitHub's way (lower case, Chinese
+    kept), so README.zh.md's anchors are the same here and on GitHub."""
+    from pymdownx.slugs import slugify as slugs
 
-    return toc_slugify(title, "-")
+    return str(slugs(case="lower")(title, "-"))
 
 
 def plan(root: Path, docs: str, pages: dict[str, str]) -> Site:
@@ -372,9 +376,11 @@ def plan(root: Path, docs: str, pages: dict[str, str]) -> Site:
         for match in INCLUDE.finditer(text):
             path = match.group("path")
             source = (root / path).read_text(encoding="utf-8")
-            if match.group("start") is None:
-                site.files.setdefault(path, page)
-            part = section(source, match.group("start"), match.group("end"), path)
+            start = match.group("start")
+            first = next((f"{'#' * lvl} {title}" for _, lvl, title in headings(source)), None)
+            if start is None or start == first:
+                site.files.setdefault(path, page)  # a link to the file lands on its top
+            part = section(source, start, match.group("end"), path)
             for _, _, title in headings(part):
                 site.anchors.setdefault((path, slugify(title)), page)
     return site
@@ -395,6 +401,9 @@ def rewrite_links(text: str, source: str, page: str, site: Site) -> str:
             return f"{posixpath.relpath(where, page_dir or '.')}#{anchor}"
         repo_path = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
         suffix = f"#{anchor}" if anchor else ""
+        if anchor and (repo_path, anchor) in site.anchors:
+            where = site.anchors[(repo_path, anchor)]
+            return posixpath.relpath(where, page_dir or ".") + suffix
         if repo_path.startswith(site.docs + "/"):
             in_docs = repo_path[len(site.docs) + 1 :]
             return posixpath.relpath(in_docs, page_dir or ".") + suffix
@@ -446,17 +455,42 @@ def _root(config: Any) -> Path:
     return Path(config["config_file_path"]).resolve().parent
 
 
+#: The Chinese README, once it exists, is the page zh.md (included whole).
+ZH_README = "README.zh.md"
+ZH_PAGE = "zh.md"
+#: The explain report in another language (report.zh.md), once it exists, sits beside report.md.
+REPORT = "explain/report.md"
+
+
 def on_config(config: Any) -> Any:
-    """Give the nav's "API reference" section one entry per public module."""
+    """Fill the nav in: one "API reference" entry per public module; the Chinese README and
+    the translated explain reports where they exist."""
     from mkdocs.exceptions import PluginError
 
-    for entry in config["nav"] or []:
+    nav = config["nav"] or []
+    for entry in nav:
         if isinstance(entry, dict) and "API reference" in entry:
             entry["API reference"] = ["api/index.md"] + [
                 {f"attnlab.{m}": f"api/{m}.md"} for m in api_modules()
             ]
-            return config
-    raise PluginError("mkdocs.yml: the nav has no 'API reference' section for the API pages")
+            break
+    else:
+        raise PluginError("mkdocs.yml: the nav has no 'API reference' section for the API pages")
+    docs = Path(config["docs_dir"])
+    translations = sorted(p.name for p in (docs / REPORT).parent.glob("report.*.md"))
+    if translations:
+        for index, entry in enumerate(nav):
+            if isinstance(entry, dict) and list(entry.values()) == [REPORT]:
+                title = next(iter(entry))
+                languages = [{"English": REPORT}]
+                languages += [
+                    {"中文" if name == "report.zh.md" else name: f"explain/{name}"}
+                    for name in translations
+                ]
+                nav[index] = {title: languages}
+    if (_root(config) / ZH_README).is_file():
+        nav.append({"中文 (Chinese)": ZH_PAGE})
+    return config
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -470,13 +504,11 @@ def on_files(files: Any, config: Any) -> Any:
     files.append(File.generated(config, "api/index.md", content=exports_reference()))
     for module in api_modules():
         files.append(File.generated(config, f"api/{module}.md", content=api_page(module)))
+    if (_root(config) / ZH_README).is_file():
+        files.append(File.generated(config, ZH_PAGE, content=f"<!-- include {ZH_README} -->\n"))
     root = _root(config)
     docs = Path(config["docs_dir"]).resolve().relative_to(root).as_posix()
-    pages = {
-        f.src_uri: Path(f.abs_src_path).read_text(encoding="utf-8")
-        for f in files
-        if f.src_uri.endswith(".md") and f.abs_src_path
-    }
+    pages = {f.src_uri: f.content_string for f in files if f.src_uri.endswith(".md")}
     try:
         _site = plan(root, docs, pages)
     except (OSError, ValueError) as error:
