@@ -283,7 +283,7 @@ def test_mkdocs_builds_the_site_strictly(tmp_path):
         env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    cli = (tmp_path / "site/cli/index.html").read_text(encoding="utf-8")
+    cli = (tmp_path / "site/cli.html").read_text(encoding="utf-8")
     for name in COMMANDS:
         assert f'id="attnlab-{name.replace(" ", "-")}"' in cli, name
-    assert (tmp_path / "site/api/masks/index.html").is_file()
+    assert (tmp_path / "site/api/masks.html").is_file()

@@ -489,7 +489,7 @@ def on_config(config: Any) -> Any:
                 ]
                 nav[index] = {title: languages}
     if (_root(config) / ZH_README).is_file():
-        nav.append({"中文 (Chinese)": ZH_PAGE})
+        nav.insert(1, {"中文 (Chinese)": ZH_PAGE})  # beside the quick start
     return config
 
 
