@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ._args import positive_int
+from ._args import device_of, positive_int
 
 #: model_type (config.json) -> what it is, and the command that uses it.
 KINDS = {
@@ -224,6 +224,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--input: {args.input}: no such file")
     if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
         raise ValueError("--output: the same file as --input; choose another")
+    device = device_of(args.device)
     check_kind(args.model, {"transformer"}, "translate", "--model")
     options = {
         "beam_size": args.beam_size,
@@ -238,7 +239,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     }
     if getattr(args, "quantize", None):
         options["quantize"] = args.quantize
-    loaded = Translator.load(args.model, device=args.device, **options)
+    loaded = Translator.load(args.model, device=device, **options)
 
     def translate(batch: list[str]) -> list[str]:
         if args.n_best is None:
@@ -327,6 +328,7 @@ def _read_lines(path: str, flag: str) -> list[str]:
 def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     from ..modeldir import kind_of
 
+    device_of(args.device)  # --device cuda without CUDA: before any work
     if args.src is None and args.ref is None:
         return job_evaluate(args)
     if args.split is not None:
@@ -353,7 +355,9 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     if not sources:
         raise ValueError(f"--src: {args.src}: no lines to score")
     beam = args.beam_size or 4
-    translator = Translator.load(args.model, beam_size=beam, alpha=args.alpha)
+    translator = Translator.load(
+        args.model, beam_size=beam, alpha=args.alpha, device=device_of(args.device)
+    )
     hypotheses = translator.translate(sources)
     result = score(hypotheses, references).to_dict()
     result.update({"split": Path(args.src).name, "task": "files", "beam_size": beam})
@@ -378,7 +382,7 @@ def _evaluate_lm_file(args: argparse.Namespace) -> int:
     lines = _read_lines(args.src, "--src")[: args.limit] if args.limit else None
     if lines is None:
         lines = _read_lines(args.src, "--src")
-    model, tokenizer, _ = load_with_tokenizers(args.model, device="cpu")
+    model, tokenizer, _ = load_with_tokenizers(args.model, device=device_of(args.device))
     result = lm_perplexity(model, tokenizer, lines)
     result.update({"split": Path(args.src).name, "task": "files"})
     if args.json:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from ..jobs import TASKS
 from ..model import TransformerConfig
+from ..train.progress import TRAIN_LOG
 from ..vision import VisionConfig
-from ._args import positive_int
+from ._args import add_device_flag, device_of, positive_int
 
 
 def _setting(text: str) -> tuple[str, str, object]:
@@ -72,6 +72,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..train import destroy_distributed, init_distributed
 
     job = build_job(args)
+    if args.device is not None:
+        device_of(args.device)  # --device cuda without CUDA: one line naming the flag
     out = Path(args.out or f"runs/{job.task.name}")
     if args.resume and args.overwrite:
         raise ValueError("--resume, --overwrite: choose one (continue the run, or start it over)")
@@ -98,7 +100,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     print_scores(result, beam_size=job.eval.beam_size)
     use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
-    print(f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}")
+    print(
+        f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}; log: {out / TRAIN_LOG}"
+    )
     return 0
 
 
@@ -210,36 +214,15 @@ def print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> N
         print(f"  {source!r} -> {hypothesis!r} (reference {example['reference']!r})")
 
 
-def cmd_translate(args: argparse.Namespace) -> int:
-    from ..evaluate import Translator
-
-    translator = Translator.load(
-        args.model,
-        beam_size=args.beam_size,
-        max_tokens=args.max_tokens,
-        device=args.device,
-        quantize=args.quantize,
-    )
-    if args.text and args.text != ["-"]:
-        for line in translator.translate(args.text):
-            print(line)
-        return 0
-    batch: list[str] = []
-    for line in sys.stdin:  # translate in batches as lines arrive, keeping their order
-        batch.append(line.rstrip("\n"))
-        if len(batch) == args.batch_lines:
-            print("\n".join(translator.translate(batch)), flush=True)
-            batch = []
-    if batch:
-        print("\n".join(translator.translate(batch)), flush=True)
-    return 0
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..jobs import evaluate_model
 
     result = evaluate_model(
-        args.model, split=args.split, beam_size=args.beam_size, limit=args.limit
+        args.model,
+        split=args.split,
+        beam_size=args.beam_size,
+        limit=args.limit,
+        device=device_of(args.device),
     )  # split None: the task's own (test, or valid for a language model)
     if args.json and "perplexity" in result:
         print(json.dumps(result))
@@ -290,6 +273,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         beam_size=args.beam_size,
         limits=limits,
         allow_hosts=args.allow_host or (),
+        device=device_of(args.device),
     )
     return 0
 
@@ -348,12 +332,7 @@ def add_parsers(sub) -> None:
     train.add_argument(
         "--checkpoint-every", type=positive_int, default=None, help="checkpoint every N steps"
     )
-    train.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default=None,
-        help="auto (default): CUDA when available",
-    )
+    add_device_flag(train)  # None: the job's [train] device (auto unless it says otherwise)
     train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     train.add_argument("--seed", type=int, default=None, help="random seed (0)")
     train.add_argument(
@@ -373,7 +352,12 @@ def add_parsers(sub) -> None:
         help="start over: remove --out first when it holds an earlier run (checkpoints/ or "
         "results.json)",
     )
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar: the plain progress lines (every train.log_every steps) go to "
+        "standard output instead (they are in OUT/train.log either way)",
+    )
     train.set_defaults(func=cmd_train)
 
     translate = sub.add_parser(
@@ -393,14 +377,14 @@ def add_parsers(sub) -> None:
     translate.add_argument(
         "--batch-lines", type=positive_int, default=64, help="stdin lines per batch (64)"
     )
-    translate.add_argument("--device", default=None, help="cpu or cuda (default: auto)")
+    add_device_flag(translate)
     translate.add_argument(
         "--quantize",
         choices=["int8"],
         default=None,
         help="int8: decode with int8 weights (CPU, float32 models; faster for batches)",
     )
-    translate.set_defaults(func=cmd_translate)
+    # Its command, cmd_translate, is inference's (inference.extend adds its options).
 
     evaluate = sub.add_parser(
         "evaluate",
@@ -429,6 +413,7 @@ def add_parsers(sub) -> None:
         "--show", type=positive_int, default=3, help="held-out examples to print (3)"
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    add_device_flag(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 
 
@@ -450,6 +435,7 @@ def add_serve_parser(sub) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
     serve.add_argument("--beam-size", type=positive_int, default=4, help="default beam, 1-16 (4)")
+    add_device_flag(serve)
     serve.add_argument(
         "--allow-host",
         action="append",

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._args import positive_int
+from ._args import add_device_flag, device_of, positive_int
 from .inference import check_kind, positive_number, probability, resolving
 
 
@@ -21,8 +21,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if not args.sample and (args.temperature != 1.0 or args.top_k or args.top_p):
         raise ValueError("--temperature, --top-k, --top-p: only with --sample")
+    device = device_of(args.device)
     check_kind(args.model, {"lm"}, "generate", "--model")
-    model, tokenizer, _ = load_with_tokenizers(args.model, device=args.device or "cpu")
+    model, tokenizer, _ = load_with_tokenizers(args.model, device=device)
     config = model.config
     ids = [config.bos_id, *tokenizer.encode(args.prompt)]
     generator = torch.Generator(device=next(model.parameters()).device)
@@ -85,8 +86,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     from ..model import load_pretrained
 
+    device = device_of(args.device)
     check_kind(args.model, {"vit"}, "predict", "--model")
-    model = load_pretrained(args.model, device="cpu")
+    model = load_pretrained(args.model, device=device)
     config = model.config
     images = torch.stack(
         [
@@ -96,7 +98,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     model.eval()
     with torch.no_grad():
-        probs = model(images).float().softmax(dim=-1)
+        probs = model(images.to(device)).float().softmax(dim=-1).cpu()
     k = min(args.top_k, config.num_classes)
     values, classes = probs.topk(k, dim=-1)
     for path, row_p, row_c in zip(args.images, values, classes, strict=True):
@@ -125,9 +127,7 @@ def add_parsers(sub) -> None:
     generate.add_argument("--top-k", type=positive_int, default=None, help="--sample: top k")
     generate.add_argument("--top-p", type=probability, default=None, help="--sample: nucleus mass")
     generate.add_argument("--seed", type=int, default=0, help="random seed (0)")
-    generate.add_argument(
-        "--device", choices=("cpu", "cuda"), default=None, help="cpu (default) or cuda"
-    )
+    add_device_flag(generate)
     generate.set_defaults(func=resolving(cmd_generate))
 
     predict = sub.add_parser(
@@ -144,4 +144,5 @@ def add_parsers(sub) -> None:
     predict.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG)")
     predict.add_argument("--top-k", type=positive_int, default=3, help="classes to show (3)")
     predict.add_argument("--invert", action="store_true", help="dark ink on light paper")
+    add_device_flag(predict)
     predict.set_defaults(func=resolving(cmd_predict))

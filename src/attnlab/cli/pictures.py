@@ -10,7 +10,7 @@ import torch
 
 from ..model import Transformer
 from ..vision import VisionTransformer
-from ._args import parse_lengths, positive_int
+from ._args import add_device_flag, device_of, parse_lengths, positive_int
 
 
 def _ids(text: str) -> list[int]:
@@ -35,7 +35,8 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
     from ..generate import greedy_search
     from ..model import TransformerEncoder, TransformerLM, load_pretrained
 
-    model = load_pretrained(args.model).eval()
+    device = device_of(args.device)
+    model = load_pretrained(args.model, device=device).eval()
     config = model.config
     if isinstance(model, VisionTransformer):
         raise ValueError(
@@ -45,26 +46,26 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
     if isinstance(model, Transformer):
         if args.src_ids is None:
             raise ValueError("--src-ids: required for an encoder-decoder model")
-        src = torch.tensor([args.src_ids])
+        src = torch.tensor([args.src_ids], device=device)
         if args.tgt_ids is None:  # show what the model itself produces
             out = greedy_search(model, src, max_new_tokens=args.max_new_tokens)
             tgt_ids = [config.bos_id, *out.tolist()[0]]
         else:
             tgt_ids = args.tgt_ids
-        tgt = torch.tensor([tgt_ids])
+        tgt = torch.tensor([tgt_ids], device=device)
         maps = model.attention(src, tgt)
         src_tokens, tgt_tokens = args.src_ids, tgt_ids
     elif isinstance(model, TransformerLM):
         ids = args.tgt_ids or args.src_ids
         if ids is None:
             raise ValueError("--src-ids: required (the language model's input)")
-        maps = model.attention(torch.tensor([ids]))
+        maps = model.attention(torch.tensor([ids], device=device))
         src_tokens, tgt_tokens = None, ids
     else:
         assert isinstance(model, TransformerEncoder)
         if args.src_ids is None:
             raise ValueError("--src-ids: required for an encoder model")
-        maps = model.attention(torch.tensor([args.src_ids]))
+        maps = model.attention(torch.tensor([args.src_ids], device=device))
         src_tokens, tgt_tokens = args.src_ids, None
     out_dir = Path(args.out or "attention")
     viz.attention_maps(
@@ -114,7 +115,8 @@ def _viz_rollout(args: argparse.Namespace) -> list[Path]:
     from ..model import load_pretrained
     from ..vision import class_token_rollout
 
-    model = load_pretrained(args.model).eval()
+    device = device_of(args.device)
+    model = load_pretrained(args.model, device=device).eval()
     if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"--model: {args.model} holds a {type(model).__name__}, not a VisionTransformer; "
@@ -131,8 +133,8 @@ def _viz_rollout(args: argparse.Namespace) -> list[Path]:
         )
     images, labels = data.batch(args.index)
     with torch.no_grad():
-        probs = model(images).softmax(dim=-1)
-    maps = class_token_rollout(model, images)
+        probs = model(images.to(device)).softmax(dim=-1).cpu()
+    maps = class_token_rollout(model, images.to(device)).cpu()
     out_dir = Path(args.out or "rollout")
     paths = []
     for row, index in enumerate(args.index):
@@ -214,6 +216,7 @@ def add_parsers(sub) -> None:
     )
     attention.add_argument("--layers", type=_indices, default=None, help="layers, e.g. 0,5")
     attention.add_argument("--heads", type=_indices, default=None, help="heads, e.g. 0,1")
+    add_device_flag(attention)
 
     learned = pictures.add_parser(
         "learned-pe",
@@ -243,6 +246,7 @@ def add_parsers(sub) -> None:
     rollout.add_argument(
         "--index", type=_indices, default=[0, 1, 2, 3], help="which images, e.g. 0,7 (0,1,2,3)"
     )
+    add_device_flag(rollout)
 
     pe = pictures.add_parser(
         "pe",

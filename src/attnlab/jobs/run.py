@@ -62,14 +62,17 @@ def train_job(
 ) -> dict[str, Any]:
     """Run ``job`` into directory ``out``; return the summary (also in ``out/results.json``).
 
-    ``log`` receives one line per stage (the CLI prints them). With ``resume`` the tokenizers
-    are reloaded and training continues from the newest checkpoint. Under ``torchrun`` (after
-    :func:`attnlab.train.init_distributed`) every rank trains its share of each batch with
-    DistributedDataParallel; only rank 0 writes files, logs and scores the test split (the
-    others return ``{}``).
+    ``log`` receives one line per stage (the CLI prints them); without ``progress`` it also
+    receives training's plain progress lines (:class:`~attnlab.train.Trainer`'s ``log``). Rank
+    0 appends all of them, and the scores, to ``out/train.log``. With ``resume`` the
+    tokenizers are reloaded and training continues from the newest checkpoint. Under
+    ``torchrun`` (after :func:`attnlab.train.init_distributed`) every rank trains its share of
+    each batch with DistributedDataParallel; only rank 0 writes files, logs and scores the
+    test split (the others return ``{}``).
     """
     from ..data.batching import TokenBatcher
     from ..train import TrainConfig, Trainer, world
+    from ..train.progress import append_train_log
 
     started = time.perf_counter()
     job.check()  # before any work: reading the corpus, training tokenizers, creating `out`
@@ -79,6 +82,12 @@ def train_job(
     if rank != 0:
         log = lambda message: None  # noqa: E731 - one voice in a distributed run
     out.mkdir(parents=True, exist_ok=True)
+
+    def note(line: str) -> None:  # shown, and kept in train.log
+        log(line)
+        if rank == 0:
+            append_train_log(out, line)
+
     corpus = job.task.load()
     splits = corpus if job.task.is_lm or job.task.is_image else corpus.splits
     what = (
@@ -86,13 +95,13 @@ def train_job(
         if job.task.is_lm or job.task.is_image
         else f"{corpus.name} {corpus.src_lang}->{corpus.tgt_lang}"
     )
-    log(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+    note(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
     padding: float | None = None
     tokenizer_dir: Path | None = None
     if job.task.is_image:
         model = _build_model(job)
         train_examples, valid_examples, on_evaluate = corpus["train"], corpus["valid"], None
-        log(
+        note(
             f"model: VisionTransformer, {job.model.get('preset')} preset, "
             f"{model.num_parameters():,} parameters, {model.config.num_patches} patches of "
             f"{model.config.patch_size}x{model.config.patch_size} pixels; "
@@ -102,13 +111,13 @@ def train_job(
         tokenizer_dir = out / "tokenizers"
         src_tok, tgt_tok = _tokenizers(job, corpus, tokenizer_dir, reuse=resume, rank=rank)
         joint = " (joint)" if job.tokenizer.joint else ""
-        log(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
+        note(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
         setup = _lm_setup if job.task.is_lm else _translation_setup
         model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
         padding = TokenBatcher.for_examples(
             train_examples, train_config.max_tokens, seed=train_config.seed
         ).padding_fraction(0)
-        log(
+        note(
             f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
             f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
             f"longer than {job.task.max_len} tokens left out), padding {padding:.1%} of the "
@@ -124,13 +133,14 @@ def train_job(
         tokenizers_dir=tokenizer_dir,
         on_evaluate=on_evaluate,
         progress=progress,
+        log=None if progress else log,
     )
     summary = trainer.train(resume=resume)
     if rank != 0:
         return {}
     model_dir = out / "model"
     write_json(model_dir / JOB_FILE, job.to_dict())
-    log(f"trained: {model_dir}")
+    note(f"trained: {model_dir}")
     split = "valid" if job.task.is_lm else "test"
     result = evaluate_model(model_dir, split=split, corpus=corpus)
     result.update(
@@ -142,8 +152,21 @@ def train_job(
     )
     if padding is not None:
         result["padding_fraction"] = padding
+    append_train_log(out, _score_line(result))
     write_json(out / RESULTS_FILE, result)
     return result
+
+
+def _score_line(result: dict[str, Any]) -> str:
+    """The split's headline scores, for train.log."""
+    if "accuracy" in result:
+        return f"{result['split']}: accuracy {result['accuracy']:.2%}"
+    if "perplexity" in result:
+        return f"{result['split']}: perplexity {result['perplexity']:.2f}"
+    return (
+        f"{result['split']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, exact match "
+        f"{result['exact_match']:.1%}"
+    )
 
 
 def _seeded(job: Job, build: Callable[[], Any]) -> Any:
@@ -206,20 +229,27 @@ def _lm_setup(job: Job, corpus, tokenizer, _):
     return model, encode("train"), encode("valid"), None
 
 
-def _evaluate_lm(model_dir: Path, corpus: dict, split: str, limit: int | None) -> dict:
+def _evaluate_lm(
+    model_dir: Path, corpus: dict, split: str, limit: int | None, device: str | None
+) -> dict:
     from ..evaluate import lm_perplexity, load_with_tokenizers
 
     if split not in corpus:
         raise ValueError(f"split: a text task has {sorted(corpus)}, not {split!r}")
     lines = corpus[split][:limit] if limit else corpus[split]
-    model, tokenizer, _ = load_with_tokenizers(model_dir)
+    model, tokenizer, _ = load_with_tokenizers(model_dir, device=device)
     result = lm_perplexity(model, tokenizer, lines)
     result.update({"split": split, "task": "text"})
     return result
 
 
 def _evaluate_images(
-    model_dir: Path, corpus: dict, split: str, limit: int | None, examples: int
+    model_dir: Path,
+    corpus: dict,
+    split: str,
+    limit: int | None,
+    examples: int,
+    device: str | None,
 ) -> dict:
     import torch
 
@@ -230,7 +260,9 @@ def _evaluate_images(
         raise ValueError(f"split: the digits task has {sorted(corpus)}, not {split!r}")
     data = corpus[split]
     images, labels = data.images[:limit], data.labels[:limit]
-    model = load_pretrained(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_pretrained(model_dir, device=device)
     result = classify(model, images, labels, classes=data.classes)
     result.update({"split": split, "task": "digits"})
     result["examples"] = result.pop("errors")[:examples]
@@ -246,9 +278,11 @@ def evaluate_model(
     beam_size: int | None = None,
     limit: int | None = None,
     examples: int = 10,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Translate ``split`` (default ``test``) of the model's task (from its ``job.json``) with
-    beam search and score it. Returns ``{"bleu", "chrf", "exact_match", "sentences",
+    beam search and score it, on ``device`` (``cpu`` or ``cuda``; default CUDA when available,
+    CPU for a language model). Returns ``{"bleu", "chrf", "exact_match", "sentences",
     signatures, "split", "examples": a few (source, reference, hypothesis)}``. For a language
     model (the ``text`` task): its perplexity on ``split`` (default ``valid``)."""
     from ..evaluate import Translator, score
@@ -270,9 +304,9 @@ def evaluate_model(
     if split is None:
         split = "valid" if job.task.is_lm else "test"
     if job.task.is_lm:
-        return _evaluate_lm(model_dir, corpus, split, limit)
+        return _evaluate_lm(model_dir, corpus, split, limit, device)
     if job.task.is_image:
-        return _evaluate_images(model_dir, corpus, split, limit, examples)
+        return _evaluate_images(model_dir, corpus, split, limit, examples, device)
     pairs = corpus[split]
     if limit is not None:
         pairs = pairs[:limit]
@@ -281,6 +315,7 @@ def evaluate_model(
         beam_size=beam_size or job.eval.beam_size,
         alpha=job.eval.alpha,
         max_tokens=job.eval.max_tokens,
+        device=device,
     )
     hyps = translator.translate([s for s, _ in pairs])
     scores = score(hyps, [t for _, t in pairs])

@@ -35,7 +35,8 @@ The modules, one concept each:
 ``integrity``      a checkpoint's digests and checks of its content before a resume
 ``rng``            the global RNG states, saved and restored
 ``distributed``    the process group, sums over replicas, DistributedDataParallel
-``metrics``        metrics.csv, TensorBoard, the progress bar, the on_evaluate hook's values
+``metrics``        metrics.csv, TensorBoard, the reporter, the on_evaluate hook's values
+``progress``       the time left against step / time bounds, plain lines, train.log, the bar
 ``validation``     the validation pass
 =================  ===========================================================================
 

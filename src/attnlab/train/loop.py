@@ -36,6 +36,7 @@ from .metrics import Reporter, call_hook, hook_metrics
 from .objectives import objective_class
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
+from .progress import format_duration
 from .rng import capture_rng, seed_rngs
 from .step import OptimizerStep
 from .validation import validate
@@ -70,7 +71,12 @@ class Trainer:
         on_evaluate: ``on_evaluate(step, model) -> {name: number}``, called on rank 0 after
             each validation loss with the bare model in eval mode; the values join the
             metrics row (e.g. BLEU). Its use of the global RNGs does not disturb training's.
-        progress: show a tqdm progress bar on stderr (rank 0).
+        progress: show progress on stderr (rank 0): a bar that redraws in place on a
+            terminal, else one plain line per metrics row (``log_every`` steps): the step of
+            the total, loss, learning rate, speed, elapsed time and time left.
+        log: receives those plain lines instead (e.g. ``print``) when no bar is shown. Either
+            way rank 0 appends them to ``out/train.log``, with the start, each evaluation,
+            each checkpoint and the stop.
 
     ``train()`` runs the loop and returns the summary written to ``out/summary.json``.
     """
@@ -85,6 +91,7 @@ class Trainer:
         tokenizers_dir: str | os.PathLike[str] | None = None,
         on_evaluate: EvaluateHook | None = None,
         progress: bool = True,
+        log: Callable[[str], object] | None = None,
     ) -> None:
         objective_cls = objective_class(model)
         if not isinstance(config, TrainConfig):
@@ -96,6 +103,9 @@ class Trainer:
         self.out = Path(config.out)
         self.on_evaluate = on_evaluate
         self.progress = bool(progress)
+        if log is not None and not callable(log):
+            raise TypeError(f"log: expected a callable or None, got {type(log).__name__}")
+        self.log = log
         self.rank, self.world_size = world()
         self.device = resolve_device(config.device, self.world_size)
         self.objective = objective_cls(model, config, self.device)
@@ -130,10 +140,13 @@ class Trainer:
         self._out_of_time_voted = False
         self._started = time.monotonic()
 
+    def _elapsed(self) -> float:
+        """Training time in seconds, across resumes."""
+        return self.position.elapsed_s + (time.monotonic() - self._started)
+
     def _out_of_time(self) -> bool:
         limit = self.config.max_minutes
-        elapsed = self.position.elapsed_s + (time.monotonic() - self._started)
-        return limit is not None and elapsed >= limit * 60
+        return limit is not None and self._elapsed() >= limit * 60
 
     # -- evaluation ------------------------------------------------------------------------
 
@@ -178,7 +191,7 @@ class Trainer:
         self._last_checkpoint_step = self.position.step
         if self.rank != 0:
             return
-        elapsed = self.position.elapsed_s + (time.monotonic() - self._started)
+        elapsed = self._elapsed()
         state = {
             "format": CHECKPOINT_FORMAT,
             **self.position.to_state(self.objective.unit, elapsed),
@@ -195,6 +208,8 @@ class Trainer:
         save_checkpoint(
             self.out, self.model, self.optimizer, state, keep=self.config.keep_checkpoints
         )
+        if self._reporter is not None:
+            self._reporter.event(f"checkpoint saved at step {self.position.step}")
 
     def _load(self, path: Path) -> dict[str, Any]:
         """Restore checkpoint ``path``, checked whole first (the RNG states: at the first step)."""
@@ -238,17 +253,23 @@ class Trainer:
         resumed_from = state["step"] if state is not None else None
         self._last_checkpoint_step = resumed_from
         self._out_of_time_voted = False
+        self._started = time.monotonic()
+        total_steps = planned_steps(config, self.batcher.num_batches(0))
         reporter = self._reporter = Reporter(
             self.out,
             report=self.rank == 0,
             progress=self.progress,
-            total_steps=planned_steps(config, self.batcher.num_batches(0)),
+            total_steps=total_steps,
             step=self.position.step,
             resumed_from=resumed_from,
             columns=state.get("metrics_columns", ()) if state is not None else (),
             base=self.objective.columns,
             rate_unit=self.objective.rate_unit,
+            budget_s=config.max_minutes * 60 if config.max_minutes is not None else None,
+            clock=self._elapsed,
+            log=self.log,
         )
+        reporter.event(self._start_line(resumed_from, total_steps), console=True)
         update = OptimizerStep(
             self.objective,
             self.model,
@@ -261,7 +282,6 @@ class Trainer:
         seed_rngs(
             state, seed=config.seed, step=self.position.step, rank=self.rank, device=self.device
         )
-        self._started = time.monotonic()
         self.model.train()
         stop_reason: str | None = None
         position = self.position
@@ -285,7 +305,7 @@ class Trainer:
                 )
                 seconds = time.monotonic() - step_start
                 position.advance(len(micro), len(batches), loss_sum, count, seconds)
-                reporter.stepped()
+                reporter.stepped(position.step)
                 stop_reason = self._stop_reason(evaluated=False)
                 row: dict[str, object] = {}
                 if self.valid_batcher is not None and (
@@ -300,10 +320,34 @@ class Trainer:
                     self._save_checkpoint()
             if self._last_checkpoint_step != position.step:
                 self._save_checkpoint()  # a resumed run that had nothing left to do
+            reporter.event(
+                f"stop at step {position.step}: {stop_reason}, training time "
+                f"{format_duration(self._elapsed())}",
+                console=True,
+            )
             summary = self._finish(stop_reason, resumed_from)
+        except BaseException as error:  # Ctrl-C, a full disk, a bug: the log says where
+            reporter.event(f"stopped at step {position.step} by {type(error).__name__}")
+            raise
         finally:
             reporter.close()
         return summary
+
+    def _start_line(self, resumed_from: int | None, total_steps: int | None) -> str:
+        """``start: step 0 of 1200 (max_steps 1200, max_minutes 20.0) on cpu``, or ``resume
+        from the checkpoint: step 600 of 1200 (...) on cpu``."""
+        config = self.config
+        bounds = ", ".join(
+            f"{name} {getattr(config, name)}"
+            for name in ("max_steps", "max_epochs", "max_minutes")
+            if getattr(config, name) is not None
+        )
+        total = f" of {total_steps}" if total_steps is not None else ""
+        where = f"{self.device.type}" + (
+            f", {self.world_size} processes" if self.world_size > 1 else ""
+        )
+        what = "start" if resumed_from is None else "resume from the checkpoint"
+        return f"{what}: step {self.position.step}{total} ({bounds}) on {where}"
 
     def _stop_reason(self, *, evaluated: bool) -> str | None:
         return self.position.stop_reason(

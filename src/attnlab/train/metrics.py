@@ -1,12 +1,13 @@
 """What a run reports: ``metrics.csv`` (one row per logged step), TensorBoard scalars when
-TensorBoard is installed, and a tqdm progress bar; and the checks of an ``on_evaluate`` hook's
-metrics."""
+TensorBoard is installed, ``train.log`` and progress on the console (:mod:`.progress`); and the
+checks of an ``on_evaluate`` hook's metrics."""
 
 from __future__ import annotations
 
 import csv
 import io
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 
 from .._checks import is_number
 from .._io import atomic_write
+from .progress import TRAIN_LOG, Progress, TrainLog, evaluation_line, step_line, terminal_bar
 from .rng import global_rng_untouched
 
 __all__ = [
@@ -29,8 +31,6 @@ __all__ = [
     "hook_metrics",
     "metrics_columns",
     "open_tensorboard",
-    "progress_bar",
-    "show_row",
 ]
 
 
@@ -126,16 +126,27 @@ def open_tensorboard(out: Path) -> Any:
 
 class Reporter:
     """What rank 0 reports as it trains: rows in ``out/metrics.csv`` (:class:`MetricsLog`), the
-    same numbers as TensorBoard scalars (when installed), and a progress bar (with
-    ``progress``). On other ranks it reports nothing.
+    same numbers as TensorBoard scalars (when installed), ``out/train.log`` (each metrics row
+    as a plain line, evaluations, checkpoints, start and stop; appended on resume), and
+    progress on the console. On other ranks it reports nothing.
+
+    The console: with ``progress`` and stderr a terminal, a bar that redraws in place (the
+    fraction done, the latest row's numbers, the time left); otherwise the plain lines (each
+    metrics row, each evaluation, start and stop) go to ``log`` when given, else to stderr
+    with ``progress``, else nowhere.
 
     Args:
         out: the run directory.
         report: this process reports (rank 0).
-        progress: show the progress bar, of ``total_steps`` (None: unknown) from ``step``.
+        progress: show progress on stderr (see above).
+        total_steps: the step bound (``planned_steps``), or None for a run bound by time only.
+        step: the step training starts from.
         resumed_from: the checkpoint's step when resuming (later rows are dropped), or None.
         columns: the columns a resumed run's log had (``state.json``), or ().
         base: the objective's first columns; ``base[4]`` is the speed, in ``rate_unit``.
+        budget_s: the time bound in seconds (``max_minutes * 60``), or None.
+        clock: the training time so far in seconds, across resumes (default: since now).
+        log: receives the plain lines when no bar is shown (e.g. ``print``), or None.
     """
 
     def __init__(
@@ -150,40 +161,101 @@ class Reporter:
         columns: Sequence[str],
         base: Sequence[str],
         rate_unit: str,
+        budget_s: float | None = None,
+        clock: Callable[[], float] | None = None,
+        log: Callable[[str], object] | None = None,
     ) -> None:
         self.rate_column, self.rate_unit = base[4], rate_unit
+        self.training_columns = tuple(base[:5])
+        self.total_steps, self.budget_s = total_steps, budget_s
+        self.clock = clock if clock is not None else _since(time.monotonic())
+        self.step = step
+        self._first = (step, self.clock())  # the speed is measured from here
+        self._last_row: Mapping[str, object] = {}
         self.log: MetricsLog | None = None
         self.writer: Any = None
         self.bar: Any = None
+        self.train_log: TrainLog | None = None
+        self.say: Callable[[str], object] | None = None
         if not report:
             return
         self.log = MetricsLog(
             out / METRICS_FILE, keep_until=resumed_from, columns=columns, base=base
         )
         self.writer = open_tensorboard(out)
-        if progress:
-            self.bar = progress_bar(total_steps, initial=step)
+        self.train_log = TrainLog(out / TRAIN_LOG)
+        if progress and _is_terminal(sys.stderr):
+            self.bar = terminal_bar()
+            self._show()
+        elif log is not None:
+            self.say = log
+        elif progress:
+            self.say = _to_stderr
 
     @property
     def columns(self) -> list[str]:
         """The metrics log's columns now (the objective's, then the hook's)."""
         return self.log.columns if self.log is not None else []
 
-    def stepped(self) -> None:
-        """One optimizer step done."""
+    def progress(self) -> Progress:
+        """Where the run stands now: its step, bounds, training time and measured speed."""
+        elapsed = self.clock()
+        steps, seconds = self.step - self._first[0], elapsed - self._first[1]
+        return Progress(
+            step=self.step,
+            total_steps=self.total_steps,
+            elapsed_s=elapsed,
+            budget_s=self.budget_s,
+            steps_per_s=steps / seconds if steps > 0 and seconds > 0 else None,
+        )
+
+    def event(self, line: str, *, console: bool = False) -> None:
+        """A line for ``train.log`` (start, checkpoint, stop); ``console``: shown as well."""
+        if self.train_log is not None:
+            self.train_log.write(line)
+        if not console:
+            return
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.write(line, file=sys.stderr)
+        elif self.say is not None:
+            self.say(line)
+
+    def stepped(self, step: int | None = None) -> None:
+        """One optimizer step done (``step``: the count now; default one more)."""
+        self.step = self.step + 1 if step is None else step
+        if self.bar is not None:
+            self._show()
 
     def write(self, row: Mapping[str, object], step: int) -> None:
-        """A metrics row, its numbers as scalars at ``step``, and the bar's summary."""
-        if self.log is not None:
-            self.log.write(row)
+        """A metrics row: in ``metrics.csv``, as scalars at ``step``, as a plain line (and an
+        evaluation line when it has a validation loss), and beside the bar."""
+        if self.log is None:
+            return
+        self.log.write(row)
         if self.writer is not None:
             for key, value in row.items():
                 if key not in ("step", "epoch") and isinstance(value, float):
                     self.writer.add_scalar(key, value, step)
+        self.step, self._last_row = step, row
+        lines = (
+            step_line(self.progress(), row, self.rate_column, self.rate_unit),
+            evaluation_line(step, row, self.training_columns),
+        )
+        for line in lines:
+            if line is not None:
+                self.event(line)
+                if self.say is not None:
+                    self.say(line)
         if self.bar is not None:
-            show_row(self.bar, row, self.rate_column, self.rate_unit)
+            self._show()
+
+    def _show(self) -> None:
+        """Update the bar with the latest row's numbers (tqdm limits how often it redraws)."""
+        progress = self.progress()
+        text = step_line(progress, self._last_row, self.rate_column, self.rate_unit)
+        self.bar.set_description_str(text, refresh=False)
+        done = round(1000 * (progress.fraction() or 0.0))
+        self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -192,32 +264,23 @@ class Reporter:
             self.log.close()
         if self.writer is not None:
             self.writer.close()
+        if self.train_log is not None:
+            self.train_log.close()
 
 
-def progress_bar(total: int | None, initial: int) -> Any:
-    """A tqdm bar on stderr counting optimizer steps."""
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        initial=initial,
-        unit="step",
-        file=sys.stderr,
-        dynamic_ncols=True,
-        desc="train",
-    )
+def _since(start: float) -> Callable[[], float]:
+    return lambda: time.monotonic() - start
 
 
-def show_row(bar: Any, row: Mapping[str, object], rate_column: str, rate_unit: str) -> None:
-    """The loss, learning rate, speed and validation loss of ``row`` beside the bar."""
-    shown = {
-        "loss": f"{row['loss']:.3f}" if row.get("loss") is not None else "-",
-        "lr": f"{row['lr']:.2e}",
-        rate_unit: f"{row[rate_column]:.0f}" if row.get(rate_column) else "-",
-    }
-    if row.get("val_loss") is not None:
-        shown["val"] = f"{row['val_loss']:.3f}"
-    bar.set_postfix(shown, refresh=False)
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def call_hook(
