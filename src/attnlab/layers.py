@@ -483,7 +483,7 @@ class Decoder(_Stack):
         none = [None] * len(self.layers)
         caches: list[tuple[KVCache | None, KVCache | None]] = list(zip(none, none, strict=True))
         if cache is not None:
-            self._check_cache(cache)
+            self.check_cache(cache)
             caches = list(zip(cache.self_attn, cache.cross_attn or none, strict=True))
             if memory_mask is None:
                 memory_mask = cache.memory_mask
@@ -534,7 +534,10 @@ class Decoder(_Stack):
         self_attn = [KVCache(capacity) for _ in self.layers]
         return DecoderCache(self_attn, cross, memory_mask=memory_mask)
 
-    def _check_cache(self, cache: object) -> None:
+    def check_cache(self, cache: object) -> None:
+        """Raise unless ``cache`` is a :class:`DecoderCache` made for this decoder
+        (:meth:`new_cache`): one self-attention cache per layer, cross-attention caches exactly
+        when the layers have cross-attention."""
         if not isinstance(cache, DecoderCache):
             raise TypeError(
                 f"cache: expected a DecoderCache (Decoder.new_cache), got {type(cache).__name__}"

@@ -304,7 +304,7 @@ class Transformer(_TransformerModel):
         if cache is None:
             self._check_memory(memory, tgt_ids)
         else:
-            self.decoder._check_cache(cache)
+            self.decoder.check_cache(cache)
             if memory is not None:
                 raise ValueError("memory: the cache holds the memory (new_cache); pass memory=None")
         y, self_mask = decoder_input(self.tgt_embed, tgt_ids, self.config.pad_id, cache)
@@ -370,7 +370,7 @@ class TransformerLM(_TransformerModel):
     ) -> tuple[Tensor, list[Tensor] | None]:
         check_ids(ids, self.embed.vocab_size, "ids")
         if cache is not None:
-            self.decoder._check_cache(cache)
+            self.decoder.check_cache(cache)
         x, mask = decoder_input(self.embed, ids, self.config.pad_id, cache)
         x, weights, _ = self.decoder(x, self_mask=mask, need_weights=need_weights, cache=cache)
         return self.lm_head(x), weights
