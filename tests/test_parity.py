@@ -244,3 +244,67 @@ def test_causal_is_bottom_right_like_torch_causal_lower_right() -> None:
     torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
     explicit = attnlab.scaled_dot_product_attention(q, k, v, causal_mask(4, 9))
     torch.testing.assert_close(explicit, out, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross", "cross_kdim_vdim"])
+def test_project_gives_torchs_per_head_queries_keys_and_values(kind: str) -> None:
+    """MultiHeadAttention.project: head i's ``Q W_i^Q``, ``K W_i^K``, ``V W_i^V`` (sec. 3.2.2),
+    sliced here from torch's own weights; eq. 1 on them, concatenated and through ``W^O``, is
+    torch.nn.MultiheadAttention's output."""
+    torch.manual_seed(3)
+    e, h, b, t_q, t_k = 16, 4, 2, 3, 5
+    kdim, vdim = (7, 5) if kind == "cross_kdim_vdim" else (e, e)
+    reference = torch.nn.MultiheadAttention(e, h, kdim=kdim, vdim=vdim, batch_first=True).eval()
+    with torch.no_grad():  # torch initialises biases to zero; make them count
+        reference.in_proj_bias.normal_()
+        reference.out_proj.bias.normal_()
+    ours = attnlab.MultiHeadAttention.from_torch(reference)
+    x = torch.randn(b, t_q, e)
+    if kind == "self":
+        context, value, keys_in, values_in = None, None, x, x
+    else:
+        keys_in, values_in = torch.randn(b, t_k, kdim), torch.randn(b, t_k, vdim)
+        context, value = keys_in, values_in
+    with torch.no_grad():
+        q, k, v = ours.project(x, context, value=value)
+        if reference.in_proj_weight is not None:
+            w_q, w_k, w_v = reference.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = (
+                reference.q_proj_weight,
+                reference.k_proj_weight,
+                reference.v_proj_weight,
+            )
+        b_q, b_k, b_v = reference.in_proj_bias.chunk(3)
+        d = e // h
+        t_kv = t_q if kind == "self" else t_k
+        assert q.shape == (b, h, t_q, d) and k.shape == v.shape == (b, h, t_kv, d)
+        for i in range(h):
+            rows = slice(i * d, (i + 1) * d)
+            torch.testing.assert_close(q[:, i], x @ w_q[rows].T + b_q[rows], atol=ATOL, rtol=0)
+            torch.testing.assert_close(
+                k[:, i], keys_in @ w_k[rows].T + b_k[rows], atol=ATOL, rtol=0
+            )
+            torch.testing.assert_close(
+                v[:, i], values_in @ w_v[rows].T + b_v[rows], atol=ATOL, rtol=0
+            )
+        heads = attnlab.scaled_dot_product_attention(q, k, v)  # (B, H, T_q, Dh)
+        out = ours.out_proj(heads.transpose(1, 2).reshape(b, t_q, e))
+        expected, _ = reference(x, keys_in, values_in, need_weights=False)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
+
+
+def test_project_is_what_forward_attends_with_grouped_query_attention() -> None:
+    """With H_kv < H (no torch counterpart), project's keys and values have H_kv heads, and
+    eq. 1 on its output, through ``W^O``, is forward's output."""
+    torch.manual_seed(4)
+    mha = attnlab.MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    with torch.no_grad():
+        mha.in_proj.bias.normal_()
+        x = torch.randn(2, 5, 16)
+        q, k, v = mha.project(x)
+        assert q.shape == (2, 4, 5, 4) and k.shape == v.shape == (2, 2, 5, 4)
+        heads = attnlab.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = mha.out_proj(heads.transpose(1, 2).reshape(2, 5, 16))
+        expected, _ = mha(x, is_causal=True)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=1e-5)
