@@ -182,3 +182,20 @@ def test_train_outside_a_terminal_writes_plain_lines_to_stderr(tmp_path, capsys)
     captured = capsys.readouterr()
     assert "\r" not in captured.err
     assert [line.split(" (")[0] for line in _steps(captured.err)] == ["step 2/4", "step 4/4"]
+
+
+def test_a_run_that_fails_says_where_in_train_log(tmp_path):
+    train = worker.reversal_examples(24, seed=0)
+    out = tmp_path / "run"
+    trainer = Trainer(
+        worker.tiny_model(0.0),
+        train,
+        train[:4],
+        _config(out, 4),
+        progress=False,
+        on_evaluate=lambda step, model: "not a dict",
+    )
+    with pytest.raises(TypeError, match="on_evaluate: expected a dict"):
+        trainer.train()
+    last = (out / TRAIN_LOG).read_text(encoding="utf-8").splitlines()[-1]
+    assert last.endswith(" stopped at step 2 by TypeError")

@@ -8,6 +8,7 @@ checkpoints and stops.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -327,7 +328,8 @@ class Trainer:
             )
             summary = self._finish(stop_reason, resumed_from)
         except BaseException as error:  # Ctrl-C, a full disk, a bug: the log says where
-            reporter.event(f"stopped at step {position.step} by {type(error).__name__}")
+            with contextlib.suppress(OSError):  # the error to report is the first one
+                reporter.event(f"stopped at step {position.step} by {type(error).__name__}")
             raise
         finally:
             reporter.close()
