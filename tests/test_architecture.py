@@ -16,12 +16,8 @@ MODULE_LINES = 600
 CLASS_LINES = 300
 # Over the limits today, each waiting for its split (the test fails once one is split, so
 # that its entry goes too). Not a licence to grow: split rather than add here.
-LONG_MODULES = {
-    "serve/app.py": "the explorer's API",
-}
-LONG_CLASSES = {
-    "serve/explorer.py:Explorer": "the explorer's model-facing queries",
-}
+LONG_MODULES: dict[str, str] = {}
+LONG_CLASSES: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:

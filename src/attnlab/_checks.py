@@ -26,27 +26,29 @@ def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_kind(minimum: int, plain: bool) -> str:
+def _int_kind(minimum: int | None, plain: bool) -> str:
+    if minimum is None:
+        return "an int"
     if not plain and minimum in (0, 1):
         return "a positive int" if minimum == 1 else "a non-negative int"
     return f"an int >= {minimum}"
 
 
-def check_int(value: object, name: str, *, minimum: int = 1, plain: bool = False) -> int:
+def check_int(value: object, name: str, *, minimum: int | None = 1, plain: bool = False) -> int:
     """Return ``value``, or raise ValueError unless it is an int >= ``minimum`` (bools are not
     counts). Minimum 1 reads "a positive int", 0 "a non-negative int", any other (and every
-    minimum when ``plain``) "an int >= minimum"."""
-    if not is_int(value) or value < minimum:
+    minimum when ``plain``) "an int >= minimum"; None: any int, "an int"."""
+    if not is_int(value) or (minimum is not None and value < minimum):
         raise ValueError(f"{name}: expected {_int_kind(minimum, plain)}, got {value!r}")
     return value
 
 
 def check_optional_int(
-    value: object, name: str, *, minimum: int = 1, plain: bool = False
+    value: object, name: str, *, minimum: int | None = 1, plain: bool = False
 ) -> int | None:
     """:func:`check_int`, but None passes too (the message says so: "a positive int or
     None")."""
-    if value is None or (is_int(value) and value >= minimum):
+    if value is None or (is_int(value) and (minimum is None or value >= minimum)):
         return value
     raise ValueError(f"{name}: expected {_int_kind(minimum, plain)} or None, got {value!r}")
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._checks import check_positive_number
+from .._checks import check_int, check_positive_number, check_rate
 from .._io import atomic_write
 
 __all__ = [
@@ -215,12 +215,7 @@ def text_corpus(
         FileNotFoundError, ValueError: as :func:`read_lines`; also when the file has too few
             lines to leave a non-empty train split, or ``valid_fraction`` is not in [0, 1).
     """
-    if not (
-        isinstance(valid_fraction, (int, float))
-        and not isinstance(valid_fraction, bool)
-        and 0 <= valid_fraction < 1
-    ):
-        raise ValueError(f"valid_fraction: expected a number in [0, 1), got {valid_fraction!r}")
+    check_rate(valid_fraction, "valid_fraction")
     lines = [line for line in read_lines(path) if line.strip()]
     n_valid = max(1, round(len(lines) * valid_fraction)) if valid_fraction > 0 else 0
     if len(lines) - n_valid < 1:
@@ -247,14 +242,6 @@ def _num2words_lang(lang: object, name: str) -> str:
             f"{name}: num2words has no language {lang!r}; it has {sorted(CONVERTER_CLASSES)}"
         )
     return lang
-
-
-def _check_int(value: object, name: str, minimum: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name}: expected an int, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    return value
 
 
 @functools.lru_cache(maxsize=8)
@@ -295,9 +282,9 @@ def numbers(
     """
     src_lang = _num2words_lang(src_lang, "src_lang")
     tgt_lang = _num2words_lang(tgt_lang, "tgt_lang")
-    low, high = _check_int(low, "low"), _check_int(high, "high")
-    valid_size = _check_int(valid_size, "valid_size", minimum=0)
-    test_size = _check_int(test_size, "test_size", minimum=0)
+    low, high = check_int(low, "low", minimum=None), check_int(high, "high", minimum=None)
+    valid_size = check_int(valid_size, "valid_size", minimum=0, plain=True)
+    test_size = check_int(test_size, "test_size", minimum=0, plain=True)
     if low > high:
         raise ValueError(f"low, high: expected low <= high, got low={low}, high={high}")
     count = high - low + 1

@@ -47,6 +47,7 @@ from typing import Any
 
 import tokenizers as hf
 
+from .._checks import is_int
 from .._io import atomic_write
 
 __all__ = [
@@ -181,7 +182,7 @@ def _as_id_list(ids: object, vocab_size: int, name: str) -> list[int]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise TypeError(f"{name}: expected a sequence of token ids, got {type(ids).__name__}")
     for position, token in enumerate(ids):
-        if not isinstance(token, int) or isinstance(token, bool):
+        if not is_int(token):
             raise TypeError(
                 f"{name}[{position}]: expected an int token id, got {type(token).__name__} "
                 f"{token!r}"
@@ -236,8 +237,7 @@ def _format_marker(model: dict[str, Any], path: Path) -> int | None:
     if (
         not isinstance(marker, dict)
         or marker.get("format") != _FORMAT_NAME
-        or not isinstance(version, int)
-        or isinstance(version, bool)
+        or not is_int(version)
         or version < 2
     ):
         raise ValueError(
@@ -325,14 +325,14 @@ class Tokenizer:
                 train on.
             TypeError: ``texts`` is a string, or yields something that is not a string.
         """
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool):
+        if not is_int(vocab_size):
             raise TypeError(f"vocab_size: expected an int, got {vocab_size!r}")
         if vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(
                 f"vocab_size: expected at least {MIN_VOCAB_SIZE} ({len(SPECIAL_TOKENS)} special "
                 f"tokens + {_BYTE_SYMBOLS} byte tokens), got {vocab_size}"
             )
-        if not isinstance(min_frequency, int) or isinstance(min_frequency, bool):
+        if not is_int(min_frequency):
             raise TypeError(f"min_frequency: expected an int, got {min_frequency!r}")
         if min_frequency < 1:
             raise ValueError(f"min_frequency: expected an int >= 1, got {min_frequency}")

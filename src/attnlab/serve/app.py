@@ -5,18 +5,18 @@ uvicorn. Every client error is a 4xx answer ``{"error": message, "status": code}
 message names the field and what was expected; bad input never gets a 500, and a bug's 500
 says nothing of the server's insides (its details go to one log line).
 
-Request bodies are checked before any route sees them (:class:`BodyGuard`): at most 64 KiB
-(read in chunks, never more than that, within ``Limits.body_timeout``), ``application/json``,
-UTF-8, valid JSON. Then pydantic checks the shape strictly (``"text": 5`` is an error, not
-``"5"``). The routes that run the model (translate, attention) wait in the model's bounded
-queue (:class:`~attnlab.serve.limits.ModelQueue`) without holding a thread, and are checked
-and tokenized before they queue; the others (model, positional, masks, the page) never wait
+Request bodies are checked before any route sees them (:class:`~attnlab.serve.errors.BodyGuard`;
+the error answers are in :mod:`attnlab.serve.errors`): at most 64 KiB (read in chunks, never
+more than that, within ``Limits.body_timeout``), ``application/json``, UTF-8, valid JSON.
+Then pydantic checks the shape strictly (``"text": 5`` is an error, not ``"5"``). The routes
+that run the model (translate, attention) wait in the model's bounded queue
+(:class:`~attnlab.serve.limits.ModelQueue`) without holding a thread, and are checked and
+tokenized before they queue; the others (model, positional, masks, the page) never wait
 for the model. The limits and the HTTP guards are in :mod:`attnlab.serve.limits`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import logging
@@ -26,36 +26,30 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .explorer import ATTENTION_DECIMALS, Explorer, InputError
+from .._checks import is_int
+from .errors import MAX_BODY_BYTES as MAX_BODY_BYTES
+from .errors import BodyGuard, clip, install_error_handlers
+from .explorer import ATTENTION_DECIMALS, Explorer
 from .limits import (
     LOOPBACK_NAMES,
-    Busy,
-    ClientGone,
     HeadAsGet,
     HostGuard,
     InternalErrors,
     Limits,
     ModelQueue,
-    error_response,
     server_config,
 )
 
 __all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "Limits", "create_app", "make_server", "run"]
 
-#: The largest request body accepted (413 above it).
-MAX_BODY_BYTES = 64 * 1024
 #: The page's files: index.html, its script and stylesheet.
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_BEAM = 16
@@ -173,181 +167,11 @@ BODIES: dict[str, type[BaseModel]] = {
     "/api/attention": AttentionRequest,
     "/api/masks": MasksRequest,
 }
-
-# -- errors ------------------------------------------------------------------------------------
-
-
-_JSON_TYPES = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    type(None): "null",
-    list: "array",
-    dict: "object",
-}
-
-
-def _json_type(value: object) -> str:
-    return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def _short(value: object, limit: int = 40) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _field_name(loc: tuple) -> str:
-    """``('body', 'texts', 1)`` -> ``texts[1]``; ``('query', 'length')`` -> ``length``."""
-    parts = list(loc[1:]) if loc and loc[0] in ("body", "query", "path") else list(loc)
-    if not parts:
-        return "body"
-    name = str(parts[0])
-    for part in parts[1:]:
-        name += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return name
-
-
-def _describe(error: dict[str, Any], body: type[BaseModel] | None) -> str:
-    """One pydantic error as ``field: what was expected, what came``."""
-    kind, ctx, value = error.get("type", ""), error.get("ctx") or {}, error.get("input")
-    field = _field_name(tuple(error.get("loc", ())))
-    got = _json_type(value)
-    if kind == "missing" and field == "body":
-        return "body: missing; expected a JSON object"
-    if kind == "missing":
-        return f"{field}: missing (required)"
-    if kind == "extra_forbidden":
-        allowed = ", ".join(body.model_fields) if body is not None else ""
-        return f"{field}: unknown field" + (f"; expected only {allowed}" if allowed else "")
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{field}: expected a JSON object, got {got}"
-    if kind == "string_type":
-        return f"{field}: expected a string, got {got}"
-    if kind == "int_type":
-        return f"{field}: expected an integer, got {got}"
-    if kind in ("int_parsing", "int_from_float"):
-        return f"{field}: expected an integer, got {_short(value)}"
-    if kind == "list_type":
-        return f"{field}: expected an array, got {got}"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        bound = next(iter(ctx.items()), ("", ""))
-        words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
-        return f"{field}: expected {words.get(bound[0], bound[0])} {bound[1]}, got {_short(value)}"
-    if kind in ("too_short", "too_long"):
-        low = "min_length" in ctx
-        limit = ctx.get("min_length" if low else "max_length")
-        many = ctx.get("actual_length")
-        items = "item" if limit == 1 else "items"
-        return f"{field}: expected {'at least' if low else 'at most'} {limit} {items}, got {many}"
-    return f"{field}: {error.get('msg', 'invalid')}"
-
-
-def _validation_message(errors: list[dict[str, Any]], body: type[BaseModel] | None) -> str:
-    messages = list(dict.fromkeys(_describe(e, body) for e in errors))
-    text = "; ".join(messages[:3])
-    if len(messages) > 3:
-        text += f" (and {len(messages) - 3} more)"
-    return text
-
-
-def _content_type_problem(value: str | None) -> str | None:
-    if value is None:
-        return "content-type: missing; expected application/json"
-    media = value.split(";", 1)[0].strip().lower()
-    if media != "application/json":
-        return f"content-type: expected application/json, got {_short(media)}"
-    return None
-
-
-def _json_problem(body: bytes) -> str | None:
-    """Why ``body`` is not one UTF-8 JSON document, or None."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return f"body: not UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start})"
-    if not text.strip():
-        return "body: empty; expected a JSON object"
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as error:
-        return f"body: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
-    except RecursionError:
-        return "body: invalid JSON: nested too deeply"
-    except ValueError as error:  # e.g. an integer of more digits than Python converts
-        return f"body: unreadable JSON: {error}"
-    return None
-
-
-class BodyGuard:
-    """ASGI middleware for the POST routes of :data:`BODIES`: 413 for a body over
-    ``limit`` bytes (by Content-Length, or counted while reading: never more than ``limit`` + 1
-    bytes are held), 408 for one not received within ``timeout`` seconds, 415 unless
-    ``application/json``, 400 unless UTF-8 JSON. A body that passes is handed on to the app as
-    it came."""
-
-    def __init__(
-        self, app: ASGIApp, limit: int = MAX_BODY_BYTES, timeout: float = Limits.body_timeout
-    ) -> None:
-        self.app = app
-        self.limit = limit
-        self.timeout = timeout
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in BODIES:
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        too_big = f"body: over {self.limit // 1024} KiB ({self.limit:,} bytes)"
-        declared = headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            status, message = (413, too_big) if declared.isdigit() else (400, "bad content-length")
-            await error_response(status, message)(scope, receive, send)
-            return
-        problem = _content_type_problem(headers.get("content-type"))
-        if problem is not None:
-            await error_response(415, problem)(scope, receive, send)
-            return
-        chunks, size = [], 0
-        deadline = asyncio.get_running_loop().time() + self.timeout
-        while True:
-            try:  # a client that sends its body a byte at a time is cut off
-                left = deadline - asyncio.get_running_loop().time()
-                message = await asyncio.wait_for(receive(), timeout=max(left, 0))
-            except asyncio.TimeoutError:
-                late = f"body: not received within {self.timeout:g} s"
-                await error_response(408, late, {"Connection": "close"})(scope, receive, send)
-                return
-            if message["type"] == "http.disconnect":
-                return  # the client left: nobody to answer
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await error_response(413, too_big)(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        problem = _json_problem(body)
-        if problem is not None:
-            await error_response(400, problem)(scope, receive, send)
-            return
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
+#: Every route, as an unknown route's 404 lists them.
+ROUTES = (
+    "GET /api/model, POST /api/translate, POST /api/attention, GET /api/positional, "
+    "POST /api/masks, GET /, GET /static/<file>"
+)
 
 # -- the app -----------------------------------------------------------------------------------
 
@@ -382,7 +206,7 @@ def create_app(
         FileNotFoundError: ``model_dir`` is not a directory.
         ValueError: it holds no encoder-decoder Transformer; ``beam_size`` out of range.
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
+    if not is_int(beam_size):
         raise TypeError(f"beam_size: expected an int, got {type(beam_size).__name__}")
     if not 1 <= beam_size <= MAX_BEAM:
         raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {beam_size}")
@@ -403,11 +227,11 @@ def create_app(
     app.state.queue = queue
     app.state.limits = limits
     # Starlette runs the last added outermost: errors, then Host, then HEAD, then bodies.
-    app.add_middleware(BodyGuard, timeout=limits.body_timeout)
+    app.add_middleware(BodyGuard, bodies=BODIES, timeout=limits.body_timeout)
     app.add_middleware(HeadAsGet)
     app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(InternalErrors)
-    _install_error_handlers(app)
+    install_error_handlers(app, BODIES, ROUTES)
     busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
     @app.get("/api/model", response_model=ModelInfo)
@@ -472,7 +296,7 @@ def _static_file(directory: Path, name: str) -> FileResponse:
     """The file ``name`` directly in ``directory`` (no sub-directories, no hidden files, no
     links out, at most :data:`MAX_STATIC_NAME` characters), else a 404."""
     if _STATIC_NAME.fullmatch(name) is None or ".." in name:
-        raise StarletteHTTPException(404, f"not found: /static/{_clip(name, 80)}")
+        raise StarletteHTTPException(404, f"not found: /static/{clip(name, 80)}")
     path = directory / name
     try:
         found = not path.is_symlink() and path.is_file()
@@ -484,44 +308,6 @@ def _static_file(directory: Path, name: str) -> FileResponse:
     media = _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
     headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
     return FileResponse(path, media_type=media, headers=headers)
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    routes = "GET /api/model, POST /api/translate, POST /api/attention, GET /api/positional, "
-    routes += "POST /api/masks, GET /, GET /static/<file>"
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = list(exc.errors())
-        if any(e.get("type") == "json_invalid" for e in errors):  # BodyGuard catches these
-            return error_response(400, "body: invalid JSON")
-        body = BODIES.get(request.url.path)
-        return error_response(422, _validation_message(errors, body))
-
-    @app.exception_handler(InputError)
-    async def unusable(request: Request, exc: InputError) -> JSONResponse:
-        return error_response(422, str(exc))
-
-    @app.exception_handler(Busy)
-    async def busy(request: Request, exc: Busy) -> JSONResponse:
-        return error_response(503, str(exc), {"Retry-After": str(exc.retry_after)})
-
-    @app.exception_handler(ClientGone)
-    async def gone(request: Request, exc: ClientGone) -> JSONResponse:
-        return error_response(503, "the client closed the connection")  # read by nobody
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        where = f"{request.method} {_clip(request.url.path)}"
-        headers = dict(exc.headers) if exc.headers else None
-        if exc.status_code == 404 and exc.detail == "Not Found":
-            message = f"not found: {where}; the routes are {routes}"
-        elif exc.status_code == 405:
-            allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow", "")
-            message = f"method not allowed: {where}; use {allow or 'another method'}"
-        else:
-            message = str(exc.detail)
-        return error_response(exc.status_code, message, headers)
 
 
 # -- serving -----------------------------------------------------------------------------------
@@ -538,7 +324,7 @@ def _is_loopback(host: str) -> bool:
 
 def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``(host, port)`` (port 0: the OS picks a free one)."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+    if not (is_int(port) and 0 <= port <= 65535):
         raise ValueError(f"port: expected 0 to 65535, got {port!r}")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .._checks import check_positive_int, is_int
 from ..generate import EXTRA_LENGTH, beam_search, greedy_search
 from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from ..model import Transformer
@@ -37,6 +38,7 @@ __all__ = [
     "AttentionJob",
     "Explorer",
     "InputError",
+    "attention_answer",
 ]
 
 #: Positional values are rounded to this many decimals in answers.
@@ -108,8 +110,7 @@ class Explorer:
     ) -> None:
         from ..evaluate import Translator
 
-        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size: expected a positive int, got {beam_size!r}")
+        check_positive_int(beam_size, "beam_size")
         path = Path(model_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
@@ -280,37 +281,7 @@ class Explorer:
         :data:`ATTENTION_DECIMALS`. When not even the first layer fits, it comes with as many
         of the heads as fit, at least one: an answer never exceeds ``max_elements`` weights
         unless one head of one layer does."""
-        answer = dict(result)
-        maps: dict[str, Tensor] = answer.pop("maps")
-
-        def per_head(layer: int) -> int:  # weights of one head of ``layer``, all kinds
-            return sum(m.shape[2] * m.shape[3] for m in maps.values() if layer < len(m))
-
-        heads = list(job.heads)
-        chosen, total = [], 0
-        for layer in job.layers:
-            cost = len(heads) * per_head(layer)
-            if total + cost > max_elements:
-                if not chosen:  # the first layer alone is too big: the heads that fit
-                    heads = heads[: max(1, max_elements // per_head(layer))]
-                    chosen, total = [layer], len(heads) * per_head(layer)
-                break
-            chosen.append(layer)
-            total += cost
-        index = torch.tensor(heads)
-        for kind, weights in maps.items():
-            layers = [layer for layer in chosen if layer < len(weights)]
-            picked = weights[layers][:, index] if layers else weights[:0]
-            answer[kind] = {
-                "layers": layers,
-                "heads": heads,
-                "queries": int(weights.shape[2]),
-                "keys": int(weights.shape[3]),
-                "weights": rounded(picked.reshape(-1), ATTENTION_DECIMALS),
-            }
-        capped = chosen != job.layers or heads != job.heads
-        answer.update(elements=total, max_elements=max_elements, capped=capped)
-        return answer
+        return attention_answer(result, job, max_elements)
 
     # -- /api/positional -----------------------------------------------------------------------
 
@@ -329,54 +300,12 @@ class Explorer:
         if length is None:
             length = self.default_length()
         most = self.positional_max_length()
-        if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= most:
+        if not (is_int(length) and 1 <= length <= most):
             raise InputError(f"length: expected an integer from 1 to {most}, got {length!r}")
         kind = c.positional
         answer = {"kind": kind, "length": length, "d_model": c.d_model}
         with torch.no_grad():
-            position = self.model.src_embed.position
-            if kind in ("sinusoidal", "learned"):
-                if isinstance(position, SinusoidalPositionalEncoding):  # computed, not cached:
-                    table = position.table(length, dtype=torch.float64).float()  # no writes
-                else:
-                    table = position.table(length).float()  # (length, d_model)
-                answer["matrix"] = rounded(table)
-                answer["similarity"] = rounded(cosine_similarity(table.double()))
-                answer["note"] = (
-                    "The paper's fixed sinusoids (sec. 3.5), added to the token embeddings: "
-                    "row = position, column = dimension (even: sine, odd: cosine)."
-                    if kind == "sinusoidal"
-                    else "Position vectors learned in training, added to the source token "
-                    "embeddings: row = position, column = dimension."
-                )
-                if isinstance(position, LearnedPositionalEmbedding):
-                    answer["note"] += f" The table has {position.max_len} positions."
-            elif kind == "rotary":
-                rotary = _find(self.model, RotaryEmbedding)
-                angles = rotary.angles(length)  # (length, head_dim / 2), float64
-                answer["matrix"] = rounded(angles)
-                pairs = torch.cat((torch.cos(angles), torch.sin(angles)), dim=1)
-                answer["similarity"] = rounded(cosine_similarity(pairs))
-                answer["note"] = (
-                    f"RoPE rotates each query and key channel pair i by position x theta_i "
-                    f"(theta_i = {rotary.base:g}^(-2i/{rotary.head_dim})), inside attention; "
-                    f"scores depend on the distance between positions only."
-                )
-            elif kind == "alibi":
-                alibi = _find(self.model, ALiBi)
-                answer["matrix"] = rounded(alibi.bias(length, length, q_offset=0)[0, 0])
-                answer["similarity"] = None
-                slopes = ", ".join(f"{s:.6g}" for s in alibi.slopes(alibi.num_heads))
-                answer["note"] = (
-                    f"ALiBi adds -slope x |query - key| to the attention scores (head 0 shown); "
-                    f"slopes per head: {slopes}."
-                )
-            else:
-                answer["matrix"] = answer["similarity"] = None
-                answer["note"] = (
-                    "This model has no positional information: attention is order-blind, so "
-                    "a permuted sentence gives permuted encoder outputs."
-                )
+            answer.update(_positional_tables(self.model, length))
         return answer
 
     # -- /api/masks ----------------------------------------------------------------------------
@@ -408,6 +337,93 @@ class Explorer:
         }
 
 
+def attention_answer(result: dict, job: AttentionJob, max_elements: int) -> dict:
+    """:meth:`Explorer.run_attention`'s result as the JSON answer (see
+    :meth:`Explorer.attention_answer`); it reads nothing of the model."""
+    answer = dict(result)
+    maps: dict[str, Tensor] = answer.pop("maps")
+
+    def per_head(layer: int) -> int:  # weights of one head of ``layer``, all kinds
+        return sum(m.shape[2] * m.shape[3] for m in maps.values() if layer < len(m))
+
+    heads = list(job.heads)
+    chosen, total = [], 0
+    for layer in job.layers:
+        cost = len(heads) * per_head(layer)
+        if total + cost > max_elements:
+            if not chosen:  # the first layer alone is too big: the heads that fit
+                heads = heads[: max(1, max_elements // per_head(layer))]
+                chosen, total = [layer], len(heads) * per_head(layer)
+            break
+        chosen.append(layer)
+        total += cost
+    index = torch.tensor(heads)
+    for kind, weights in maps.items():
+        layers = [layer for layer in chosen if layer < len(weights)]
+        picked = weights[layers][:, index] if layers else weights[:0]
+        answer[kind] = {
+            "layers": layers,
+            "heads": heads,
+            "queries": int(weights.shape[2]),
+            "keys": int(weights.shape[3]),
+            "weights": rounded(picked.reshape(-1), ATTENTION_DECIMALS),
+        }
+    capped = chosen != job.layers or heads != job.heads
+    answer.update(elements=total, max_elements=max_elements, capped=capped)
+    return answer
+
+
+def _positional_tables(model: Transformer, length: int) -> dict:
+    """``matrix``, ``similarity`` and ``note`` of :meth:`Explorer.positional` for the first
+    ``length`` positions of ``model``'s positional kind (call without gradients)."""
+    kind = model.config.positional
+    answer: dict = {}
+    position = model.src_embed.position
+    if kind in ("sinusoidal", "learned"):
+        if isinstance(position, SinusoidalPositionalEncoding):  # computed, not cached:
+            table = position.table(length, dtype=torch.float64).float()  # no writes
+        else:
+            table = position.table(length).float()  # (length, d_model)
+        answer["matrix"] = rounded(table)
+        answer["similarity"] = rounded(cosine_similarity(table.double()))
+        answer["note"] = (
+            "The paper's fixed sinusoids (sec. 3.5), added to the token embeddings: "
+            "row = position, column = dimension (even: sine, odd: cosine)."
+            if kind == "sinusoidal"
+            else "Position vectors learned in training, added to the source token "
+            "embeddings: row = position, column = dimension."
+        )
+        if isinstance(position, LearnedPositionalEmbedding):
+            answer["note"] += f" The table has {position.max_len} positions."
+    elif kind == "rotary":
+        rotary = _find(model, RotaryEmbedding)
+        angles = rotary.angles(length)  # (length, head_dim / 2), float64
+        answer["matrix"] = rounded(angles)
+        pairs = torch.cat((torch.cos(angles), torch.sin(angles)), dim=1)
+        answer["similarity"] = rounded(cosine_similarity(pairs))
+        answer["note"] = (
+            f"RoPE rotates each query and key channel pair i by position x theta_i "
+            f"(theta_i = {rotary.base:g}^(-2i/{rotary.head_dim})), inside attention; "
+            f"scores depend on the distance between positions only."
+        )
+    elif kind == "alibi":
+        alibi = _find(model, ALiBi)
+        answer["matrix"] = rounded(alibi.bias(length, length, q_offset=0)[0, 0])
+        answer["similarity"] = None
+        slopes = ", ".join(f"{s:.6g}" for s in alibi.slopes(alibi.num_heads))
+        answer["note"] = (
+            f"ALiBi adds -slope x |query - key| to the attention scores (head 0 shown); "
+            f"slopes per head: {slopes}."
+        )
+    else:
+        answer["matrix"] = answer["similarity"] = None
+        answer["note"] = (
+            "This model has no positional information: attention is order-blind, so "
+            "a permuted sentence gives permuted encoder outputs."
+        )
+    return answer
+
+
 def _check_text(text: str, name: str) -> None:
     if not text.strip():
         raise InputError(f"{name}: empty; type a sentence")
@@ -429,7 +445,7 @@ def _indices(values: list[int] | None, count: int, name: str) -> list[int]:
     if not values:
         raise InputError(f"{name}: expected at least one index, or null for all {count}")
     for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+        if not (is_int(value) and 0 <= value < count):
             raise InputError(f"{name}[{i}]: expected 0 to {count - 1}, got {value!r}")
     if len(set(values)) != len(values):
         twice = next(v for v in values if values.count(v) > 1)

@@ -31,6 +31,8 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._checks import is_int, is_number
+
 __all__ = [
     "LOOPBACK_NAMES",
     "Busy",
@@ -82,13 +84,13 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("queue", "concurrency", "max_connections", "max_head_bytes"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not (is_int(value) and value >= 0):
                 raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
         if self.attention_elements < 1 or self.concurrency < 1 or self.max_connections < 1:
             raise ValueError("attention_elements, concurrency, max_connections: expected >= 1")
         for name in ("request_timeout", "body_timeout", "header_timeout", "keep_alive"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if not (is_number(value) and value > 0):
                 raise ValueError(f"{name}: expected a positive number of seconds, got {value!r}")
 
 
