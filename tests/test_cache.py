@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from _helpers import left_padded, tiny, token_ids
 from attnlab import (
     ALiBi,
     DecoderCache,
@@ -29,7 +30,6 @@ from attnlab import (
 
 ATOL = 1e-5
 PAD, BOS = 0, 1
-FIRST_ID = 3  # ids 0, 1, 2 are pad, bos, eos
 POSITIONAL_KINDS = ["sinusoidal", "learned", "rotary", "alibi", "none"]
 # Every positional kind, then pre-LN and grouped-/multi-query variants of some.
 MODEL_VARIANTS = [{"positional": kind} for kind in POSITIONAL_KINDS] + [
@@ -44,19 +44,9 @@ VARIANT_IDS = ["-".join(f"{k}={v}" for k, v in d.items()) for d in MODEL_VARIANT
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def tiny(**overrides) -> TransformerConfig:
-    return TransformerConfig.preset("tiny", **{"dropout": 0.0, **overrides})
-
-
 def build(cls: type, config: TransformerConfig, seed: int = 0):
     torch.manual_seed(seed)
     return cls(config).eval()
-
-
-def token_ids(batch: int, length: int, seed: int, vocab: int = 1000) -> Tensor:
-    """Random ids that are never pad / bos / eos."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(FIRST_ID, vocab, (batch, length), generator=g)
 
 
 def randn(*shape: int, seed: int = 0) -> Tensor:
@@ -377,14 +367,6 @@ def test_cached_decoding_in_chunks(positional):
 
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-
-
-def left_padded(prompts: list[list[int]]) -> Tensor:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), PAD)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-    return ids
 
 
 @pytest.mark.parametrize("positional", POSITIONAL_KINDS)

@@ -26,9 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
+from _helpers import tiny
 from attnlab import (
     Transformer,
-    TransformerConfig,
     TransformerLM,
     beam_search,
     greedy_search,
@@ -66,10 +66,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def tiny(**overrides) -> TransformerConfig:
-    return TransformerConfig.preset("tiny", **{"dropout": 0.0, **overrides})
 
 
 def model_of(name: str, seed: int = 0) -> Transformer:

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from _helpers import left_padded, right_padded, tiny, token_ids
 from attnlab import (
     Generation,
     Transformer,
@@ -42,16 +43,11 @@ from attnlab.generate import length_penalty
 
 ATOL = 1e-5
 PAD, BOS, EOS = 0, 1, 2
-FIRST_ID = 3  # ids 0, 1, 2 are pad, bos, eos
 MODELS = {"transformer": Transformer, "lm": TransformerLM}
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def tiny(**overrides) -> TransformerConfig:
-    return TransformerConfig.preset("tiny", **{"dropout": 0.0, **overrides})
 
 
 def build(kind: str, config: TransformerConfig | None = None, seed: int = 0):
@@ -87,11 +83,6 @@ def eos_frequent(kind: str):
     return model
 
 
-def token_ids(batch: int, length: int, seed: int, vocab: int = 1000) -> Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(FIRST_ID, vocab, (batch, length), generator=g)
-
-
 def sources(seed: int = 0) -> Tensor:
     """Three sources with different amounts of padding: 7, 4 and 2 real tokens."""
     src = token_ids(3, 7, seed)
@@ -109,16 +100,6 @@ def rows_of(inputs: Tensor | list[list[int]]) -> list[list[int]]:
     if isinstance(inputs, Tensor):
         return [[t for t in row.tolist() if t != PAD] for row in inputs]
     return [list(row) for row in inputs]
-
-
-def right_padded(prompts: list[list[int]]) -> Tensor:
-    width = max(len(p) for p in prompts)
-    return torch.tensor([p + [PAD] * (width - len(p)) for p in prompts])
-
-
-def left_padded(prompts: list[list[int]]) -> Tensor:
-    width = max(len(p) for p in prompts)
-    return torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
 
 
 def step_log_probs(model, row: list[int], seqs: list[list[int]]) -> list[Tensor]:

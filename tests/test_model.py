@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from _helpers import tiny, token_ids
 from attnlab import (
     AttentionMaps,
     Transformer,
@@ -40,26 +41,14 @@ MODELS = {"transformer": Transformer, "lm": TransformerLM, "encoder": Transforme
 MODEL_TYPES = list(MODELS)
 POSITIONAL_KINDS = ["sinusoidal", "learned", "rotary", "alibi", "none"]
 FIELDS = {f.name for f in dataclasses.fields(TransformerConfig)}
-FIRST_ID = 3  # ids 0, 1, 2 are pad, bos, eos in every config below
 
 
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def tiny(**overrides) -> TransformerConfig:
-    """The tests' preset, without dropout unless asked (so that outputs are deterministic)."""
-    return TransformerConfig.preset("tiny", **{"dropout": 0.0, **overrides})
-
-
 def build(model_type: str, config: TransformerConfig | None = None, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return MODELS[model_type](config or tiny()).eval()
-
-
-def token_ids(batch: int, length: int, seed: int, vocab: int = 1000) -> Tensor:
-    """Random ids that are never pad / bos / eos."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(FIRST_ID, vocab, (batch, length), generator=g)
 
 
 def inputs(model_type: str, seed: int = 0) -> tuple[Tensor, ...]:
