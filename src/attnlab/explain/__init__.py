@@ -84,11 +84,12 @@ def explain(
         if progress is not None:
             progress(section)
     for language in dict.fromkeys(("en", lang)):  # English always; the other beside it
-        text = render(sections, language, quick=quick, seed=seed)
-        atomic_write(
-            out / REPORTS[language], lambda p, text=text: Path(p).write_text(text, encoding="utf-8")
-        )
+        _write(out / REPORTS[language], render(sections, language, quick=quick, seed=seed))
     return sections
+
+
+def _write(path: Path, text: str) -> None:
+    atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
 
 
 def render(sections: list[Section], lang: str = "en", *, quick: bool = False, seed: int = 0) -> str:
