@@ -7,14 +7,27 @@ every run, so a red CI is reproducible. Locally it explores new examples each ru
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one thread for the test (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    tiny models train and decode fastest so, a busy machine slows them least, and runs that
+    compare bits with a one-thread worker process compute the same sums."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -58,14 +58,7 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models decode fastest on one thread (and a busy machine makes two far slower);
-    the thread policy has its own test at the end."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def model_of(name: str, seed: int = 0) -> Transformer:

@@ -116,6 +116,9 @@ def test_multi30k_smoke_run(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["task"] == "multi30k" and results["sentences"] == 1000
     assert results["bleu_signature"].startswith("nrefs:1|case:mixed")
+    best = results["training"]["best"]  # the recipe keeps the best model by validation BLEU
+    assert best["column"] == "val_bleu" and best["step"] == 40
+    assert (tmp_path / "best" / "job.json").is_file()
 
 
 @pytest.mark.slow

@@ -5,11 +5,9 @@ terminal, --no-progress, and OUT/train.log across a resume. Runs are bounded by 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,14 +18,7 @@ from attnlab.train.progress import TRAIN_LOG, Progress, format_duration, step_li
 sys.path.insert(0, str(Path(__file__).parent))
 import _train_worker as worker
 
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # -- the estimate ------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,13 +33,7 @@ import _train_worker as worker
 WORKER = Path(__file__).parent / "_train_worker.py"
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models train fastest on one thread, and a busy machine does not slow them down."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_model(dropout: float = 0.0, **overrides: object) -> Transformer:

@@ -53,6 +53,7 @@ def build_job(args: argparse.Namespace):
         ("train", "checkpoint_every"): args.checkpoint_every,
         ("train", "device"): args.device,
         ("train", "seed"): args.seed,
+        ("train", "keep_best"): args.keep_best,
         ("eval", "beam_size"): args.beam_size,
     }
     if args.bf16:
@@ -100,6 +101,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     print_scores(result, beam_size=job.eval.beam_size)
     use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
+    best = result.get("training", {}).get("best")
+    if best:
+        print(
+            f"best: {best['model_dir']}  ({best['column']} {best['value']:.4g} at step "
+            f"{best['step']}; attnlab evaluate --model {best['model_dir']} ...)"
+        )
     print(
         f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}; log: {out / TRAIN_LOG}"
     )
@@ -337,6 +344,13 @@ def add_parsers(sub) -> None:
     train.add_argument("--seed", type=int, default=None, help="random seed (0)")
     train.add_argument(
         "--beam-size", type=positive_int, default=None, help="beam for the final test (4)"
+    )
+    train.add_argument(
+        "--keep-best",
+        default=None,
+        metavar="COLUMN",
+        help="also keep the best model so far as OUT/best by this validation column: val_loss "
+        "(lower is better), val_bleu, val_exact or val_accuracy (higher is better)",
     )
     train.add_argument(
         "--set",

@@ -140,6 +140,8 @@ def train_job(
         return {}
     model_dir = out / "model"
     write_json(model_dir / JOB_FILE, job.to_dict())
+    if summary.get("best"):  # train.keep_best's model directory, whole like out/model
+        write_json(Path(summary["best"]["model_dir"]) / JOB_FILE, job.to_dict())
     note(f"trained: {model_dir}")
     split = "valid" if job.task.is_lm else "test"
     result = evaluate_model(model_dir, split=split, corpus=corpus)

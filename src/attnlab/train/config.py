@@ -74,6 +74,10 @@ class TrainConfig:
         average_last: the final model averages the last k checkpoints (1: the last one);
             at most ``keep_checkpoints``.
         patience: stop after this many evaluations without a better validation loss, or None.
+        keep_best: also keep the best model so far as ``out/best`` (a model directory), by
+            this validation column: ``"val_loss"`` (lower is better, as any ``*loss``), or a
+            score such as ``"val_bleu"``, ``"val_exact"`` or ``"val_accuracy"`` (higher is
+            better); None keeps none (:mod:`attnlab.train.best`).
         bf16: run the forward pass under bfloat16 autocast (CPU or CUDA); the loss stays float32.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         seed: seeds dropout (and the batch order with the epoch).
@@ -102,6 +106,7 @@ class TrainConfig:
     keep_checkpoints: int = 5
     average_last: int = 5
     patience: int | None = None
+    keep_best: str | None = None
     bf16: bool = False
     device: str = "auto"
     seed: int = 0
@@ -161,6 +166,13 @@ class TrainConfig:
                 )
         for name in ("bf16", "augment"):
             check_bool(getattr(self, name), name)
+        if self.keep_best is not None and not (
+            isinstance(self.keep_best, str) and self.keep_best.startswith("val_")
+        ):
+            raise ValueError(
+                f"keep_best: expected None or a validation column such as 'val_loss' or "
+                f"'val_bleu', got {self.keep_best!r}"
+            )
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:

@@ -22,6 +22,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from .._io import write_json
 from ..pretrained import PretrainedModel
+from .best import BestModel
 from .checkpoint import (
     CHECKPOINT_FORMAT,
     load_checkpoint,
@@ -37,7 +38,7 @@ from .metrics import Reporter, call_hook, hook_metrics
 from .objectives import objective_class
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
-from .progress import format_duration
+from .progress import format_duration, start_line
 from .rng import capture_rng, seed_rngs
 from .step import OptimizerStep
 from .validation import validate
@@ -122,6 +123,9 @@ class Trainer:
         if config.patience is not None and self.valid_examples is None:
             raise ValueError("patience: early stopping needs valid_examples, got none")
         self.tokenizer_files = tokenizer_files(tokenizers_dir)
+        self.best = None
+        if config.keep_best is not None and self.rank == 0:
+            self.best = BestModel(self.out, config.keep_best, self.tokenizer_files)
         shards = {"num_replicas": self.world_size, "rank": self.rank}
         self.batcher = self.objective.batcher(
             self.train_examples, "train_examples", seed=config.seed, **shards
@@ -172,12 +176,16 @@ class Trainer:
         )
 
     def _evaluation_row(self) -> dict[str, object]:
-        row = self._evaluate()
-        self.position.record_validation(row["val_loss"])
-        if self.on_evaluate is None or self.rank != 0:
-            return dict(row)
-        hooked = call_hook(self.on_evaluate, self.position.step, self.model, self.device)
-        return {**row, **hook_metrics(hooked, self.objective.columns)}
+        metrics = self._evaluate()
+        self.position.record_validation(metrics["val_loss"])
+        row: dict[str, object] = dict(metrics)
+        if self.on_evaluate is not None and self.rank == 0:
+            hooked = call_hook(self.on_evaluate, self.position.step, self.model, self.device)
+            row.update(hook_metrics(hooked, self.objective.columns))
+        saved = self.best.offer(row, self.position.step, self.model) if self.best else None
+        if saved is not None and self._reporter is not None:
+            self._reporter.event(saved)
+        return row
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -256,21 +264,9 @@ class Trainer:
         self._out_of_time_voted = False
         self._started = time.monotonic()
         total_steps = planned_steps(config, self.batcher.num_batches(0))
-        reporter = self._reporter = Reporter(
-            self.out,
-            report=self.rank == 0,
-            progress=self.progress,
-            total_steps=total_steps,
-            step=self.position.step,
-            resumed_from=resumed_from,
-            columns=state.get("metrics_columns", ()) if state is not None else (),
-            base=self.objective.columns,
-            rate_unit=self.objective.rate_unit,
-            budget_s=config.max_minutes * 60 if config.max_minutes is not None else None,
-            clock=self._elapsed,
-            log=self.log,
-        )
-        reporter.event(self._start_line(resumed_from, total_steps), console=True)
+        reporter = self._reporter = _open_reporter(self, state, total_steps)
+        if self.best is not None and resumed_from is not None:
+            self.best.restore()
         update = OptimizerStep(
             self.objective,
             self.model,
@@ -315,7 +311,7 @@ class Trainer:
                     row.update(self._evaluation_row())
                     stop_reason = stop_reason or self._stop_reason(evaluated=True)
                 if row or position.step % config.log_every == 0 or stop_reason is not None:
-                    row.update(self._training_row(lr))
+                    row.update(_training_row(self, lr))
                     reporter.write(row, position.step)
                 if position.step % config.checkpoint_every == 0 or stop_reason is not None:
                     self._save_checkpoint()
@@ -335,61 +331,80 @@ class Trainer:
             reporter.close()
         return summary
 
-    def _start_line(self, resumed_from: int | None, total_steps: int | None) -> str:
-        """``start: step 0 of 1200 (max_steps 1200, max_minutes 20.0) on cpu``, or ``resume
-        from the checkpoint: step 600 of 1200 (...) on cpu``."""
-        config = self.config
-        bounds = ", ".join(
-            f"{name} {getattr(config, name)}"
-            for name in ("max_steps", "max_epochs", "max_minutes")
-            if getattr(config, name) is not None
-        )
-        total = f" of {total_steps}" if total_steps is not None else ""
-        where = f"{self.device.type}" + (
-            f", {self.world_size} processes" if self.world_size > 1 else ""
-        )
-        what = "start" if resumed_from is None else "resume from the checkpoint"
-        return f"{what}: step {self.position.step}{total} ({bounds}) on {where}"
-
     def _stop_reason(self, *, evaluated: bool) -> str | None:
         return self.position.stop_reason(
             self.config, evaluated=evaluated, out_of_time=self._out_of_time_voted
         )
 
-    def _training_row(self, lr: float) -> dict[str, object]:
-        """The training columns of a metrics row (the means since the previous row)."""
-        position = self.position
-        means = position.take_window(self.objective.columns[4])
-        epochs = position.epochs(self.batcher.num_batches(position.epoch))
-        return {
-            "step": position.step,
-            "epoch": epochs,
-            "loss": means.pop("loss"),
-            "lr": lr,
-            **means,
-        }
-
     def _finish(self, stop_reason: str | None, resumed_from: int | None) -> dict[str, Any]:
-        position = self.position
         averaged: list[str] = []
         if self.rank == 0:
             averaged = write_final_model(self.out, self.config.average_last, self.tokenizer_files)
-        summary = {
-            "steps": position.step,
-            "epochs": position.epochs(self.batcher.num_batches(position.epoch)),
-            f"train_{self.objective.unit}": position.trained,
-            "stop_reason": stop_reason,
-            "best_val_loss": position.best_val_loss,
-            "best_step": position.best_step,
-            "last_val_loss": position.last_val_loss,
-            "elapsed_s": round(position.elapsed_s + (time.monotonic() - self._started), 3),
-            "averaged_checkpoints": averaged,
-            "model_dir": str(self.out / "model"),
-            "resumed_from_step": resumed_from,
-            "world_size": self.world_size,
-            "dropped_examples": getattr(self.train_examples, "dropped", 0),
-        }
+        summary = _summary(self, stop_reason, resumed_from, averaged)
         if self.rank == 0:
             write_json(self.out / SUMMARY_FILE, summary)
         barrier(self.world_size)  # out/model exists for every rank once train() returns
         return summary
+
+
+def _open_reporter(trainer: Trainer, state: dict[str, Any] | None, total: int | None) -> Reporter:
+    """The run's metrics log, progress and train.log, with its first line (where it starts)."""
+    config, position = trainer.config, trainer.position
+    resumed_from = state["step"] if state is not None else None
+    reporter = Reporter(
+        trainer.out,
+        report=trainer.rank == 0,
+        progress=trainer.progress,
+        total_steps=total,
+        step=position.step,
+        resumed_from=resumed_from,
+        columns=state.get("metrics_columns", ()) if state is not None else (),
+        base=trainer.objective.columns,
+        rate_unit=trainer.objective.rate_unit,
+        budget_s=config.max_minutes * 60 if config.max_minutes is not None else None,
+        clock=trainer._elapsed,
+        log=trainer.log,
+    )
+    bounds = {name: getattr(config, name) for name in ("max_steps", "max_epochs", "max_minutes")}
+    where = trainer.device.type
+    if trainer.world_size > 1:
+        where += f", {trainer.world_size} processes"
+    start = start_line(position.step, bounds, total, where, resumed_from is not None)
+    reporter.event(start, console=True)
+    return reporter
+
+
+def _summary(
+    trainer: Trainer, stop_reason: str | None, resumed_from: int | None, averaged: list[str]
+) -> dict[str, Any]:
+    """What :meth:`Trainer.train` returns and writes to ``out/summary.json``."""
+    position = trainer.position
+    return {
+        "steps": position.step,
+        "epochs": position.epochs(trainer.batcher.num_batches(position.epoch)),
+        f"train_{trainer.objective.unit}": position.trained,
+        "stop_reason": stop_reason,
+        "best_val_loss": position.best_val_loss,
+        "best_step": position.best_step,
+        "last_val_loss": position.last_val_loss,
+        "elapsed_s": round(trainer._elapsed(), 3),
+        "averaged_checkpoints": averaged,
+        "best": trainer.best.summary() if trainer.best is not None else None,
+        "model_dir": str(trainer.out / "model"),
+        "resumed_from_step": resumed_from,
+        "world_size": trainer.world_size,
+        "dropped_examples": getattr(trainer.train_examples, "dropped", 0),
+    }
+
+
+def _training_row(trainer: Trainer, lr: float) -> dict[str, object]:
+    """The training columns of a metrics row (the means since the previous row)."""
+    position = trainer.position
+    means = position.take_window(trainer.objective.columns[4])
+    return {
+        "step": position.step,
+        "epoch": position.epochs(trainer.batcher.num_batches(position.epoch)),
+        "loss": means.pop("loss"),
+        "lr": lr,
+        **means,
+    }

@@ -95,6 +95,21 @@ class Progress:
         )
 
 
+def start_line(
+    step: int,
+    bounds: Mapping[str, object],
+    total_steps: int | None,
+    where: str,
+    resumed: bool,
+) -> str:
+    """``start: step 0 of 1200 (max_steps 1200, max_minutes 20.0) on cpu``, or ``resume from
+    the checkpoint: step 600 of 1200 (...) on cpu``; ``bounds`` holds the bounds that are set."""
+    listed = ", ".join(f"{name} {value}" for name, value in bounds.items() if value is not None)
+    total = f" of {total_steps}" if total_steps is not None else ""
+    what = "resume from the checkpoint" if resumed else "start"
+    return f"{what}: step {step}{total} ({listed}) on {where}"
+
+
 def step_line(progress: Progress, row: Mapping[str, object], rate_column: str, unit: str) -> str:
     """One plain line for a metrics row: ``step 200/1200 (17%) loss 2.314 lr 3.1e-04 812 tok/s
     elapsed 0:41 eta 3:24``."""
