@@ -93,6 +93,26 @@ def test_generate_streams_tokens_as_they_come(lm_dir):
     assert int(done.stderr.strip().splitlines()[-1]) >= 3
 
 
+@pytest.mark.parametrize("sampling", [[], ["--sample", "--seed", "3"]])
+def test_generate_decodes_once_on_the_cache(lm_dir, capsys, monkeypatch, sampling):
+    """One decoding call for the whole continuation (the prompt encoded once), whose tokens
+    are the streamed text."""
+    import attnlab.generate as generate
+
+    calls = []
+    for name in ("greedy_search", "sample"):
+        real = getattr(generate, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(generate, name, counted)
+    assert main(["generate", "--model", str(lm_dir), "the", "--max-len", "9", *sampling]) == 0
+    assert calls == (["sample"] if sampling else ["greedy_search"])
+    assert capsys.readouterr().out.strip() != ""
+
+
 def test_predict_prints_the_top_classes_as_the_model(vit_dir, tmp_path, capsys):
     from PIL import Image
 

@@ -619,6 +619,34 @@ def test_sampled_log_probs_are_the_models_unfiltered_log_probs(kind: str):
     torch.testing.assert_close(out.scores, out.log_probs, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("decode", ["greedy", "sample"])
+def test_on_token_streams_each_rows_tokens_as_chosen(kind: str, decode: str):
+    """The tokens ``on_token`` sees, step by step, are the rows' outputs (EOS included), for
+    rows that finish at different steps; streaming changes nothing in the result."""
+    model = eos_likely(kind)  # rows of different lengths
+    inputs = inputs_of(kind)
+    streamed: dict[int, list[int]] = {}
+
+    def collect(rows: Tensor, tokens: Tensor) -> None:
+        assert rows.shape == tokens.shape and rows.dim() == 1
+        for row, token in zip(rows.tolist(), tokens.tolist(), strict=True):
+            streamed.setdefault(row, []).append(token)
+
+    def run(**kw):
+        if decode == "greedy":
+            return greedy_search(model, inputs, max_new_tokens=25, **kw)
+        return sample(model, inputs, generator=seeded(1), max_new_tokens=25, **kw)
+
+    out = run(on_token=collect)
+    assert_same_generation(out, run())
+    expected = out.tolist(keep_eos=True)
+    assert len({len(row) for row in expected}) > 1  # rows did finish at different steps
+    assert [streamed[i] for i in range(len(expected))] == expected
+    with pytest.raises(TypeError, match="on_token: expected a callable"):
+        greedy_search(model, inputs, on_token=3)
+
+
 # -- the model's mode ----------------------------------------------------------------------------
 
 

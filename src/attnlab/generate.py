@@ -47,7 +47,18 @@ from .decoding import SINGLE_THREAD_ROWS as SINGLE_THREAD_ROWS
 from .decoding import EvalMode, Masker, Session, Threads, check_lengths
 from .model import Transformer, TransformerLM
 
-__all__ = ["Generation", "beam_search", "greedy_search", "length_penalty", "sample"]
+__all__ = [
+    "Generation",
+    "TokenCallback",
+    "beam_search",
+    "greedy_search",
+    "length_penalty",
+    "sample",
+]
+
+#: ``on_token(rows, tokens)`` of :func:`greedy_search` and :func:`sample`: the ``(N,)`` indices
+#: of the inputs still decoding and the ``(N,)`` tokens they chose at this step.
+TokenCallback = Callable[[Tensor, Tensor], object]
 
 
 @dataclass
@@ -99,10 +110,14 @@ def _decode_rows(
     min_new_tokens: int,
     fast: bool,
     quantize: str | None,
+    on_token: TokenCallback | None = None,
 ) -> Generation:
     """One token per row per step, chosen by ``choose(log_probs (N, V)) -> ids (N,)``; rows
-    that finish leave the batch (and the cache)."""
+    that finish leave the batch (and the cache). ``on_token(rows, tokens)`` sees each step's
+    choices as they are made."""
     check_lengths(max_new_tokens, min_new_tokens)
+    if on_token is not None and not callable(on_token):
+        raise TypeError(f"on_token: expected a callable or None, got {type(on_token).__name__}")
     session = Session(model, inputs, fast, quantize)
     eos = session.config.eos_id
     with EvalMode(model), Threads(session.start.shape[0], session.start.device):
@@ -123,6 +138,8 @@ def _decode_rows(
             token = choose(scores)
             row_log_probs += scores.gather(1, token.unsqueeze(1)).view(-1)
             chosen.append((rows, token))
+            if on_token is not None:
+                on_token(rows, token)
             # EOS cannot come before min_new_tokens, nor a row end before its limit: no check.
             if step < min_new_tokens and step + 1 not in limit_steps:
                 ids = token.unsqueeze(1)
@@ -164,6 +181,7 @@ def greedy_search(
     min_new_tokens: int = 0,
     fast: bool = True,
     quantize: str | None = None,
+    on_token: TokenCallback | None = None,
 ) -> Generation:
     """Greedy decoding: at each step the most probable token.
 
@@ -182,17 +200,15 @@ def greedy_search(
             weights (fast path only; see :mod:`attnlab.fastdecode`); None keeps the model's
             dtype. Int8 activations are quantized over the whole batch: a sentence's int8
             output may differ with the batch around it.
+        on_token: ``on_token(rows, tokens)`` after each step, as the tokens are chosen (to
+            stream them): ``rows`` ``(N,)`` are the indices of the inputs still decoding and
+            ``tokens`` ``(N,)`` the token each chose (EOS included). One pass over the cache:
+            streaming costs nothing beyond the callback.
 
     Returns: a :class:`Generation`; ``scores`` are the log-probabilities.
     """
     return _decode_rows(
-        model,
-        inputs,
-        _argmax,
-        max_new_tokens,
-        min_new_tokens,
-        fast,
-        quantize,
+        model, inputs, _argmax, max_new_tokens, min_new_tokens, fast, quantize, on_token
     )
 
 
@@ -229,6 +245,7 @@ def sample(
     min_new_tokens: int = 0,
     fast: bool = True,
     quantize: str | None = None,
+    on_token: TokenCallback | None = None,
 ) -> Generation:
     """Ancestral sampling: draw each token from the model's distribution, reshaped.
 
@@ -242,7 +259,7 @@ def sample(
         top_k: keep the k most probable tokens (None: all).
         top_p: in (0, 1] (None or 1: no nucleus filtering).
         generator: a ``torch.Generator`` for reproducible draws (on the model's device).
-        fast, quantize: as :func:`greedy_search`.
+        fast, quantize, on_token: as :func:`greedy_search`.
 
     Returns: a :class:`Generation`; ``log_probs`` and ``scores`` are the model's own
     log-probabilities of the drawn tokens (temperature 1, unfiltered).
@@ -264,7 +281,9 @@ def sample(
         probs = torch.softmax(logits, dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _decode_rows(model, inputs, choose, max_new_tokens, min_new_tokens, fast, quantize)
+    return _decode_rows(
+        model, inputs, choose, max_new_tokens, min_new_tokens, fast, quantize, on_token
+    )
 
 
 def _nucleus(logits: Tensor, top_p: float) -> Tensor:

@@ -12,8 +12,9 @@ from .inference import check_kind, positive_number, probability, resolving
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Generate one token at a time (each step a one-token :func:`attnlab.generate.sample` or
-    :func:`~attnlab.generate.greedy_search` on the text so far), writing the text as it grows."""
+    """Continue the prompt with one :func:`attnlab.generate.sample` or
+    :func:`~attnlab.generate.greedy_search` call on the model's KV cache, writing the text as
+    each token comes (its ``on_token`` hook): the prompt is encoded once, not once a token."""
     import torch
 
     from ..evaluate import load_with_tokenizers
@@ -25,36 +26,38 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_kind(args.model, {"lm"}, "generate", "--model")
     model, tokenizer, _ = load_with_tokenizers(args.model, device=device)
     config = model.config
-    ids = [config.bos_id, *tokenizer.encode(args.prompt)]
-    generator = torch.Generator(device=next(model.parameters()).device)
-    generator.manual_seed(args.seed)
-    prompt_length, shown = len(ids), ""
-    limit = config.max_len if config.positional == "learned" else None
-    for _ in range(args.max_len):
-        if limit is not None and len(ids) >= limit:
-            break
-        if args.sample:
-            step = sample(
-                model,
-                [ids],
-                max_new_tokens=1,
-                temperature=args.temperature,
-                top_k=args.top_k,
-                top_p=args.top_p,
-                generator=generator,
-            )
-        else:
-            step = greedy_search(model, [ids], max_new_tokens=1)
-        token = int(step.sequences[0, 0])
+    prompt = [config.bos_id, *tokenizer.encode(args.prompt)]
+    new: list[int] = []
+    shown = ""
+
+    def show(_rows: torch.Tensor, tokens: torch.Tensor) -> None:
+        nonlocal shown
+        token = int(tokens[0])
         if token == config.eos_id:
-            break
-        ids.append(token)
-        text = tokenizer.decode(ids[prompt_length:])
+            return
+        new.append(token)
+        text = tokenizer.decode(new)
         if text.startswith(shown):  # a partial character shows once it is whole
             sys.stdout.write(text[len(shown) :])
             sys.stdout.flush()
             shown = text
-    text = tokenizer.decode(ids[prompt_length:])
+
+    if args.sample:
+        generator = torch.Generator(device=next(model.parameters()).device)
+        generator.manual_seed(args.seed)
+        sample(
+            model,
+            [prompt],
+            max_new_tokens=args.max_len,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            generator=generator,
+            on_token=show,
+        )
+    else:
+        greedy_search(model, [prompt], max_new_tokens=args.max_len, on_token=show)
+    text = tokenizer.decode(new)
     sys.stdout.write(text[len(shown) :] if text.startswith(shown) else "\n" + text)
     sys.stdout.write("\n")
     sys.stdout.flush()
