@@ -26,6 +26,10 @@ from attnlab.evaluate import Translator
 from attnlab.export import ct2, marian
 from attnlab.export.common import TARGET_NAMES
 
+#: Every test here runs CTranslate2 or transformers on exported models (about a minute on an
+#: idle 2-core machine): in `make test`, not in the edit loop's `make test-fast`.
+pytestmark = pytest.mark.slow
+
 ctranslate2 = pytest.importorskip("ctranslate2")
 transformers = pytest.importorskip("transformers")
 
