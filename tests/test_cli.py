@@ -64,6 +64,7 @@ def test_unparseable_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str
     assert "comma-separated integers" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_console_script_and_module_entry_points() -> None:
     script = Path(sys.executable).parent / "attnlab"
     for command in ([str(script), "--help"], [sys.executable, "-m", "attnlab", "--version"]):
@@ -148,6 +149,7 @@ def test_viz_attention_of_each_model_type(saved_models, tmp_path, capsys) -> Non
     assert "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # not in make test-fast: waits on a deadline, or one of several alike
 @pytest.mark.parametrize(
     "argv",
     [

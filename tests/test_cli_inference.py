@@ -245,6 +245,7 @@ def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
     assert status == 2 and "--n-best: expected at most --beam-size (4)" in err
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_viz_attention_draws_a_checkpoint(checkpoint, tmp_path, capsys):
     """The positional MODEL of viz goes through the same resolver as --model."""
     argv = ["viz", "attention", str(checkpoint), "--src-ids", "5 6 7", "--out", str(tmp_path)]

@@ -76,6 +76,7 @@ def test_generate_sampling_is_seeded_and_the_librarys(lm_dir, capsys):
     assert first == _library_text(lm_dir, "a dog", 10, seed=7, top_k=20) + "\n"
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_generate_streams_tokens_as_they_come(lm_dir):
     """The text arrives in pieces (one write per token), not as one block at the end."""
     code = (

@@ -428,6 +428,7 @@ def _drip(head: bytes, drop: bytes):
     return answer
 
 
+@pytest.mark.slow  # not in make test-fast: waits on a deadline, or one of several alike
 @pytest.mark.parametrize(
     ("head", "drop"),
     [

@@ -118,6 +118,7 @@ def test_the_english_report_has_no_chinese(reports):
     assert not CJK.search(reports["en"])
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_lang_fr_is_refused_by_the_command_in_one_line(tmp_path):
     run = _attnlab("explain", "--out", str(tmp_path / "out"), "--lang", "fr")
     assert run.returncode == 2

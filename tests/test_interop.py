@@ -442,6 +442,7 @@ def test_unknown_weight_is_named(tmp_path, bert_state) -> None:
     assert str(path) in str(info.value)
 
 
+@pytest.mark.slow  # not in make test-fast: waits on a deadline, or one of several alike
 @pytest.mark.parametrize(
     "name",
     [

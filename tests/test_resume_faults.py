@@ -133,6 +133,7 @@ DAMAGE: dict[str, Callable[[Path, random.Random], None]] = {
 }
 
 
+@pytest.mark.slow  # not in make test-fast: waits on a deadline, or one of several alike
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 @pytest.mark.parametrize("name", CHECKPOINT_FILES)
 def test_a_damaged_file_falls_back_to_the_previous_checkpoint(
@@ -313,6 +314,7 @@ TAMPERED: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
+@pytest.mark.slow  # not in make test-fast: waits on a deadline, or one of several alike
 @pytest.mark.parametrize("case", sorted(TAMPERED))
 def test_tampered_content_falls_back_with_the_fault_named(
     reference: Path, tmp_path: Path, case: str

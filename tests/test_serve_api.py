@@ -500,6 +500,7 @@ def _malformed(rng: random.Random) -> tuple[str, str, dict, set[int]]:
     return "POST", path, {"content": body, "headers": JSON}, {422}
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_a_thousand_malformed_requests(client):
     before = post(client, "/api/translate", {"text": "forty-two"})
     rng = random.Random(20240607)

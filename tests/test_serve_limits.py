@@ -426,6 +426,7 @@ def strict(numbers_model_dir) -> Iterator[tuple[str, int]]:
         yield _address(url)
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 @pytest.mark.parametrize(
     "sent",
     [b"", b"GET /api/model HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow:"],
@@ -437,6 +438,7 @@ def test_a_head_that_does_not_arrive_closes_the_connection(strict, sent):
         assert _closed_by_server(sock)
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_a_slow_body_gets_a_408(strict):
     host, port = strict
     with socket.create_connection(strict, timeout=WAIT) as sock:
@@ -454,6 +456,7 @@ def test_a_slow_body_gets_a_408(strict):
     assert b'"error":"body: not received within 1 s"' in answer
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_an_idle_keep_alive_connection_is_closed(strict):
     host, port = strict
     with socket.create_connection(strict, timeout=WAIT) as sock:
@@ -462,6 +465,7 @@ def test_an_idle_keep_alive_connection_is_closed(strict):
         assert _closed_by_server(sock)
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_silent_connections_are_all_closed(strict):
     """300 connections that say nothing: those beyond the cap at once, the others when their
     head is late; the server answers afterwards."""

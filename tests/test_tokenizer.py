@@ -542,6 +542,7 @@ def test_load_tokenizers_errors(tok, tmp_path):
 # Multi30K: a real vocabulary, and speed
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 @pytest.mark.skipif(not MULTI30K_DIR.is_dir(), reason=f"no Multi30K files in {MULTI30K_DIR}")
 def test_multi30k_joint_vocabulary_is_exact():
     corpus = corpora.multi30k(MULTI30K_DIR, download=False)

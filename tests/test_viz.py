@@ -468,6 +468,7 @@ def test_path_errors(tmp_path: Path) -> None:
         viz.positional_encoding(8, 10, path=3)
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_import_leaves_pyplot_and_backend_alone() -> None:
     code = (
         "import sys, matplotlib\n"
@@ -481,6 +482,7 @@ def test_import_leaves_pyplot_and_backend_alone() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
 
 
+@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_figures_from_several_threads(tmp_path: Path) -> None:
     errors: list[BaseException] = []
 
