@@ -3,6 +3,10 @@ random token ids and padded prompt batches. A helper that one file alone uses st
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -35,3 +39,13 @@ def left_padded(rows: list[list[int]], pad: int = PAD) -> Tensor:
     """``rows`` as one ``(B, T)`` batch, each padded at its start (prompts that end together)."""
     width = max(len(r) for r in rows)
     return torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (sub)command of ``parser`` as ``("viz attention", its parser)``, at any depth:
+    walked from argparse's own structures, not from what the CLI's reference generator says."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{prefix}{name}", sub
+                yield from subcommands(sub, f"{prefix}{name} ")

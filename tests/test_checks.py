@@ -12,6 +12,7 @@ import pytest
 
 from attnlab._checks import (
     check_bool,
+    check_choice,
     check_int,
     check_optional_int,
     check_positive_number,
@@ -80,3 +81,14 @@ def test_check_positive_number_refuses_zero_nan_inf_and_bools(value):
     with pytest.raises(ValueError, match=r"^x: expected a positive number, got "):
         check_positive_number(value, "x")
     assert check_positive_number(3, "x") == 3.0
+
+
+def test_check_choice_names_the_argument_and_lists_the_choices():
+    assert check_choice("zh", ("en", "zh"), "lang") == "zh"
+    assert check_choice(None, ("int8",), "quantize", none=True) is None
+    with pytest.raises(ValueError, match=r"^lang: expected one of en, zh, got 'fr'$"):
+        check_choice("fr", ("en", "zh"), "lang")
+    with pytest.raises(ValueError, match=r"^quantize: expected one of int8 or None, got 'int4'$"):
+        check_choice("int4", ("int8",), "quantize", none=True)
+    with pytest.raises(ValueError, match=r"^to: expected one of a, b, got None$"):
+        check_choice(None, ("a", "b"), "to")  # None only where it is allowed

@@ -8,20 +8,12 @@ import json
 
 import pytest
 
+from _helpers import subcommands
 from attnlab import VisionConfig, VisionTransformer
 from attnlab.cli import build_parser, main
 from attnlab.vision import count_vit_parameters
 
-
-def _subparsers(parser: argparse.ArgumentParser, prefix: str = ""):
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield f"{prefix}{name}", sub
-                yield from _subparsers(sub, f"{prefix}{name} ")
-
-
-COMMANDS = dict(_subparsers(build_parser()))
+COMMANDS = dict(subcommands(build_parser()))
 #: Commands whose model was positional (viz's MODEL, export's MODEL_DIR): kept as a
 #: deprecated alias beside --model.
 POSITIONAL_MODEL = {"viz attention", "viz learned-pe", "viz rollout", "export"}

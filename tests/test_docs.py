@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import subcommands
 from attnlab.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,15 +33,6 @@ def _load_hooks():
 hooks = _load_hooks()
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
-    """Every (sub)command, walked independently of the generator (as test_cli_grammar does)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield f"{prefix}{name}", sub
-                yield from _commands(sub, f"{prefix}{name} ")
-
-
 def _sections(page: str) -> dict[str, str]:
     """The CLI page cut at its command headings: command name -> its section's text."""
     found = list(re.finditer(r"^#{2,4} attnlab(?P<name>[\w -]*?) \{#[\w-]+\}$", page, re.M))
@@ -55,7 +47,7 @@ def _sections(page: str) -> dict[str, str]:
 
 PAGE = hooks.cli_reference(build_parser())
 SECTIONS = _sections(PAGE)
-COMMANDS = dict(_commands(build_parser()))
+COMMANDS = dict(subcommands(build_parser()))
 
 
 def test_every_command_of_the_parser_has_a_section():

@@ -26,6 +26,16 @@ def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_choice(value: object, choices: Iterable[str], name: str, *, none: bool = False) -> Any:
+    """``value`` if it is one of ``choices`` (or None, with ``none``), else ValueError:
+    ``lang: expected one of en, zh, got 'fr'`` (``... or None, got ...`` with ``none``)."""
+    options = list(choices)
+    if (none and value is None) or value in options:
+        return value
+    alternative = " or None" if none else ""
+    raise ValueError(f"{name}: expected one of {', '.join(options)}{alternative}, got {value!r}")
+
+
 def _int_kind(minimum: int | None, plain: bool) -> str:
     if minimum is None:
         return "an int"

@@ -54,6 +54,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_choice
 from .layers import ACTIVATIONS, DecoderLayer, FeedForward
 from .model import Transformer
 from .positional import ALiBi, RotaryEmbedding
@@ -68,11 +69,8 @@ QUANTIZATIONS = ("int8",)
 
 def check_quantize(quantize: object) -> str | None:
     """``quantize`` if it is None or one of :data:`QUANTIZATIONS`, else a ValueError."""
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(
-            f"quantize: expected one of {', '.join(QUANTIZATIONS)} or None, got {quantize!r}"
-        )
-    return quantize
+    result: str | None = check_choice(quantize, QUANTIZATIONS, "quantize", none=True)
+    return result
 
 
 def why_not_fast_path(model: object, quantize: str | None = None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._checks import check_choice
 from ..viz._figures import finish
 
 #: The languages a report is written in: English and Chinese (the tutorial's language).
@@ -34,9 +35,7 @@ class Prose(str):
 
 
 def check_lang(lang: object) -> str:
-    if lang not in LANGS:
-        raise ValueError(f"lang: expected one of {', '.join(LANGS)}, got {lang!r}")
-    return str(lang)
+    return str(check_choice(lang, LANGS, "lang"))
 
 
 def in_lang(text: str, lang: str) -> str:

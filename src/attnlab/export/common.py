@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._checks import check_choice
+
 __all__ = [
     "MARIAN_LAYER_NORM_EPS",
     "MIN_POSITIONS",
@@ -87,9 +89,7 @@ def unsupported(model: object, target: str) -> list[str]:
 
 
 def check_target(target: object) -> str:
-    if target not in TARGETS:
-        raise ValueError(f"to: expected one of {', '.join(TARGETS)}, got {target!r}")
-    return str(target)
+    return str(check_choice(target, TARGETS, "to"))
 
 
 def check_exportable(model: object, target: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .._checks import check_choice
 from .._io import atomic_write_dir
 from .common import (
     PathLike,
@@ -67,11 +68,7 @@ def to_ctranslate2(
         FileExistsError: ``out_dir`` exists and ``force`` is False.
     """
     check_exportable(model, "ctranslate2")
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise ValueError(
-            f"quantization: expected one of {', '.join(QUANTIZATIONS)} (or None), got "
-            f"{quantization!r}"
-        )
+    check_choice(quantization, QUANTIZATIONS, "quantization", none=True)
     src, tgt = tokenizer_pair(tokenizers)
     c = model.config
     src_tokens = vocabulary(src, c.vocab_size, "source")
