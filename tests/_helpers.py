@@ -4,6 +4,7 @@ random token ids and padded prompt batches. A helper that one file alone uses st
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,17 @@ from attnlab import TransformerConfig
 PAD, BOS, EOS = 0, 1, 2
 #: The first id that is no special token.
 FIRST_ID = 3
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread inside the block, the previous count restored after it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def tiny(**overrides: object) -> TransformerConfig:
@@ -49,3 +61,16 @@ def subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[t
             for name, sub in action.choices.items():
                 yield f"{prefix}{name}", sub
                 yield from subcommands(sub, f"{prefix}{name} ")
+
+
+#: `attnlab train` of the numbers recipe shrunk to 4 steps of a 1 + 1 layer model (seconds):
+#: the CLI's training path end to end. Add ``--out DIR``.
+TINY_CLI = [
+    "train", "--config", "configs/numbers.toml", "--max-steps", "4", "--warmup", "1",
+    "--eval-every", "4", "--checkpoint-every", "4", "--set", "train.log_every=2",
+    "--set", "task.high=99", "--set", "task.valid_size=10", "--set", "task.test_size=10",
+    "--set", "model.d_model=32", "--set", "model.d_ff=64", "--set", "model.num_encoder_layers=1",
+    "--set", "model.num_decoder_layers=1", "--set", "train.average_last=1",
+    "--set", "eval.bleu_sentences=5", "--set", "eval.beam_size=1",
+    "--set", "tokenizer.vocab_size=300",
+]  # fmt: skip

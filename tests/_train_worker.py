@@ -42,6 +42,23 @@ def reversal_examples(count: int, *, seed: int, long_every: int = 0) -> Examples
     return make_examples(pairs, max_len=64)
 
 
+def small_model(dropout: float = 0.0, **overrides: object) -> Transformer:
+    """The in-process training tests' model: the tiny preset narrowed to 1 + 1 layers of width
+    32, seeded (0), over this worker's vocabulary."""
+    torch.manual_seed(0)
+    options = {
+        "vocab_size": VOCAB,
+        "d_model": 32,
+        "num_heads": 2,
+        "d_ff": 64,
+        "num_encoder_layers": 1,
+        "num_decoder_layers": 1,
+        "dropout": dropout,
+        **overrides,
+    }
+    return Transformer(TransformerConfig.preset("tiny", **options))
+
+
 def tiny_model(dropout: float) -> Transformer:
     torch.manual_seed(1234)
     config = TransformerConfig.preset("tiny", vocab_size=VOCAB, dropout=dropout)

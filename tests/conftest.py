@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import settings
+
+from _helpers import one_torch_thread
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if os.environ.get("CI"):
@@ -24,10 +25,8 @@ def one_thread() -> Iterator[None]:
     """torch on one thread for the test (``pytestmark = pytest.mark.usefixtures("one_thread")``):
     tiny models train and decode fastest so, a busy machine slows them least, and runs that
     compare bits with a one-thread worker process compute the same sums."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from attnlab.train.progress import TRAIN_LOG, Progress, format_duration, step_li
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _train_worker as worker
+from _helpers import TINY_CLI
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -141,17 +142,6 @@ def test_without_progress_the_lines_go_to_log_and_train_log_grows_on_resume(tmp_
     added = [line.split(" ", 2)[2] for line in grown[len(first) :].splitlines()]
     assert added[0] == "resume from the checkpoint: step 4 of 6 (max_steps 6) on cpu"
     assert [line.split(" (")[0] for line in _steps("\n".join(added))] == ["step 6/6"]
-
-
-TINY_CLI = [
-    "train", "--config", "configs/numbers.toml", "--max-steps", "4", "--warmup", "1",
-    "--eval-every", "4", "--checkpoint-every", "4", "--set", "train.log_every=2",
-    "--set", "task.high=99", "--set", "task.valid_size=10", "--set", "task.test_size=10",
-    "--set", "model.d_model=32", "--set", "model.d_ff=64", "--set", "model.num_encoder_layers=1",
-    "--set", "model.num_decoder_layers=1", "--set", "train.average_last=1",
-    "--set", "eval.bleu_sentences=5", "--set", "eval.beam_size=1",
-    "--set", "tokenizer.vocab_size=300",
-]  # fmt: skip
 
 
 def test_train_no_progress_prints_the_lines_and_writes_train_log(tmp_path, capsys):

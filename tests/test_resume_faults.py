@@ -37,6 +37,7 @@ import torch
 from safetensors.torch import load_file
 
 import _fault_worker as faults
+from _helpers import one_torch_thread
 from attnlab.train.checkpoint import CHECKPOINT_FILES, find_checkpoints
 from attnlab.train.integrity import file_digest, state_checksum
 
@@ -46,10 +47,8 @@ WORKER = Path(__file__).parent / "_fault_worker.py"
 @pytest.fixture(scope="module", autouse=True)
 def one_thread() -> Iterator[None]:
     """Runs in this process train on one thread, as the worker's: the same bits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -29,26 +29,12 @@ from attnlab.train.rng import capture_rng, restore_rng
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _train_worker as worker
+from _train_worker import small_model
 
 WORKER = Path(__file__).parent / "_train_worker.py"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def small_model(dropout: float = 0.0, **overrides: object) -> Transformer:
-    torch.manual_seed(0)
-    options = {
-        "vocab_size": worker.VOCAB,
-        "d_model": 32,
-        "num_heads": 2,
-        "d_ff": 64,
-        "num_encoder_layers": 1,
-        "num_decoder_layers": 1,
-        "dropout": dropout,
-        **overrides,
-    }
-    return Transformer(TransformerConfig.preset("tiny", **options))
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
