@@ -31,7 +31,9 @@ Run::
 
     .venv/bin/python benchmarks/model.py            # full run, about 2 minutes on 2 cores
     .venv/bin/python benchmarks/model.py --quick    # smoke run
-    .venv/bin/python benchmarks/model.py --profile  # also print where the time goes
+    .venv/bin/python benchmarks/model.py --profile  # also print where the time goes: each
+                                                    # op's self time by kind (matrix products,
+                                                    # attention, norms, dropout, optimizer...)
 
 It prints a table and writes JSON (default ``benchmarks/results/model.json``); the exit code is
 0 unless ``--check`` is given and a target is missed.
@@ -254,6 +256,62 @@ def profile_step(step: Callable[[], None], rows: int = 12) -> str:
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
+# Where a training step's time goes: each aten op's self time, grouped by what it does.
+CATEGORIES = (
+    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv")),
+    ("attention kernel", ("scaled_dot_product", "flash_attention")),
+    ("softmax and loss", ("softmax", "nll_loss", "cross_entropy")),
+    ("layer norm", ("layer_norm",)),
+    ("dropout", ("dropout", "bernoulli")),
+    ("optimizer", ("_foreach", "addcdiv", "lerp", "Optimizer")),
+    ("embedding", ("embedding",)),
+)
+OTHER_OPS = "other element-wise ops and copies"
+OUTSIDE = "outside aten ops (Python, autograd, dispatch)"
+
+
+def category(name: str) -> str:
+    for label, patterns in CATEGORIES:
+        if any(p in name for p in patterns):
+            return label
+    return OTHER_OPS if name.startswith("aten::") else OUTSIDE
+
+
+def time_breakdown(step: Callable[[], None], steps: int = 4) -> dict[str, float]:
+    """Seconds per step by :data:`CATEGORIES` (self CPU time of the ops, under the profiler),
+    plus what no aten op accounts for (the wall time of the profiled steps minus the ops'
+    self times): a profiler's view, slower than an unprofiled step by its own overhead."""
+    step()  # warm
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = time.perf_counter() - start
+    seconds: dict[str, float] = {}
+    for event in prof.key_averages():
+        label = category(event.key)
+        seconds[label] = seconds.get(label, 0.0) + event.self_cpu_time_total / 1e6
+    accounted = sum(seconds.values())
+    seconds[OUTSIDE] = seconds.get(OUTSIDE, 0.0) + max(0.0, wall - accounted)
+    return {label: t / steps for label, t in sorted(seconds.items(), key=lambda kv: -kv[1])}
+
+
+def print_breakdown(breakdowns: dict[str, dict[str, float]]) -> None:
+    names = list(breakdowns)
+    labels = list(dict.fromkeys(k for b in breakdowns.values() for k in b))
+    print("\nwhere a training step's time goes (ms per step, under torch.profiler):")
+    print(f"  {'':<48}" + "".join(f"{n:>22}" for n in names))
+    for label in labels:
+        cells = []
+        for n in names:
+            total = sum(breakdowns[n].values())
+            t = breakdowns[n].get(label, 0.0)
+            cells.append(f"{t * 1e3:>12.1f} ({t / total:>5.1%})")
+        print(f"  {label:<48}" + "".join(f"{c:>22}" for c in cells))
+    totals = "".join(f"{sum(b.values()) * 1e3:>12.1f}          " for b in breakdowns.values())
+    print(f"  {'total':<48}{totals}")
+
+
 def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, Any]]:
     ours, theirs = make_models()
     src, tgt = make_batch(padded)
@@ -281,6 +339,8 @@ def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, 
         for name, step in steps.items():
             print(f"\nprofile, {name}, {'padded' if padded else 'unpadded'} (3 steps):")
             print(profile_step(step))
+        details["breakdown_s"] = {name: time_breakdown(step) for name, step in steps.items()}
+        print_breakdown(details["breakdown_s"])
     row = Row(
         key="train_padded" if padded else "train",
         label=f"train step tokens/s{' (20% padding, info)' if padded else ''}",
@@ -326,7 +386,11 @@ def utilisation_rows(samples: dict[str, list[float]], gemm: dict[str, Any]) -> l
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = base_parser(__doc__, DEFAULT_OUT, "a few repetitions (smoke run)")
-    parser.add_argument("--profile", action="store_true", help="print torch.profiler tables")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print torch.profiler tables and where a step's time goes (also in the JSON)",
+    )
     return parser.parse_args(argv)
 
 

@@ -62,6 +62,34 @@ def test_evaluate_scores_any_parallel_text_as_the_library(
     assert status == 0 and out.startswith("src.txt (4 sentences, greedy): ")
 
 
+def test_evaluate_split_decodes_with_the_given_length_penalty(
+    numbers_model_dir, monkeypatch, capsys
+):
+    """--alpha reaches the beam search of a split's evaluation (it used to apply to --src only,
+    and a split was decoded with the job's alpha whatever was asked)."""
+    asked: list[float] = []
+    load = Translator.load.__func__  # type: ignore[attr-defined]
+
+    def recording(cls, *args, **kwargs):
+        asked.append(kwargs["alpha"])
+        return load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "load", classmethod(recording))
+    argv = ["evaluate", "--model", str(numbers_model_dir), "--split", "valid", "--limit", "6"]
+    argv += ["--beam-size", "2", "--device", "cpu", "--json"]
+    for flags, alpha in (([], 0.6), (["--alpha", "1.5"], 1.5), (["--alpha", "0"], 0.0)):
+        status, out, _ = _run([*argv, *flags], capsys)
+        assert status == 0, flags
+        result = json.loads(out)
+        assert asked[-1] == alpha and result["alpha"] == alpha and result["beam_size"] == 2
+        pairs = attnlab.jobs.Job.from_dict(
+            json.loads((numbers_model_dir / "job.json").read_text("utf-8"))
+        ).task.load()["valid"][:6]
+        expected = Translator.load(numbers_model_dir, beam_size=2, alpha=alpha, device="cpu")
+        hyps = expected.translate([s for s, _ in pairs])
+        assert result["chrf"] == score(hyps, [t for _, t in pairs]).chrf, flags
+
+
 def test_evaluate_files_refuses_mismatched_or_missing_files(numbers_model_dir, tmp_path, capsys):
     (tmp_path / "src.txt").write_text("one\ntwo\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("eins\n", encoding="utf-8")

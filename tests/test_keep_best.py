@@ -142,3 +142,27 @@ def test_train_keep_best_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     results = json.loads((out / "results.json").read_text())
     assert results["training"]["best"]["step"] == 4
     assert main(["evaluate", "--model", str(out / "best"), "--json"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("column", "flags", "expected"),
+    [
+        ("val_bleu", ["--set", "eval.bleu_sentences=0"], "it has val_loss (val_bleu and val_exact"),
+        ("val_accuracy", [], "it has val_loss, val_bleu, val_exact"),
+    ],
+)
+def test_a_column_the_job_never_writes_is_refused_before_any_work(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    column: str,
+    flags: list[str],
+    expected: str,
+) -> None:
+    out = tmp_path / "run"
+    assert main([*TINY_CLI, "--out", str(out), "--keep-best", column, *flags]) == 2
+    error = capsys.readouterr().err
+    assert f"[train] keep_best: {column!r} is not a validation column of this job; {expected}" in (
+        error
+    )
+    assert len(error.strip().splitlines()) == 1
+    assert not out.exists()  # refused before the corpus, the tokenizers or the directory

@@ -308,7 +308,10 @@ def _extend_evaluate(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--src", default=None, metavar="FILE", help="source sentences")
     evaluate.add_argument("--ref", default=None, metavar="FILE", help="their references")
     evaluate.add_argument(
-        "--alpha", type=_non_negative, default=0.6, help="--src: length penalty (0.6)"
+        "--alpha",
+        type=_non_negative,
+        default=None,
+        help="beam search's length penalty (the job's [eval] alpha; 0.6 with --src)",
     )
     job_evaluate = evaluate.get_default("func")
     evaluate.set_defaults(func=resolving(functools.partial(cmd_evaluate, job_evaluate)))
@@ -355,12 +358,15 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     if not sources:
         raise ValueError(f"--src: {args.src}: no lines to score")
     beam = args.beam_size or 4
+    alpha = 0.6 if args.alpha is None else args.alpha
     translator = Translator.load(
-        args.model, beam_size=beam, alpha=args.alpha, device=device_of(args.device)
+        args.model, beam_size=beam, alpha=alpha, device=device_of(args.device)
     )
     hypotheses = translator.translate(sources)
     result = score(hypotheses, references).to_dict()
-    result.update({"split": Path(args.src).name, "task": "files", "beam_size": beam})
+    result.update(
+        {"split": Path(args.src).name, "task": "files", "beam_size": beam, "alpha": alpha}
+    )
     if args.json:
         print(json.dumps(result))
         return 0

@@ -228,6 +228,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         args.model,
         split=args.split,
         beam_size=args.beam_size,
+        alpha=args.alpha,
         limit=args.limit,
         device=device_of(args.device),
     )  # split None: the task's own (test, or valid for a language model)
@@ -239,7 +240,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps({k: result[k] for k in keys}))
         return 0
     if args.json:
-        keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task")
+        keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task", "beam_size", "alpha")
         keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
         print(json.dumps({k: result[k] for k in keys}))
         return 0

@@ -278,12 +278,14 @@ def evaluate_model(
     corpus=None,
     job: Job | None = None,
     beam_size: int | None = None,
+    alpha: float | None = None,
     limit: int | None = None,
     examples: int = 10,
     device: str | None = None,
 ) -> dict[str, Any]:
     """Translate ``split`` (default ``test``) of the model's task (from its ``job.json``) with
-    beam search and score it, on ``device`` (``cpu`` or ``cuda``; default CUDA when available,
+    beam search (``beam_size`` and length penalty ``alpha``, by default the job's ``[eval]``
+    ones) and score it, on ``device`` (``cpu`` or ``cuda``; default CUDA when available,
     CPU for a language model). Returns ``{"bleu", "chrf", "exact_match", "sentences",
     signatures, "split", "examples": a few (source, reference, hypothesis)}``. For a language
     model (the ``text`` task): its perplexity on ``split`` (default ``valid``)."""
@@ -312,10 +314,12 @@ def evaluate_model(
     pairs = corpus[split]
     if limit is not None:
         pairs = pairs[:limit]
+    beam_size = beam_size or job.eval.beam_size
+    alpha = job.eval.alpha if alpha is None else alpha
     translator = Translator.load(
         model_dir,
-        beam_size=beam_size or job.eval.beam_size,
-        alpha=job.eval.alpha,
+        beam_size=beam_size,
+        alpha=alpha,
         max_tokens=job.eval.max_tokens,
         device=device,
     )
@@ -324,7 +328,8 @@ def evaluate_model(
     result = scores.to_dict()
     result["split"] = split
     result["task"] = job.task.name
-    result["beam_size"] = beam_size or job.eval.beam_size
+    result["beam_size"] = beam_size
+    result["alpha"] = alpha
     result["examples"] = [
         {"source": s, "reference": t, "hypothesis": h}
         for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]

@@ -279,6 +279,28 @@ class Job:
             TrainConfig(out=".", **self.train)
         except (TypeError, ValueError) as e:
             raise ValueError(f"[train] {e}") from None
+        keep_best, columns = self.train.get("keep_best"), self.validation_columns()
+        if keep_best is not None and keep_best not in columns:
+            translates = not (self.task.is_lm or self.task.is_image)
+            hint = (
+                " (val_bleu and val_exact need [eval] bleu_sentences > 0)"
+                if translates and keep_best in ("val_bleu", "val_exact")
+                else ""
+            )
+            raise ValueError(
+                f"[train] keep_best: {keep_best!r} is not a validation column of this job; it "
+                f"has {', '.join(columns)}{hint}"
+            )
+
+    def validation_columns(self) -> tuple[str, ...]:
+        """The columns each evaluation during training writes: ``val_loss``, and
+        ``val_accuracy`` for an image task, or ``val_bleu`` and ``val_exact`` for a translation
+        task whose ``[eval] bleu_sentences`` is not 0."""
+        if self.task.is_image:
+            return ("val_loss", "val_accuracy")
+        if self.task.is_lm or self.eval.bleu_sentences == 0:
+            return ("val_loss",)
+        return ("val_loss", "val_bleu", "val_exact")
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> Job:
