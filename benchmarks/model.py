@@ -262,7 +262,7 @@ CATEGORIES = (
     ("attention kernel", ("scaled_dot_product", "flash_attention")),
     ("softmax and loss", ("softmax", "nll_loss", "cross_entropy")),
     ("layer norm", ("layer_norm",)),
-    ("dropout", ("dropout", "bernoulli")),
+    ("dropout", ("dropout", "bernoulli", "uniform_")),  # attnlab draws masks with torch.rand
     ("optimizer", ("_foreach", "addcdiv", "lerp", "Optimizer")),
     ("embedding", ("embedding",)),
 )
@@ -288,11 +288,16 @@ def time_breakdown(step: Callable[[], None], steps: int = 4) -> dict[str, float]
             step()
         wall = time.perf_counter() - start
     seconds: dict[str, float] = {}
+    others: dict[str, float] = {}
     for event in prof.key_averages():
         label = category(event.key)
         seconds[label] = seconds.get(label, 0.0) + event.self_cpu_time_total / 1e6
+        if label == OTHER_OPS:
+            others[event.key] = event.self_cpu_time_total / 1e6
     accounted = sum(seconds.values())
     seconds[OUTSIDE] = seconds.get(OUTSIDE, 0.0) + max(0.0, wall - accounted)
+    top = sorted(others, key=lambda k: -others[k])[:4]
+    print(f"  {OTHER_OPS}, the largest: " + ", ".join(f"{k} {others[k] / wall:.1%}" for k in top))
     return {label: t / steps for label, t in sorted(seconds.items(), key=lambda kv: -kv[1])}
 
 

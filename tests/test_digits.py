@@ -195,8 +195,11 @@ def test_trainer_refuses_a_vit_without_batch_size_or_with_mismatched_images(tmp_
         Trainer(tiny_vit(num_classes=3), splits["train"], None, config, progress=False)
     with pytest.raises(TypeError, match="trains on LabelledImages"):
         Trainer(tiny_vit(), [1, 2], None, config, progress=False)
-    config = TrainConfig(out=str(tmp_path), max_steps=3, batch_size=8, schedule="cosine", lr=1e-3)
     with pytest.raises(ValueError, match="warmup: 4000 warm-up steps, but training lasts 3"):
+        TrainConfig(out=str(tmp_path), max_steps=3, batch_size=8, schedule="cosine", lr=1e-3)
+    # bounded by epochs, the last step is known only once the images are batched
+    config = TrainConfig(out=str(tmp_path), max_epochs=1, batch_size=8, schedule="cosine", lr=1e-3)
+    with pytest.raises(ValueError, match="warmup: 4000 warm-up steps, but training lasts"):
         Trainer(tiny_vit(), splits["train"], None, config, progress=False)
 
 

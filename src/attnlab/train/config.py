@@ -164,6 +164,11 @@ class TrainConfig:
                     "max_steps, max_epochs: the cosine schedule decays to 0 at the last step; "
                     "set one of them (max_minutes alone does not say where that is)"
                 )
+            if self.max_steps is not None and self.warmup >= self.max_steps:
+                raise ValueError(  # known before any work (with max_epochs: once batched)
+                    f"warmup: {self.warmup} warm-up steps, but training lasts {self.max_steps} "
+                    f"steps (max_steps); the cosine schedule needs warmup < its last step"
+                )
         for name in ("bf16", "augment"):
             check_bool(getattr(self, name), name)
         if self.keep_best is not None and not (
