@@ -249,13 +249,6 @@ def check_same_model(ours: nn.Module, theirs: nn.Module, src: Tensor, tgt: Tenso
     return diff
 
 
-def profile_step(step: Callable[[], None], rows: int = 12) -> str:
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(3):
-            step()
-    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
-
-
 # Where a training step's time goes: each aten op's self time, grouped by what it does.
 CATEGORIES = (
     ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv")),
@@ -277,16 +270,22 @@ def category(name: str) -> str:
     return OTHER_OPS if name.startswith("aten::") else OUTSIDE
 
 
-def time_breakdown(step: Callable[[], None], steps: int = 4) -> dict[str, float]:
-    """Seconds per step by :data:`CATEGORIES` (self CPU time of the ops, under the profiler),
-    plus what no aten op accounts for (the wall time of the profiled steps minus the ops'
-    self times): a profiler's view, slower than an unprofiled step by its own overhead."""
-    step()  # warm
+def profile_steps(step: Callable[[], None], steps: int = 3) -> tuple[Any, float]:
+    """``steps`` calls of ``step`` (already warm) under torch.profiler: the profile and their
+    wall time in seconds."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         for _ in range(steps):
             step()
         wall = time.perf_counter() - start
+    return prof, wall
+
+
+def time_breakdown(prof: Any, wall: float, steps: int) -> dict[str, Any]:
+    """Seconds per step by :data:`CATEGORIES` (self CPU time of the ops, under the profiler),
+    plus what no aten op accounts for (``wall``, the profiled steps' time, minus the ops' self
+    times): a profiler's view, slower than an unprofiled step by its own overhead. Also the 4
+    largest ops among the other element-wise ops and copies, as shares of the wall time."""
     seconds: dict[str, float] = {}
     others: dict[str, float] = {}
     for event in prof.key_averages():
@@ -294,14 +293,17 @@ def time_breakdown(step: Callable[[], None], steps: int = 4) -> dict[str, float]
         seconds[label] = seconds.get(label, 0.0) + event.self_cpu_time_total / 1e6
         if label == OTHER_OPS:
             others[event.key] = event.self_cpu_time_total / 1e6
-    accounted = sum(seconds.values())
-    seconds[OUTSIDE] = seconds.get(OUTSIDE, 0.0) + max(0.0, wall - accounted)
+    seconds[OUTSIDE] = seconds.get(OUTSIDE, 0.0) + max(0.0, wall - sum(seconds.values()))
     top = sorted(others, key=lambda k: -others[k])[:4]
-    print(f"  {OTHER_OPS}, the largest: " + ", ".join(f"{k} {others[k] / wall:.1%}" for k in top))
-    return {label: t / steps for label, t in sorted(seconds.items(), key=lambda kv: -kv[1])}
+    return {
+        "per_step_s": {k: t / steps for k, t in sorted(seconds.items(), key=lambda kv: -kv[1])},
+        "largest_other_ops": {k: others[k] / wall for k in top},
+    }
 
 
-def print_breakdown(breakdowns: dict[str, dict[str, float]]) -> None:
+def print_breakdown(found: dict[str, dict[str, Any]]) -> None:
+    """The :func:`time_breakdown` of each model side by side."""
+    breakdowns = {name: b["per_step_s"] for name, b in found.items()}
     names = list(breakdowns)
     labels = list(dict.fromkeys(k for b in breakdowns.values() for k in b))
     print("\nwhere a training step's time goes (ms per step, under torch.profiler):")
@@ -315,6 +317,9 @@ def print_breakdown(breakdowns: dict[str, dict[str, float]]) -> None:
         print(f"  {label:<48}" + "".join(f"{c:>22}" for c in cells))
     totals = "".join(f"{sum(b.values()) * 1e3:>12.1f}          " for b in breakdowns.values())
     print(f"  {'total':<48}{totals}")
+    for name, b in found.items():
+        ops = ", ".join(f"{k} {share:.1%}" for k, share in b["largest_other_ops"].items())
+        print(f"  {name}: the largest {OTHER_OPS}: {ops}")
 
 
 def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, Any]]:
@@ -341,11 +346,13 @@ def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, 
         "torch": summary(samples["torch"]),
     }
     if show_profile:
-        for name, step in steps.items():
+        details["breakdown"] = {}
+        for name, step in steps.items():  # warm: the timed steps ran first
+            prof, wall = profile_steps(step)
             print(f"\nprofile, {name}, {'padded' if padded else 'unpadded'} (3 steps):")
-            print(profile_step(step))
-        details["breakdown_s"] = {name: time_breakdown(step) for name, step in steps.items()}
-        print_breakdown(details["breakdown_s"])
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+            details["breakdown"][name] = time_breakdown(prof, wall, steps=3)
+        print_breakdown(details["breakdown"])
     row = Row(
         key="train_padded" if padded else "train",
         label=f"train step tokens/s{' (20% padding, info)' if padded else ''}",

@@ -11,8 +11,9 @@ Run::
     .venv/bin/python tools/choose_decoding.py runs/multi30k-en-de \
         --beams 4 5 --alphas 0.6 1.0 --out runs/decoding.json
 
-Each (model, beam, alpha) is one beam search over the split; a 2.9M-parameter Multi30K model
-decodes the 1,014 validation sentences in about a minute on one core.
+Each (model, beam, alpha) is one beam search over the split; with beam 4, the 2.9M-parameter
+Multi30K model decoded the 1,014 validation sentences in about 10 s on 2 idle cores (12 of them
+in 2 min 6 s on 2026-12-01).
 """
 
 from __future__ import annotations
