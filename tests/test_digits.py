@@ -302,6 +302,9 @@ def test_train_task_digits_smoke_beats_chance_by_a_wide_margin(tmp_path, capsys)
     assert report["task"] == "digits" and report["images"] == 360
     assert report["accuracy"] == results["accuracy"]
     assert report["accuracy"] > 0.6, report  # chance is 0.1
+    assert main(["evaluate", "--model", str(out / "model"), "--beam-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --beam-size: " in err and "accuracy" in err and err.count("\n") == 1
     job = json.loads((out / "model" / "job.json").read_text())
     assert job["train"]["schedule"] == "cosine" and job["model"]["preset"] == "digits"
     # The pictures of the trained model: rollout over two test images, the position grid.

@@ -194,7 +194,7 @@ def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_m
     summary = capsys.readouterr().out.splitlines()
     n = results["sentences"]
     size = results["beam_size"]  # the results name their decoder; the argument is a fallback
-    decoder = "greedy" if size == 1 else f"beam search ({size})"
+    decoder = "greedy" if size == 1 else f"beam search ({size}, alpha {results['alpha']:g})"
     assert summary[0].startswith(f"test ({n} sentences, {decoder}): exact match ")
     assert summary[1].startswith("  note: ")
 

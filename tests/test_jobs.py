@@ -16,7 +16,7 @@ from _paths import MULTI30K_DIR as MULTI30K
 from attnlab import load_pretrained
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
-from attnlab.jobs import TASK_DEFAULTS, TASKS, Job, TaskOptions, recipe
+from attnlab.jobs import TASK_DEFAULTS, TASKS, Job, TaskOptions, evaluate_model, recipe
 
 SMALL = [
     "--set", "task.high=299", "--set", "task.valid_size=30", "--set", "task.test_size=30",
@@ -148,6 +148,13 @@ def test_a_language_model_on_a_text_file(tmp_path, capsys):
     assert main(["evaluate", "--model", str(out / "model"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["perplexity"] == pytest.approx(results["perplexity"], rel=1e-6)
+    # Beam settings mean nothing for perplexity: refused in one line, split or --src file.
+    for extra in (["--alpha", "1.0"], ["--beam-size", "2"], ["--src", str(text), "--alpha", "0"]):
+        assert main(["evaluate", "--model", str(out / "model"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"error: {extra[-2]}: " in err and "perplexity" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match=r"^alpha: the text task"):
+        evaluate_model(out / "model", alpha=1.0)
 
 
 @pytest.mark.parametrize("task", [name for name, task in TASKS.items() if task.recipe])

@@ -328,15 +328,36 @@ def _read_lines(path: str, flag: str) -> list[str]:
     return text.splitlines()
 
 
+_SCORED_WITHOUT_DECODING = {
+    "lm": "a language model is scored by its perplexity",
+    "vit": "an image classifier is scored by its accuracy",
+}
+
+
+def _check_decoding_flags(args: argparse.Namespace, kind: str) -> None:
+    """``--beam-size`` / ``--alpha`` on a model that is not decoded (a language model, a ViT):
+    refused, rather than accepted and ignored."""
+    reason = _SCORED_WITHOUT_DECODING.get(kind)
+    if reason is None:
+        return
+    for flag, value in (("--beam-size", args.beam_size), ("--alpha", args.alpha)):
+        if value is not None:
+            raise ValueError(
+                f"{flag}: {args.model} holds a {kind!r} model, and {reason}, without beam "
+                f"search; drop {flag}"
+            )
+
+
 def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     from ..modeldir import kind_of
 
     device_of(args.device)  # --device cuda without CUDA: before any work
+    kind = kind_of(args.model)
+    _check_decoding_flags(args, kind)
     if args.src is None and args.ref is None:
         return job_evaluate(args)
     if args.split is not None:
         raise ValueError("--split: scores the job's own split; --src/--ref score files: choose one")
-    kind = kind_of(args.model)
     if kind == "lm":
         return _evaluate_lm_file(args)
     check_kind(args.model, {"transformer"}, "evaluate --src/--ref", "--model")

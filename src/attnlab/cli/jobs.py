@@ -180,11 +180,15 @@ def _translation_scores(result: dict) -> str:
     return ", ".join(lead) + (f"; {', '.join(shown.values())}" if shown else "")
 
 
-def _decoding(beam_size: object) -> str:
-    """The decoder, for the summary line: ', greedy', ', beam search (4)', or '' if unknown."""
+def _decoding(beam_size: object, alpha: object = None) -> str:
+    """The decoder, for the summary line: ', greedy', ', beam search (4)', ', beam search (4,
+    alpha 1.0)' when the length penalty is known, or '' if the beam is unknown."""
     if not isinstance(beam_size, int):
         return ""
-    return ", greedy" if beam_size == 1 else f", beam search ({beam_size})"
+    if beam_size == 1:
+        return ", greedy"
+    penalty = f", alpha {alpha:g}" if isinstance(alpha, int | float) else ""
+    return f", beam search ({beam_size}{penalty})"
 
 
 def print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> None:
@@ -209,7 +213,7 @@ def print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> N
         return
     print(
         f"{result['split']} ({result['sentences']:,} sentences"
-        f"{_decoding(result.get('beam_size', beam_size))}): "
+        f"{_decoding(result.get('beam_size', beam_size), result.get('alpha'))}): "
         f"{_translation_scores(result)}"
     )
     if result.get("note"):

@@ -307,6 +307,13 @@ def evaluate_model(
         corpus = job.task.load()
     if split is None:
         split = "valid" if job.task.is_lm else "test"
+    if job.task.is_lm or job.task.is_image:
+        for name, value in (("beam_size", beam_size), ("alpha", alpha)):
+            if value is not None:
+                raise ValueError(
+                    f"{name}: the {job.task.name} task's model is scored without beam search "
+                    f"({'perplexity' if job.task.is_lm else 'accuracy'}); pass None"
+                )
     if job.task.is_lm:
         return _evaluate_lm(model_dir, corpus, split, limit, device)
     if job.task.is_image:
