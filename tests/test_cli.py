@@ -167,12 +167,21 @@ def test_viz_pictures_are_written(argv, saved_models, tmp_path) -> None:
     assert _png_ok(out)
 
 
-def test_viz_curves_from_a_metrics_csv(tmp_path) -> None:
+def test_viz_curves_from_a_metrics_csv(tmp_path, capsys) -> None:
     csv = tmp_path / "metrics.csv"
     csv.write_text("step,loss,val_loss,lr\n1,9.0,,1e-4\n2,8.0,8.5,2e-4\n3,7.5,,3e-4\n")
     out = tmp_path / "curves.png"
     assert main(["viz", "curves", str(csv), "--out", str(out), "--dpi", "50"]) == 0
     assert _png_ok(out)
+    # several runs in one picture, named in the legend
+    other = tmp_path / "other.csv"
+    other.write_text("step,loss,val_loss\n1,9.5,\n2,8.2,8.9\n")
+    both = tmp_path / "both.png"
+    argv = ["viz", "curves", str(csv), str(other), "--out", str(both), "--dpi", "50"]
+    assert main([*argv, "--label", "base", "--label", "long"]) == 0
+    assert _png_ok(both)
+    assert main([*argv, "--label", "base"]) == 2
+    assert "--label: expected one per CSV (2), got 1" in capsys.readouterr().err
 
 
 def test_viz_errors_are_clear(saved_models, capsys) -> None:

@@ -433,6 +433,47 @@ def test_training_curves_errors_name_the_file(tmp_path: Path, text: str, message
     assert str(csv_path) in str(caught.value)
 
 
+def test_training_curves_compare_runs(tmp_path: Path) -> None:
+    """Several CSVs: one colour per run, validation dashed, panels over the union of columns,
+    runs named by their OUT directory (or the labels given)."""
+    for run, rows in (("A", "1,5.0,,0.1\n2,4.0,4.5,0.2\n"), ("B", "2,3.0,3.5,\n1,6.0,,\n")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "metrics.csv").write_text(f"step,loss,val_loss,lr\n{rows}", "utf-8")
+    csvs = [tmp_path / "A" / "metrics.csv", tmp_path / "B" / "metrics.csv"]
+    fig = viz.training_curves(csvs, path=tmp_path / "both.png", dpi=DPI)
+    check_png(fig, tmp_path / "both.png")
+    panels = axes_by_label(fig)
+    assert list(panels) == ["loss", "lr"]  # B has no lr cells: its column is left out
+    lines = {line.get_label(): line for line in panels["loss"].get_lines()}
+    assert set(lines) == {"A: loss", "A: val_loss", "B: loss", "B: val_loss"}
+    assert list(lines["B: loss"].get_xdata()) == [1, 2]  # each run sorted by its own steps
+    assert list(lines["B: loss"].get_ydata()) == [6.0, 3.0]
+    assert lines["A: loss"].get_color() == lines["A: val_loss"].get_color()
+    assert lines["A: loss"].get_color() != lines["B: loss"].get_color()
+    assert lines["B: val_loss"].get_linestyle() == "--" and lines["B: loss"].get_linestyle() == "-"
+    assert [line.get_label() for line in panels["lr"].get_lines()] == ["A: lr"]
+    assert fig._suptitle.get_text() == "training curves: A, B"
+    named = viz.training_curves(csvs, labels=["recipe 1", "recipe 2"], dpi=DPI)
+    labels = {line.get_label() for line in axes_by_label(named)["loss"].get_lines()}
+    assert labels == {
+        "recipe 1: loss",
+        "recipe 1: val_loss",
+        "recipe 2: loss",
+        "recipe 2: val_loss",
+    }
+    with pytest.raises(ValueError, match="labels: expected 2 names"):
+        viz.training_curves(csvs, labels=["one"])
+    with pytest.raises(ValueError, match="csv_path: expected a metrics CSV"):
+        viz.training_curves([])
+    # two files named alike in directories named alike: the paths tell them apart
+    (tmp_path / "x" / "A").mkdir(parents=True)
+    (tmp_path / "x" / "A" / "metrics.csv").write_text("step,loss\n1,2\n", "utf-8")
+    same = viz.training_curves([csvs[0], tmp_path / "x" / "A" / "metrics.csv"], dpi=DPI)
+    assert f"{csvs[0]}: loss" in {
+        line.get_label() for line in axes_by_label(same)["loss"].get_lines()
+    }
+
+
 def test_training_curves_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.csv"
     with pytest.raises(FileNotFoundError, match=r"nope\.csv"):

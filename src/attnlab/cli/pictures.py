@@ -163,7 +163,12 @@ def _viz_other(args: argparse.Namespace) -> list[Path]:
         extra = () if args.no_extra else tuple(args.extra or ((256, 4000), (512, 8000)))
         viz.lr_schedule(args.d_model, args.warmup, args.steps, extra=extra, path=path, dpi=args.dpi)
     else:
-        viz.training_curves(args.csv, path=path, dpi=args.dpi)
+        if args.label is not None and len(args.label) != len(args.csv):
+            raise ValueError(
+                f"--label: expected one per CSV ({len(args.csv)}), got {len(args.label)}"
+            )
+        csvs = args.csv[0] if len(args.csv) == 1 else args.csv
+        viz.training_curves(csvs, labels=args.label, path=path, dpi=args.dpi)
     return [path]
 
 
@@ -277,7 +282,20 @@ def add_parsers(sub) -> None:
     lr.add_argument("--no-extra", action="store_true", help="only the main curve")
 
     curves = pictures.add_parser(
-        "curves", parents=[common], help="training curves from a metrics CSV (a 'step' column)"
+        "curves",
+        parents=[common],
+        help="training curves from a metrics CSV (a 'step' column); several CSVs compare runs",
     )
-    curves.add_argument("csv", help="metrics CSV written by training")
+    curves.add_argument(
+        "csv",
+        nargs="+",
+        help="metrics CSV written by training (OUT/metrics.csv); several: one colour each",
+    )
+    curves.add_argument(
+        "--label",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a run's name in the legend, once per CSV in order (default: its OUT directory)",
+    )
     viz.set_defaults(func=cmd_viz)

@@ -139,10 +139,37 @@ def _read_metrics(csv_path: PathLike) -> dict[str, np.ndarray]:
     return data
 
 
+def _run_labels(paths: Sequence[PathLike]) -> list[str]:
+    """A short name per CSV: its run directory's name for ``OUT/metrics.csv``, else the file's
+    stem; the paths as given when those names repeat."""
+    names = [
+        Path(p).parent.name
+        if Path(p).name == "metrics.csv" and Path(p).parent.name
+        else Path(p).stem
+        for p in paths
+    ]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+def _panels(runs: Sequence[dict[str, np.ndarray]]) -> list[list[str]]:
+    """Panels over the union of the runs' quantities, in first-seen order: ``[X, val_X]`` share
+    one when both exist in some run."""
+    names = list(dict.fromkeys(name for data in runs for name in data if name != "step"))
+    return [
+        [name] + ([f"val_{name}"] if f"val_{name}" in names else [])
+        for name in names
+        if not (name.startswith("val_") and name[4:] in names)
+    ]
+
+
 def training_curves(
-    csv_path: PathLike, *, path: PathLike | None = None, dpi: float = 100
+    csv_path: PathLike | Sequence[PathLike],
+    *,
+    labels: Sequence[str] | None = None,
+    path: PathLike | None = None,
+    dpi: float = 100,
 ) -> Figure:
-    """Training metrics against the step, one panel per quantity.
+    """Training metrics against the step, one panel per quantity; several runs side by side.
 
     ``csv_path`` is a CSV with a header row and a ``step`` column; every other column whose
     cells are numbers (e.g. ``loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``bleu``) gets a
@@ -150,44 +177,61 @@ def training_curves(
     holding text are skipped. ``X`` and ``val_X`` share a panel (training and validation loss).
     Axes are labelled with the panel's first quantity (``"loss"``, ``"lr"``, ...).
 
+    A sequence of CSVs compares runs (two recipes, or seeds): the panels are the union of their
+    quantities, each run has one colour, a validation quantity is dashed beside the training
+    one, and each line is labelled ``"RUN: X"``. ``labels`` names the runs (default: each
+    ``OUT/metrics.csv``'s directory name, or the file's stem).
+
     Raises:
         FileNotFoundError: no such file.
         ValueError: no ``step`` column, a bad step, or no numeric data besides the step (each
-            names the file).
+            names the file); no CSV, or a ``labels`` of another length than the CSVs.
     """
     dpi = check_dpi(dpi)
-    data = _read_metrics(csv_path)
-    step = data.pop("step")
-    order = np.argsort(step, kind="stable")
-    panels: list[list[str]] = []
-    for name in data:
-        if name.startswith("val_") and name[4:] in data:
-            continue  # drawn in its training quantity's panel
-        panels.append([name] + ([f"val_{name}"] if f"val_{name}" in data else []))
+    several = not isinstance(csv_path, str | Path)
+    paths: list[PathLike] = list(csv_path) if several else [csv_path]  # type: ignore[arg-type]
+    if not paths:
+        raise ValueError("csv_path: expected a metrics CSV or a sequence of them, got none")
+    if labels is None:
+        labels = _run_labels(paths)
+    elif isinstance(labels, str) or len(labels) != len(paths):
+        raise ValueError(f"labels: expected {len(paths)} names (one a CSV), got {labels!r}")
+    runs = [_read_metrics(p) for p in paths]
+    panels = _panels(runs)
     cols = 1 if len(panels) == 1 else 2
     rows = math.ceil(len(panels) / cols)
     fig = figure(5.5 * cols, 3.2 * rows + 0.4, dpi)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, names in zip(axes, panels, strict=False):
         ax.set_label(names[0])
-        for name in names:
-            values = data[name][order]
-            keep = np.isfinite(values)
-            sparse = keep.sum() < 0.5 * len(values) or keep.sum() <= 20
-            ax.plot(
-                step[order][keep],
-                values[keep],
-                marker="o" if sparse else None,
-                markersize=3,
-                label=name,
-            )
+        for index, (data, run) in enumerate(zip(runs, labels, strict=True)):
+            order = np.argsort(data["step"], kind="stable")
+            for name in names:
+                if name not in data:
+                    continue
+                values = data[name][order]
+                keep = np.isfinite(values)
+                sparse = keep.sum() < 0.5 * len(values) or keep.sum() <= 20
+                style: dict[str, object] = {}
+                if len(runs) > 1:
+                    style["color"] = f"C{index % 10}"
+                    style["linestyle"] = "--" if name.startswith("val_") else "-"
+                ax.plot(
+                    data["step"][order][keep],
+                    values[keep],
+                    marker="o" if sparse else None,
+                    markersize=3,
+                    label=f"{run}: {name}" if len(runs) > 1 else name,
+                    **style,
+                )
         ax.set(title=" / ".join(names), xlabel="step")
         ax.grid(alpha=0.3)
-        if len(names) > 1:
+        if len(names) > 1 or len(runs) > 1:
             ax.legend(fontsize=8)
         if names[0] == "lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     for ax in axes[len(panels) :]:
         ax.remove()
-    fig.suptitle(f"training curves: {Path(csv_path).name}", fontsize=10)
+    title = Path(paths[0]).name if len(runs) == 1 else ", ".join(labels)
+    fig.suptitle(f"training curves: {title}", fontsize=10)
     return finish(fig, path)
