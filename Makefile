@@ -54,8 +54,8 @@ demo: $(CORE_STAMP)
 	$(VENV)/bin/attnlab translate --model runs/numbers/model --beam-size 1 "twelve" \
 		"three hundred and twelve" "five thousand, four hundred and ninety-seven"
 
-# The real benchmark: Multi30K en->de, 3,600 steps (44 minutes on 2 idle cores; a 60-minute cap
-# says so if it fires), sacreBLEU on test_2016_flickr.
+# The real benchmark: Multi30K en->de, 4,600 steps (about 56 minutes on 2 idle cores; a
+# 60-minute cap says so if it fires), sacreBLEU on test_2016_flickr.
 train-multi30k: $(STAMP)
 	$(VENV)/bin/attnlab train --config configs/multi30k-en-de.toml --out runs/multi30k-en-de
 
