@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -188,7 +189,7 @@ def training_curves(
             names the file); no CSV, or a ``labels`` of another length than the CSVs.
     """
     dpi = check_dpi(dpi)
-    several = not isinstance(csv_path, str | Path)
+    several = not isinstance(csv_path, str | os.PathLike)
     paths: list[PathLike] = list(csv_path) if several else [csv_path]  # type: ignore[arg-type]
     if not paths:
         raise ValueError("csv_path: expected a metrics CSV or a sequence of them, got none")
