@@ -167,8 +167,7 @@ def _viz_other(args: argparse.Namespace) -> list[Path]:
             raise ValueError(
                 f"--label: expected one per CSV ({len(args.csv)}), got {len(args.label)}"
             )
-        csvs = args.csv[0] if len(args.csv) == 1 else args.csv
-        viz.training_curves(csvs, labels=args.label, path=path, dpi=args.dpi)
+        viz.training_curves(args.csv, labels=args.label, path=path, dpi=args.dpi)
     return [path]
 
 

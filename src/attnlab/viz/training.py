@@ -152,6 +152,13 @@ def _run_labels(paths: Sequence[PathLike]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 
+def _by_step(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every column of a run in the order of its steps (a stable sort: rows of one step keep
+    their order)."""
+    order = np.argsort(data["step"], kind="stable")
+    return {name: values[order] for name, values in data.items()}
+
+
 def _panels(runs: Sequence[dict[str, np.ndarray]]) -> list[list[str]]:
     """Panels over the union of the runs' quantities, in first-seen order: ``[X, val_X]`` share
     one when both exist in some run."""
@@ -197,7 +204,7 @@ def training_curves(
         labels = _run_labels(paths)
     elif isinstance(labels, str) or len(labels) != len(paths):
         raise ValueError(f"labels: expected {len(paths)} names (one a CSV), got {labels!r}")
-    runs = [_read_metrics(p) for p in paths]
+    runs = [_by_step(_read_metrics(p)) for p in paths]
     panels = _panels(runs)
     cols = 1 if len(panels) == 1 else 2
     rows = math.ceil(len(panels) / cols)
@@ -206,11 +213,10 @@ def training_curves(
     for ax, names in zip(axes, panels, strict=False):
         ax.set_label(names[0])
         for index, (data, run) in enumerate(zip(runs, labels, strict=True)):
-            order = np.argsort(data["step"], kind="stable")
             for name in names:
                 if name not in data:
                     continue
-                values = data[name][order]
+                values = data[name]
                 keep = np.isfinite(values)
                 sparse = keep.sum() < 0.5 * len(values) or keep.sum() <= 20
                 style: dict[str, object] = {}
@@ -218,7 +224,7 @@ def training_curves(
                     style["color"] = f"C{index % 10}"
                     style["linestyle"] = "--" if name.startswith("val_") else "-"
                 ax.plot(
-                    data["step"][order][keep],
+                    data["step"][keep],
                     values[keep],
                     marker="o" if sparse else None,
                     markersize=3,
