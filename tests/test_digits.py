@@ -19,6 +19,7 @@ from attnlab import VisionConfig, VisionTransformer, load_pretrained
 from attnlab.cli import main
 from attnlab.data.images import ImageBatcher, LabelledImages, digits, random_affine
 from attnlab.evaluate import classify
+from attnlab.jobs import Job
 from attnlab.schedule import cosine_lambda, cosine_lr
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train.optim import build_optimizer
@@ -307,6 +308,9 @@ def test_train_task_digits_smoke_beats_chance_by_a_wide_margin(tmp_path, capsys)
     assert "error: --beam-size: " in err and "accuracy" in err and err.count("\n") == 1
     job = json.loads((out / "model" / "job.json").read_text())
     assert job["train"]["schedule"] == "cosine" and job["model"]["preset"] == "digits"
+    header = (out / "metrics.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    columns = Job.from_dict(job).validation_columns()
+    assert header[header.index("val_loss") :] == list(columns) == ["val_loss", "val_accuracy"]
     # The pictures of the trained model: rollout over two test images, the position grid.
     pictures = tmp_path / "pictures"
     assert (

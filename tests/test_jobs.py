@@ -55,6 +55,10 @@ def test_train_writes_the_model_the_metrics_and_the_results(numbers_run, capsys)
     with open(out / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert rows and {"step", "loss", "lr", "val_loss", "val_bleu", "val_exact"} <= set(rows[0])
+    # The columns that `keep_best` is checked against are the ones the run wrote.
+    header = list(rows[0])
+    job = Job.from_dict(json.loads((model_dir / "job.json").read_text()))
+    assert header[header.index("val_loss") :] == list(job.validation_columns())
     evaluated = [r for r in rows if r["val_loss"]]
     assert [int(r["step"]) for r in evaluated][:2] == [60, 120]
     # Training learned something: the loss fell, and the translations share characters with

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import write_json
-from .tables import JOB_FILE, Job
+from .tables import JOB_FILE, TRANSLATION_VALIDATION, Job
 
 __all__ = ["RESULTS_FILE", "evaluate_model", "train_job"]
 
@@ -212,7 +212,7 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
         translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
         hyps = translator.translate([s for s, _ in valid_pairs])
         scores = score(hyps, [t for _, t in valid_pairs])
-        return {"val_bleu": scores.bleu, "val_exact": scores.exact_match}
+        return dict(zip(TRANSLATION_VALIDATION, (scores.bleu, scores.exact_match), strict=True))
 
     return model, encode("train"), encode("valid"), on_evaluate
 

@@ -22,6 +22,7 @@ __all__ = [
     "TABLES",
     "TASKS",
     "TASK_DEFAULTS",
+    "TRANSLATION_VALIDATION",
     "EvalOptions",
     "Job",
     "Task",
@@ -31,6 +32,9 @@ __all__ = [
 ]
 
 JOB_FILE = "job.json"
+# What a translation job's validation hook (``run._translation_setup``) adds to each evaluation
+# during training: BLEU and exact match of greedy translations of the first validation pairs.
+TRANSLATION_VALIDATION = ("val_bleu", "val_exact")
 TABLES = ("task", "tokenizer", "model", "train", "eval")
 
 
@@ -293,14 +297,16 @@ class Job:
             )
 
     def validation_columns(self) -> tuple[str, ...]:
-        """The columns each evaluation during training writes: ``val_loss``, and
-        ``val_accuracy`` for an image task, or ``val_bleu`` and ``val_exact`` for a translation
-        task whose ``[eval] bleu_sentences`` is not 0."""
-        if self.task.is_image:
-            return ("val_loss", "val_accuracy")
-        if self.task.is_lm or self.eval.bleu_sentences == 0:
-            return ("val_loss",)
-        return ("val_loss", "val_bleu", "val_exact")
+        """The columns each evaluation during training writes: the objective's (``val_loss``,
+        and ``val_accuracy`` for an image task), then :data:`TRANSLATION_VALIDATION` for a
+        translation task whose ``[eval] bleu_sentences`` is not 0."""
+        from ..train.metrics import IMAGE_METRICS_COLUMNS, METRICS_COLUMNS
+
+        columns = IMAGE_METRICS_COLUMNS if self.task.is_image else METRICS_COLUMNS
+        own = columns[columns.index("val_loss") :]
+        if self.task.is_image or self.task.is_lm or self.eval.bleu_sentences == 0:
+            return own
+        return own + TRANSLATION_VALIDATION
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> Job:
