@@ -87,7 +87,8 @@ class TransformerConfig(PresetConfig):
         dropout: residual and embedding dropout, P_drop (sec. 5.4).
         attention_dropout, activation_dropout: dropout on attention weights and inside the FFN
             (0 in the paper; torch.nn.Transformer and BERT use P_drop).
-        activation: FFN activation, ``relu`` (paper), ``gelu`` or ``gelu_tanh``.
+        activation: FFN activation, ``relu`` (paper), ``gelu``, ``gelu_tanh`` or ``silu``
+            (swish, as the opus-mt models).
         norm_first: pre-LN instead of the paper's post-LN.
         layer_norm_eps: LayerNorm epsilon.
         positional: ``sinusoidal`` (paper, sec. 3.5), ``learned``, ``rotary``, ``alibi``, or
@@ -96,11 +97,16 @@ class TransformerConfig(PresetConfig):
             extrapolate and are not limited by it).
         share_embeddings: one embedding matrix for source and target (needs one vocabulary).
         tie_output: the pre-softmax projection shares the target embedding's weights (sec. 3.4).
+        output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
+            ``final_logits_bias``).
         scale_embeddings: multiply embeddings by sqrt(d_model) (sec. 3.4).
         embedding_norm: a LayerNorm on the summed embeddings (BERT).
         type_vocab_size: token-type (segment) embeddings of the encoder-only model (BERT: 2).
         bias: biases in the linear projections.
-        pad_id, bos_id, eos_id: special token ids.
+        pad_id, bos_id, eos_id: special token ids. ``bos_id`` is the token the decoder starts
+            from; Marian models start from the pad token (``bos_id == pad_id``), and then the
+            decoder's first position is a real token, not padding (see
+            :attr:`decoder_starts_from_pad`).
     """
 
     vocab_size: int = 37000
@@ -121,6 +127,7 @@ class TransformerConfig(PresetConfig):
     max_len: int = 1024
     share_embeddings: bool = True
     tie_output: bool = True
+    output_bias: bool = False
     scale_embeddings: bool = True
     embedding_norm: bool = False
     type_vocab_size: int = 0
@@ -177,6 +184,13 @@ class TransformerConfig(PresetConfig):
     }
 
     @property
+    def decoder_starts_from_pad(self) -> bool:
+        """True when the decoder starts from the pad token (Marian: ``bos_id == pad_id``). A
+        target then never holds padding before a real token (targets are right-padded), so its
+        pads are hidden by the look-ahead mask alone and the first position is not padding."""
+        return self.bos_id == self.pad_id
+
+    @property
     def target_vocab_size(self) -> int:
         """The decoder's vocabulary: ``tgt_vocab_size``, or the shared ``vocab_size``."""
         return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
@@ -204,6 +218,7 @@ class TransformerConfig(PresetConfig):
             "norm_first",
             "share_embeddings",
             "tie_output",
+            "output_bias",
             "scale_embeddings",
             "embedding_norm",
             "bias",

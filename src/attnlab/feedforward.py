@@ -2,8 +2,8 @@
 
 ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``: the second sub-layer of every encoder and decoder
 layer (:mod:`attnlab.layers`), the same two linear maps applied to every position alike. ReLU is
-the paper's activation; GELU (BERT, ViT) and its tanh approximation (GPT-2) are the others
-:data:`ACTIVATIONS` names.
+the paper's activation; GELU (BERT, ViT), its tanh approximation (GPT-2) and SiLU (swish,
+``x * sigmoid(x)``: the opus-mt / Marian models) are the others :data:`ACTIVATIONS` names.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact (erf) GELU, as BERT and ViT
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's approximation
+    "silu": F.silu,  # swish, x * sigmoid(x): Marian's (opus-mt) activation
 }
 
 

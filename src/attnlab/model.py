@@ -92,10 +92,11 @@ def count_parameters(config: TransformerConfig, model_type: str = "transformer")
         return embeddings(config.vocab_size, config.type_vocab_size) + layers + final_norm
     if model_type == "lm":
         head = 0 if config.tie_output else config.vocab_size * d
+        head += config.vocab_size if config.output_bias else 0
         layers = config.num_decoder_layers * (attention + ffn + 2 * norm)
         return embeddings(config.vocab_size) + layers + final_norm + head
     target = config.target_vocab_size
-    head = 0 if config.tie_output else target * d
+    head = (0 if config.tie_output else target * d) + (target if config.output_bias else 0)
     source = embeddings(config.vocab_size)
     tgt = embeddings(target)
     if config.share_embeddings:  # the token matrix is counted once
@@ -224,7 +225,7 @@ class Transformer(_TransformerModel):
         self.tgt_embed = Embeddings(c, c.target_vocab_size, token=shared, name="tgt_ids")
         self.encoder = Encoder(c.num_encoder_layers, c.d_model, c.num_heads, c.d_ff, **options)
         self.decoder = Decoder(c.num_decoder_layers, c.d_model, c.num_heads, c.d_ff, **options)
-        self.lm_head = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
+        self.lm_head = nn.Linear(c.d_model, c.target_vocab_size, bias=c.output_bias)
         self._init_weights()
         if c.tie_output:
             self.lm_head.weight = self.tgt_embed.token.weight
@@ -307,7 +308,7 @@ class Transformer(_TransformerModel):
             self.decoder.check_cache(cache)
             if memory is not None:
                 raise ValueError("memory: the cache holds the memory (new_cache); pass memory=None")
-        y, self_mask = decoder_input(self.tgt_embed, tgt_ids, self.config.pad_id, cache)
+        y, self_mask = decoder_input(self.tgt_embed, tgt_ids, self._target_pad_id(), cache)
         y, self_weights, cross_weights = self.decoder(
             y,
             memory,
@@ -317,6 +318,12 @@ class Transformer(_TransformerModel):
             cache=cache,
         )
         return self.lm_head(y), self_weights, cross_weights
+
+    def _target_pad_id(self) -> int:
+        """The id the decoder treats as padding: ``pad_id``, or none (-1) when the decoder
+        starts from the pad token (Marian), whose target pads only ever trail and are hidden by
+        the look-ahead mask alone."""
+        return -1 if self.config.decoder_starts_from_pad else self.config.pad_id
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher-forced logits ``(B, T, target vocab)``."""
@@ -360,7 +367,7 @@ class TransformerLM(_TransformerModel):
             cross_attention=False,
             **_layer_options(c),
         )
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.output_bias)
         self._init_weights()
         if c.tie_output:
             self.lm_head.weight = self.embed.token.weight
