@@ -143,7 +143,7 @@ def hf_generate(hf, ids: torch.Tensor, pad: int, beams: int) -> list[list[int]]:
 
 
 def test_config_fields(pair):
-    shape, hf, model, directory = pair
+    shape, hf, model, _ = pair
     c = model.config
     assert c.activation == {"swish": "silu", "relu": "relu", "gelu": "gelu"}[shape.activation]
     assert c.scale_embeddings is shape.scale_embedding
@@ -224,8 +224,9 @@ def test_pytorch_model_bin_is_read_weights_only(tmp_path):
     torch.save(hf.state_dict(), directory / "pytorch_model.bin")
     model = from_huggingface(directory)
     reference = from_huggingface(tmp_path / "a")
-    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
-        assert torch.equal(a, b), name
+    expected = reference.state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
 
 
 def _write_config(directory: Path, **changes) -> Path:
@@ -257,10 +258,10 @@ def test_what_attnlab_cannot_represent_is_named(tmp_path, changes, named):
 
 
 def test_not_a_marian_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match=r"no config\.json"):
         read_marian_config(tmp_path)
     directory = _write_config(tmp_path / "m")
-    with pytest.raises(FileNotFoundError, match="no model.safetensors or pytorch_model.bin"):
+    with pytest.raises(FileNotFoundError, match=r"no model\.safetensors or pytorch_model\.bin"):
         from_huggingface(directory)
 
 
