@@ -33,6 +33,15 @@ def _tokenizers(job: Job, corpus, directory: Path, reuse: bool, rank: int):
         if distributed:
             dist.barrier()
         return load_tokenizers(directory)
+    if job.init_from is not None:  # fine-tuning keeps the starting model's tokenizers
+        from ..modeldir import resolve_model_dir
+
+        start = resolve_model_dir(job.init_from, name="[model] init_from")
+        src, tgt = load_tokenizers(start)
+        save_tokenizers(directory, src, None if tgt is src else tgt)
+        if distributed:
+            dist.barrier()
+        return src, tgt
     train = corpus["train"]
     options = job.tokenizer
     kwargs = {"min_frequency": options.min_frequency}
@@ -98,6 +107,7 @@ def train_job(
     note(f"task {what}: " + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
     padding: float | None = None
     tokenizer_dir: Path | None = None
+    start_scores: dict[str, float] | None = None
     if job.task.is_image:
         model = _build_model(job)
         train_examples, valid_examples, on_evaluate = corpus["train"], corpus["valid"], None
@@ -114,6 +124,9 @@ def train_job(
         note(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
         setup = _lm_setup if job.task.is_lm else _translation_setup
         model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
+        if job.init_from is not None and rank == 0 and not resume:
+            start_scores = _validation_scores(model, src_tok, tgt_tok, corpus["valid"], job)
+            note(f"starting model ({job.init_from}): {_scores_text('valid', start_scores)}")
         padding = TokenBatcher.for_examples(
             train_examples, train_config.max_tokens, seed=train_config.seed
         ).padding_fraction(0)
@@ -143,6 +156,10 @@ def train_job(
     if summary.get("best"):  # train.keep_best's model directory, whole like out/model
         write_json(Path(summary["best"]["model_dir"]) / JOB_FILE, job.to_dict())
     note(f"trained: {model_dir}")
+    tuned: dict[str, Any] | None = None
+    if job.init_from is not None:
+        tuned = evaluate_model(model_dir, split="valid", corpus=corpus, job=job)
+        note(f"fine-tuned model: {_scores_text('valid', tuned)}")
     split = "valid" if job.task.is_lm else "test"
     result = evaluate_model(model_dir, split=split, corpus=corpus)
     result.update(
@@ -154,9 +171,22 @@ def train_job(
     )
     if padding is not None:
         result["padding_fraction"] = padding
+    if job.init_from is not None:
+        result["init_from"] = job.init_from
+        if start_scores is not None:
+            result["valid_before"] = start_scores
+        if tuned is not None:
+            result["valid_after"] = {k: tuned[k] for k in ("bleu", "chrf", "exact_match")}
     append_train_log(out, _score_line(result))
     write_json(out / RESULTS_FILE, result)
     return result
+
+
+def _scores_text(split: str, scores: dict[str, Any]) -> str:
+    return (
+        f"{split} BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, exact match "
+        f"{scores['exact_match']:.1%}"
+    )
 
 
 def _score_line(result: dict[str, Any]) -> str:
@@ -200,9 +230,12 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
         tgt = tgt_tok.encode_batch([t for _, t in pairs])
         return make_examples(list(zip(src, tgt, strict=True)), max_len=job.task.max_len)
 
-    model = _seeded(
-        job, lambda: Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
-    )
+    if job.init_from is not None:
+        model = _starting_model(job, src_tok, tgt_tok)
+    else:
+        model = _seeded(
+            job, lambda: Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
+        )
     valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
 
     def on_evaluate(step: int, trained) -> dict[str, float]:
@@ -215,6 +248,47 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
         return dict(zip(TRANSLATION_VALIDATION, (scores.bleu, scores.exact_match), strict=True))
 
     return model, encode("train"), encode("valid"), on_evaluate
+
+
+def _starting_model(job: Job, src_tok, tgt_tok):
+    """The model a fine-tuning run starts from: ``[model] init_from``'s weights in a model of
+    its config with the job's dropout rates, checked against the tokenizers it came with."""
+    from ..evaluate import load_with_tokenizers
+    from ..model import Transformer
+    from ..modeldir import resolve_model_dir
+
+    start = resolve_model_dir(job.init_from, name="[model] init_from")
+    try:
+        loaded, _, _ = load_with_tokenizers(start, device="cpu")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"[model] init_from: {e}") from None
+    for side, tokenizer, size in (
+        ("source", src_tok, loaded.config.vocab_size),
+        ("target", tgt_tok, loaded.config.target_vocab_size),
+    ):
+        if tokenizer.vocab_size != size:
+            raise ValueError(
+                f"[model] init_from: {start}: the {side} tokenizer has {tokenizer.vocab_size:,} "
+                f"tokens, the model's {side} vocabulary {size:,}"
+            )
+    model = Transformer(job.model_config())
+    model.load_state_dict(loaded.state_dict())
+    return model
+
+
+def _validation_scores(model, src_tok, tgt_tok, pairs, job: Job) -> dict[str, float]:
+    """BLEU and chrF of ``model`` on the validation ``pairs``, decoded as the final test is
+    (``[eval] beam_size`` and ``alpha``): what a fine-tuning run reports before and after."""
+    from ..evaluate import Translator, score
+
+    was_training = model.training
+    translator = Translator(
+        model, src_tok, tgt_tok, beam_size=job.eval.beam_size, alpha=job.eval.alpha
+    )
+    hyps = translator.translate([s for s, _ in pairs])
+    model.train(was_training)
+    scores = score(hyps, [t for _, t in pairs])
+    return {"bleu": scores.bleu, "chrf": scores.chrf, "exact_match": scores.exact_match}
 
 
 def _lm_setup(job: Job, corpus, tokenizer, _):

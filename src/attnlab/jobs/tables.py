@@ -18,6 +18,8 @@ from typing import Any
 from .._checks import check_keys, closest, dataclass_from
 
 __all__ = [
+    "FINETUNE_RECIPE",
+    "FINE_TUNABLE",
     "JOB_FILE",
     "TABLES",
     "TASKS",
@@ -28,6 +30,7 @@ __all__ = [
     "Task",
     "TaskOptions",
     "TokenizerOptions",
+    "finetune_defaults",
     "recipe",
 ]
 
@@ -245,6 +248,10 @@ class Job:
         task = data.get("task", {})
         name = task.get("name", TaskOptions.name) if isinstance(task, Mapping) else None
         defaults = recipe(name) if isinstance(name, str) else {}
+        given_model = data.get("model", {})
+        init_from = given_model.get("init_from") if isinstance(given_model, Mapping) else None
+        if init_from is not None:  # fine-tuning: the model and tokenizers are init_from's
+            defaults = finetune_defaults(defaults)
 
         def table(key: str, fallback: dict[str, Any] | None = None) -> Any:
             given = data.get(key, {})
@@ -255,9 +262,10 @@ class Job:
         from ..train.config import TrainConfig
 
         task_options = dataclass_from(TaskOptions, table("task"), "[task]")
-        model, train = table("model", {"preset": "small"}), table("train")
+        model = table("model", {} if init_from is not None else {"preset": "small"})
+        train = table("train")
         config_class = _model_config_class(task_options)
-        check_keys(model, ["preset", *_field_names(config_class)], "[model]")
+        check_keys(model, ["preset", "init_from", *_field_names(config_class)], "[model]")
         if "out" in train:
             raise ValueError("[train] out: the run directory is given by --out, not in [train]")
         check_keys(train, [f for f in _field_names(TrainConfig) if f != "out"], "[train]")
@@ -275,6 +283,8 @@ class Job:
         TrainConfig. ValueError naming the table and the setting; no file is touched."""
         from ..train.config import TrainConfig
 
+        if self.init_from is not None:
+            self._check_init_from()
         try:
             self.model_config(self.tokenizer.vocab_size, self.tokenizer.vocab_size)
         except (TypeError, ValueError) as e:
@@ -295,6 +305,66 @@ class Job:
                 f"[train] keep_best: {keep_best!r} is not a validation column of this job; it "
                 f"has {', '.join(columns)}{hint}"
             )
+
+    @property
+    def init_from(self) -> str | None:
+        """``[model] init_from``: the model directory a fine-tuning run starts from (None:
+        a fresh model)."""
+        value = self.model.get("init_from")
+        return None if value is None else str(value)
+
+    def _check_init_from(self) -> None:
+        """A fine-tuning run keeps its starting model's architecture and tokenizers: ``[model]``
+        may set ``init_from`` and the dropout rates, and other keys only to the starting
+        model's own values; ``[tokenizer]`` is not used and must be left at its defaults.
+        ValueError naming the setting."""
+        if self.task.is_lm or self.task.is_image:
+            raise ValueError(
+                f"[model] init_from: fine-tuning starts a translation task from a translation "
+                f"model; task {self.task.name!r} is not one"
+            )
+        if not isinstance(self.model["init_from"], (str, os.PathLike)):
+            raise ValueError(
+                f"[model] init_from: expected a model directory, got {self.model['init_from']!r}"
+            )
+        if dataclasses.asdict(self.tokenizer) != dataclasses.asdict(TokenizerOptions()):
+            raise ValueError(
+                "[tokenizer]: a fine-tuning run keeps the tokenizers of [model] init_from (no new "
+                "vocabulary); leave [tokenizer] out"
+            )
+        start = self.starting_config()
+        for key, value in self.model.items():
+            if key in ("init_from", *FINE_TUNABLE):
+                continue
+            if key == "preset":
+                raise ValueError(
+                    "[model] preset: a fine-tuning run keeps the architecture of [model] "
+                    "init_from; leave preset out"
+                )
+            if getattr(start, key) != value:
+                raise ValueError(
+                    f"[model] {key} = {value!r}: a fine-tuning run keeps the architecture of "
+                    f"[model] init_from ({key} = {getattr(start, key)!r}); only "
+                    f"{', '.join(FINE_TUNABLE)} may change"
+                )
+
+    def starting_config(self):
+        """The config of ``[model] init_from``'s model, as saved (checked to be an
+        encoder-decoder translation model with its tokenizers)."""
+        from ..modeldir import resolve_model_dir
+        from ..pretrained import read_config
+
+        directory = resolve_model_dir(self.model["init_from"], name="[model] init_from")
+        try:
+            model_type, config = read_config(directory)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"[model] init_from: {e}") from None
+        if model_type != "transformer":
+            raise ValueError(
+                f"[model] init_from: {directory} holds a {model_type!r} model; fine-tuning "
+                f"takes an encoder-decoder translation model"
+            )
+        return config
 
     def validation_columns(self) -> tuple[str, ...]:
         """The columns each evaluation during training writes: the objective's (``val_loss``,
@@ -338,6 +408,9 @@ class Job:
         vocabularies unused), else a :class:`attnlab.TransformerConfig` for these vocabularies."""
         from ..config import TransformerConfig
 
+        if self.init_from is not None:
+            rates = {k: v for k, v in self.model.items() if k in FINE_TUNABLE}
+            return dataclasses.replace(self.starting_config(), **rates)
         if self.task.is_image:
             from ..vision import VisionConfig
 
@@ -352,6 +425,25 @@ class Job:
             share_embeddings=joint,
         )
         return TransformerConfig.preset(preset, **options)
+
+
+#: What a fine-tuning run may change in its starting model's config (not its architecture).
+FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")
+#: The fine-tuning recipe (packaged, as the tasks' recipes): its [train] and [eval] tables.
+FINETUNE_RECIPE = "finetune.toml"
+
+
+def finetune_defaults(task_recipe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What a fine-tuning job (``[model] init_from``) runs where it leaves a setting out: its
+    task's ``[task]`` and ``[eval]`` tables, then the fine-tuning recipe's ``[train]`` and
+    ``[eval]`` (a low learning rate, a short warm-up, keep-best on validation). The task
+    recipe's ``[model]``, ``[tokenizer]`` and ``[train]`` are a fresh model's, not used."""
+    tuning = copy.deepcopy(_read_recipe(FINETUNE_RECIPE))
+    return {
+        "task": dict(task_recipe.get("task", {})),
+        "train": tuning.get("train", {}),
+        "eval": {**task_recipe.get("eval", {}), **tuning.get("eval", {})},
+    }
 
 
 def _field_names(cls: type) -> list[str]:
