@@ -34,7 +34,7 @@ QUANTIZATIONS = (
     "bfloat16",
     "float32",
 )
-_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh"}
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}
 
 
 def to_ctranslate2(
@@ -163,14 +163,14 @@ def _spec(model: Any, src_tokens: list[str], tgt_tokens: list[str], unk_id: int)
     if c.norm_first:  # pre-LN stacks end in a LayerNorm
         norm(encoder.layer_norm, "encoder.norm")
         norm(decoder.layer_norm, "decoder.norm")
-    decoder.projection.weight = numpy("lm_head.weight")
+    linear(decoder.projection, "lm_head")  # with Marian's final logits bias, if any
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     spec.config.unk_token = tgt_tokens[unk_id]
     spec.config.bos_token = tgt_tokens[c.bos_id]
     spec.config.eos_token = tgt_tokens[c.eos_id]
     spec.config.decoder_start_token = tgt_tokens[c.bos_id]
-    spec.config.add_source_bos = False  # attnlab's sources carry no BOS / EOS
+    spec.config.add_source_bos = False  # attnlab's source tokenizer frames sources itself
     spec.config.add_source_eos = False
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     spec.register_source_vocabulary(src_tokens)

@@ -69,10 +69,17 @@ def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: boo
         ValueError: an option Marian cannot express; tokenizers that do not match the model.
         FileExistsError: ``out_dir`` exists and ``force`` is False.
     """
+    from ..data.sentencepiece import SentencePieceTokenizer, to_marian_dir
+
     check_exportable(model, "huggingface")
     src, tgt = tokenizer_pair(tokenizers)
     c = model.config
-    if not same_tokenizer(src, tgt):
+    # An imported Marian model's SentencePiece tokenizers go back out as Marian's own files
+    # (MarianTokenizer); attnlab's BPE goes out as a fast tokenizer, which holds one vocabulary.
+    sentencepiece = [isinstance(t, SentencePieceTokenizer) for t in (src, tgt)]
+    if any(sentencepiece) and not all(sentencepiece):
+        raise ValueError("tokenizers: one SentencePiece and one BPE tokenizer; expected one kind")
+    if not sentencepiece[0] and not same_tokenizer(src, tgt):
         raise ValueError(
             "tokenizers: Hugging Face (MarianMTModel) export needs one tokenizer for both "
             "sides (a fast tokenizer holds one vocabulary); this model has two"
@@ -88,7 +95,10 @@ def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: boo
         save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
         _write_json(directory / "config.json", _marian_config(c))
         _write_json(directory / "generation_config.json", _generation_config(c))
-        _write_tokenizer(directory, src, tokens, c)
+        if sentencepiece[0]:
+            to_marian_dir(directory, src, tgt)
+        else:
+            _write_tokenizer(directory, src, tokens, c)
 
     return atomic_write_dir(out, build)
 
