@@ -7,6 +7,7 @@ that Chromium or the playwright package is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -131,20 +132,17 @@ def _cell_shape(page: Page, host: str) -> tuple[int, int, int]:
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(numbers_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``attnlab serve`` over the numbers model on a free loopback port; its base URL."""
+@contextlib.contextmanager
+def _serving(model_dir: Path, log_path: Path, *options: str) -> Iterator[str]:
+    """``attnlab serve --model model_dir`` on a free loopback port; its base URL."""
     import attnlab
 
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "server.log"
     env = dict(os.environ)
     src = str(Path(attnlab.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH")] if p)
-    cmd = [sys.executable, "-m", "attnlab", "serve", "--model", str(numbers_model_dir)]
-    # A cap at which an answer holds two heads of one layer: the page fetches the others, and
-    # the other layer, when it shows them.
-    cmd += ["--port", str(port), "--max-weights", str(_weights_cap(numbers_model_dir))]
+    cmd = [sys.executable, "-m", "attnlab", "serve", "--model", str(model_dir)]
+    cmd += ["--port", str(port), *options]
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -168,6 +166,17 @@ def server(numbers_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(numbers_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``attnlab serve`` over the numbers model on a free loopback port; its base URL."""
+    log_path = tmp_path_factory.mktemp("serve") / "server.log"
+    # A cap at which an answer holds two heads of one layer: the page fetches the others, and
+    # the other layer, when it shows them.
+    cap = ("--max-weights", str(_weights_cap(numbers_model_dir)))
+    with _serving(numbers_model_dir, log_path, *cap) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -362,3 +371,48 @@ def test_errors_and_truncation(page: Page, server: str) -> None:
     expect(page.locator("#heatmap .cell")).to_have_count(n * n)
     width = page.evaluate("document.querySelector('#heatmap .hm').getBoundingClientRect().width")
     assert width <= 1280
+
+
+def test_an_imported_marian_model(browser: Browser, tmp_path: Path) -> None:
+    """The explorer opens a model imported from a transformers Marian directory: its
+    translation, its SentencePiece tokens (the source framed with ``</s>``, the decoder
+    starting from ``<pad>``) on the heatmap, and the positional tab."""
+    transformers = pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _marian import have_multi30k
+    from test_marian_text import _marian_dir
+
+    if not have_multi30k():
+        pytest.skip("needs ../shared/data/multi30k")
+    from attnlab.cli import main
+
+    assert transformers is not None
+    marian = _marian_dir(tmp_path / "marian", separate=False, seed=5)
+    model_dir = tmp_path / "imported"
+    assert main(["import", str(marian), "--out", str(model_dir)]) == 0
+    with _serving(model_dir, tmp_path / "server.log") as base:
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(base + "/")
+        page.wait_for_selector("body[data-ready='true']")
+        text = "A dog runs through the park."
+        page.fill("#text", text)
+        page.click("#translate")
+        model = _api(base + "/api/model")
+        expected = _api(base + "/api/attention", {"text": text, "beam_size": model["beam_size"]})
+        page.wait_for_selector("#heatmap .cell")
+        assert page.text_content("#translation") == expected["translation"]
+        src = expected["source_tokens"]
+        assert src[-1] == "</s>" and expected["target_tokens"][0] == "<pad>"
+        assert len(_cells(page)) == len(src) * len(src)
+        last = page.locator(f"#heatmap .lbl-k[data-k='{len(src) - 1}'] .tok")
+        assert last.get_attribute("title") == json.dumps("</s>")
+        page.click("[data-tab=positional]")
+        page.wait_for_selector("#pos-matrix .hm, #pos-matrix canvas")
+        positional = _api(base + "/api/positional")
+        expect(page.locator("#pos-note")).to_have_text(positional["note"])
+        context.close()
+        assert not errors, f"script errors on the page: {errors}"
