@@ -206,3 +206,45 @@ def test_the_explorer_opens_an_imported_model(imported):
         assert body["target_tokens"][0] == "<pad>"  # and starts its decoder from pad
         positional = client.get("/api/positional").json()
         assert positional["kind"] == "sinusoidal" and positional["d_model"] == 32
+
+
+def test_fine_tuning_an_imported_model(imported, tmp_path):
+    """``init_from`` an imported model: targets framed as Marian's decoder reads them (from
+    ``<pad>``, ending in ``</s>`` 0), a few steps that change the weights, and a result that
+    goes back out to transformers."""
+    from _marian import multi30k_lines
+    from attnlab import load_pretrained
+    from attnlab.jobs import Job, train_job
+    from attnlab.jobs.run import _translation_setup
+
+    _, out = imported
+    task: dict[str, str] = {"name": "files"}
+    for split, (start, count) in {"train": (0, 40), "valid": (40, 8), "test": (48, 8)}.items():
+        for side, lang in (("src", "en"), ("tgt", "de")):
+            lines = multi30k_lines(lang, start + count)[start:]
+            path = tmp_path / f"{split}.{lang}"
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            task[f"{split}_{side}"] = str(path)
+    train = {"max_steps": 2, "warmup": 1, "eval_every": 2, "checkpoint_every": 2}
+    job = Job.from_dict(
+        {
+            "task": task,
+            "model": {"init_from": str(out)},
+            "train": {**train, "keep_best": None, "log_every": 1},
+            "eval": {"beam_size": 1, "bleu_sentences": 4, "max_tokens": 512},
+        }
+    )
+    src, tgt = load_tokenizers(out)
+    corpus = job.task.load()
+    model, examples, _, _ = _translation_setup(job, corpus, src, tgt)
+    pad = model.config.pad_id
+    assert all(e.tgt[0] == pad and e.tgt[-1] == 0 for e in examples)
+    assert all(e.src[-1] == 0 for e in examples)  # the source tokenizer's own framing
+    train_job(job, tmp_path / "run", progress=False)
+    tuned = load_pretrained(tmp_path / "run" / "model")
+    start = load_pretrained(out)
+    assert any(not torch.equal(p, start.state_dict()[k]) for k, p in tuned.state_dict().items())
+    back = tmp_path / "hf"
+    argv = ["export", "--model", str(tmp_path / "run" / "model"), "--to", "huggingface"]
+    assert main([*argv, "--out", str(back)]) == 0
+    assert len(_hf_translate(back, TEXTS[:2], 1)) == 2

@@ -1,5 +1,6 @@
 """Data for training: corpora (:mod:`attnlab.data.corpora`), the subword tokenizer
-(:mod:`attnlab.data.tokenizer`) and token-budget batching (:mod:`attnlab.data.batching`).
+(:mod:`attnlab.data.tokenizer`; Marian's SentencePiece tokenizers in
+:mod:`attnlab.data.sentencepiece`) and token-budget batching (:mod:`attnlab.data.batching`).
 
 Text flows one way: a corpus gives ``(source, target)`` sentence pairs by split; a
 :class:`Tokenizer` trained on the train split turns them into ids; :func:`make_examples` frames
@@ -26,6 +27,7 @@ from .corpora import (
     read_lines,
     text_corpus,
 )
+from .sentencepiece import SentencePieceTokenizer, from_marian_dir, to_marian_dir
 from .tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -36,6 +38,7 @@ from .tokenizer import (
     TOKENIZER_FILE,
     UNK_ID,
     Tokenizer,
+    load_tokenizer,
     load_tokenizers,
     save_tokenizers,
 )
@@ -55,10 +58,13 @@ __all__ = [
     "Example",
     "Examples",
     "ParallelCorpus",
+    "SentencePieceTokenizer",
     "TokenBatcher",
     "Tokenizer",
     "collate",
     "default_multi30k_dir",
+    "from_marian_dir",
+    "load_tokenizer",
     "load_tokenizers",
     "make_examples",
     "make_lm_examples",
@@ -68,4 +74,5 @@ __all__ = [
     "read_lines",
     "save_tokenizers",
     "text_corpus",
+    "to_marian_dir",
 ]

@@ -33,22 +33,28 @@ field is format 1, the byte-level BPE (GPT-2's byte-level variant) that attnlab 
 it still loads and encodes and decodes exactly as it did. A file whose layout is neither is
 refused with a one-line reason. A translation model's tokenizers go in its directory with
 :func:`save_tokenizers` (one file when the vocabulary is shared, one per side otherwise) and
-come back with :func:`load_tokenizers`.
+come back with :func:`load_tokenizers`. A model directory may instead hold Marian's
+SentencePiece tokenizers (:mod:`attnlab.data.sentencepiece`), under the same file names:
+:func:`load_tokenizers` gives each file's kind, and both kinds offer the same interface.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tokenizers as hf
 
 from .._checks import is_int
 from .._io import atomic_write
+
+if TYPE_CHECKING:
+    from .sentencepiece import SentencePieceTokenizer
 
 __all__ = [
     "BOS_ID",
@@ -62,6 +68,7 @@ __all__ = [
     "TOKENIZER_FILE",
     "UNK_ID",
     "Tokenizer",
+    "load_tokenizer",
     "load_tokenizers",
     "save_tokenizers",
 ]
@@ -193,6 +200,17 @@ def _as_id_list(ids: object, vocab_size: int, name: str) -> list[int]:
                 f"this tokenizer"
             )
     return list(ids)
+
+
+def _check_id(i: object, vocab_size: int, name: str) -> int:
+    """``i`` if it is an int id in ``[0, vocab_size)``, else TypeError / ValueError naming it."""
+    if not is_int(i):
+        raise TypeError(f"{name}: expected an int token id, got {type(i).__name__} {i!r}")
+    if not 0 <= i < vocab_size:
+        raise ValueError(
+            f"{name}: token id {i} is out of range [0, {vocab_size}) for this tokenizer"
+        )
+    return i
 
 
 def _check_texts(texts: object, name: str) -> list[str]:
@@ -536,22 +554,71 @@ class Tokenizer:
         piece = self._pieces[i]
         return _bytes_text(bytes([piece])) if isinstance(piece, int) else piece
 
+    def id_to_token(self, i: int) -> str:
+        """The vocabulary's string of id ``i``, as the saved file spells it (format 2:
+        ``" men"``, ``"<0xC3>"``; format 1: GPT-2's byte symbols, ``"Ġmen"``)."""
+        token = self._backend.id_to_token(_check_id(i, self._vocab_size, "i"))
+        if token is None:  # a hole in the ids: the file loads, but the export would be wrong
+            raise ValueError(f"i: this tokenizer has no token for id {i}")
+        return str(token)
+
+    def fingerprint(self) -> str:
+        """A SHA-256 hex digest of the tokenizer's Hugging Face serialisation (everything that
+        decides how it encodes and decodes): equal for tokenizers that work alike."""
+        return hashlib.sha256(self._backend.to_str().encode("utf-8")).hexdigest()
+
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self._vocab_size}, format={self._format})"
 
 
-def save_tokenizers(directory: PathLike, src: Tokenizer, tgt: Tokenizer | None = None) -> None:
-    """Write a translation model's tokenizers into ``directory`` (created if needed).
+def _tokenizer_kinds() -> tuple[type, ...]:
+    """The tokenizer classes a model directory may hold (imported here, not at the top: the
+    SentencePiece module builds on this one)."""
+    from .sentencepiece import SentencePieceTokenizer
+
+    return (Tokenizer, SentencePieceTokenizer)
+
+
+def load_tokenizer(path: PathLike) -> Tokenizer | SentencePieceTokenizer:
+    """Read one tokenizer file of either kind: a
+    :class:`~attnlab.data.sentencepiece.SentencePieceTokenizer` when the file says so at its
+    top level (``"attnlab": {"format": "sentencepiece", ...}``), else a BPE :class:`Tokenizer`
+    (:meth:`Tokenizer.load`, whose errors it raises for a file that is neither)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = None  # Tokenizer.load says what is wrong with it
+    if isinstance(data, dict) and _FORMAT_KEY in data:
+        from .sentencepiece import SentencePieceTokenizer
+
+        return SentencePieceTokenizer.load(path)
+    return Tokenizer.load(path)
+
+
+def save_tokenizers(
+    directory: PathLike,
+    src: Tokenizer | SentencePieceTokenizer,
+    tgt: Tokenizer | SentencePieceTokenizer | None = None,
+) -> None:
+    """Write a translation model's tokenizers into ``directory`` (created if needed), each a
+    BPE :class:`Tokenizer` or a :class:`~attnlab.data.sentencepiece.SentencePieceTokenizer`.
 
     ``tgt`` None (or the same object as ``src``) means a joint vocabulary, shared by both
     sides as in the paper: one file, ``tokenizer.json``. Otherwise ``src_tokenizer.json`` and
-    ``tgt_tokenizer.json``. Files of the other layout left from an earlier save are removed,
-    so :func:`load_tokenizers` never sees both.
+    ``tgt_tokenizer.json`` (a Marian model's two SentencePiece models over one vocabulary are
+    two tokenizers). Files of the other layout left from an earlier save are removed, so
+    :func:`load_tokenizers` never sees both.
     """
-    if not isinstance(src, Tokenizer):
-        raise TypeError(f"src: expected a Tokenizer, got {type(src).__name__}")
-    if tgt is not None and not isinstance(tgt, Tokenizer):
-        raise TypeError(f"tgt: expected a Tokenizer or None, got {type(tgt).__name__}")
+    kinds = _tokenizer_kinds()
+    if not isinstance(src, kinds):
+        raise TypeError(
+            f"src: expected a Tokenizer or SentencePieceTokenizer, got {type(src).__name__}"
+        )
+    if tgt is not None and not isinstance(tgt, kinds):
+        raise TypeError(
+            f"tgt: expected a Tokenizer, SentencePieceTokenizer or None, got {type(tgt).__name__}"
+        )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if tgt is None or tgt is src:
@@ -565,9 +632,12 @@ def save_tokenizers(directory: PathLike, src: Tokenizer, tgt: Tokenizer | None =
         (directory / name).unlink(missing_ok=True)
 
 
-def load_tokenizers(directory: PathLike) -> tuple[Tokenizer, Tokenizer]:
-    """Read the tokenizers that :func:`save_tokenizers` wrote: ``(src, tgt)``. With a joint
-    vocabulary both are the same object.
+def load_tokenizers(
+    directory: PathLike,
+) -> tuple[Tokenizer | SentencePieceTokenizer, Tokenizer | SentencePieceTokenizer]:
+    """Read the tokenizers that :func:`save_tokenizers` wrote: ``(src, tgt)``, each of the
+    kind its file holds (:func:`load_tokenizer`). With a joint vocabulary both are the same
+    object.
 
     Raises:
         FileNotFoundError: the directory holds neither layout, or only one of the two
@@ -586,7 +656,7 @@ def load_tokenizers(directory: PathLike) -> tuple[Tokenizer, Tokenizer]:
                 f"{directory}: holds both {TOKENIZER_FILE} (joint vocabulary) and per-side "
                 f"tokenizer files; remove the ones that do not belong to the model"
             )
-        tokenizer = Tokenizer.load(joint)
+        tokenizer = load_tokenizer(joint)
         return tokenizer, tokenizer
     if not any(present):
         raise FileNotFoundError(
@@ -595,4 +665,4 @@ def load_tokenizers(directory: PathLike) -> tuple[Tokenizer, Tokenizer]:
     if not all(present):
         missing = sides[present.index(False)]
         raise FileNotFoundError(f"{missing}: no such tokenizer file (its other side exists)")
-    return Tokenizer.load(sides[0]), Tokenizer.load(sides[1])
+    return load_tokenizer(sides[0]), load_tokenizer(sides[1])

@@ -102,44 +102,54 @@ def check_exportable(model: object, target: str) -> None:
 
 
 def tokenizer_pair(tokenizers: object) -> tuple[Any, Any]:
-    """``(src, tgt)`` from one Tokenizer (joint vocabulary), a pair, or a directory."""
+    """``(src, tgt)`` from one tokenizer (joint vocabulary), a pair, or a directory; each a
+    BPE Tokenizer or a SentencePieceTokenizer."""
+    from ..data.sentencepiece import SentencePieceTokenizer
     from ..data.tokenizer import Tokenizer, load_tokenizers
 
-    if isinstance(tokenizers, Tokenizer):
+    kinds = (Tokenizer, SentencePieceTokenizer)
+    if isinstance(tokenizers, kinds):
         return tokenizers, tokenizers
     if isinstance(tokenizers, (str, os.PathLike)):
         return load_tokenizers(tokenizers)
     if (
         isinstance(tokenizers, Sequence)
         and len(tokenizers) == 2
-        and all(isinstance(t, Tokenizer) for t in tokenizers)
+        and all(isinstance(t, kinds) for t in tokenizers)
     ):
         return tokenizers[0], tokenizers[1]
     raise TypeError(
-        f"tokenizers: expected an attnlab Tokenizer, a (src, tgt) pair of them, or a model "
-        f"directory holding their files, got {type(tokenizers).__name__}"
+        f"tokenizers: expected an attnlab Tokenizer or SentencePieceTokenizer, a (src, tgt) "
+        f"pair of them, or a model directory holding their files, got "
+        f"{type(tokenizers).__name__}"
     )
 
 
 def vocabulary(tokenizer: Any, size: int, side: str) -> list[str]:
-    """The token string of every id ``0 .. size - 1`` (the model's vocabulary on ``side``)."""
-    backend = tokenizer.backend
+    """The token string of every id ``0 .. size - 1`` (the model's vocabulary on ``side``), as
+    the tokenizer's ``id_to_token`` spells it."""
     if tokenizer.vocab_size != size:
         raise ValueError(
             f"tokenizer: the {side} tokenizer has {tokenizer.vocab_size} tokens, but the "
             f"model's {side} vocabulary has {size}"
         )
-    tokens = [backend.id_to_token(i) for i in range(size)]
-    missing = next((i for i, token in enumerate(tokens) if token is None), None)
-    if missing is not None:
-        raise ValueError(f"tokenizer: the {side} tokenizer has no token for id {missing}")
+    tokens = []
+    for i in range(size):
+        try:
+            tokens.append(tokenizer.id_to_token(i))
+        except ValueError:  # a hole in the tokenizer's ids
+            raise ValueError(f"tokenizer: the {side} tokenizer has no token for id {i}") from None
     if len(set(tokens)) != len(tokens):
         raise ValueError(f"tokenizer: the {side} tokenizer's token strings are not unique")
     return tokens
 
 
 def same_tokenizer(src: Any, tgt: Any) -> bool:
-    return src is tgt or src.backend.to_str() == tgt.backend.to_str()
+    """Whether ``src`` and ``tgt`` are one tokenizer: the same object, or of one kind with
+    the same :meth:`fingerprint` (they encode and decode alike)."""
+    if src is tgt:
+        return True
+    return type(src) is type(tgt) and src.fingerprint() == tgt.fingerprint()
 
 
 # -- the output directory ----------------------------------------------------------------------
@@ -154,8 +164,8 @@ def check_out_dir(out_dir: PathLike, force: bool) -> Path:
             raise FileExistsError(f"out_dir: {out} exists and is not a directory")
         if not force:
             raise FileExistsError(
-                f"out_dir: {out} already exists; pass force=True (attnlab export --force) to "
-                f"replace it"
+                f"out_dir: {out} already exists; --overwrite (in Python force=True or "
+                f"overwrite=True) replaces it"
             )
     return out
 

@@ -224,18 +224,22 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
     from ..evaluate import Translator, score
     from ..model import Transformer
 
-    def encode(split: str):
-        pairs = corpus[split]
-        src = src_tok.encode_batch([s for s, _ in pairs])
-        tgt = tgt_tok.encode_batch([t for _, t in pairs])
-        return make_examples(list(zip(src, tgt, strict=True)), max_len=job.task.max_len)
-
     if job.init_from is not None:
         model = _starting_model(job, src_tok, tgt_tok)
     else:
         model = _seeded(
             job, lambda: Transformer(job.model_config(src_tok.vocab_size, tgt_tok.vocab_size))
         )
+    c = model.config
+
+    def encode(split: str):
+        """Framed as the model's decoder starts and ends (Marian: from pad, EOS 0)."""
+        pairs = corpus[split]
+        src = src_tok.encode_batch([s for s, _ in pairs])
+        tgt = tgt_tok.encode_batch([t for _, t in pairs])
+        framing = {"bos_id": c.bos_id, "eos_id": c.eos_id}
+        return make_examples(list(zip(src, tgt, strict=True)), max_len=job.task.max_len, **framing)
+
     valid_pairs = corpus["valid"][: job.eval.bleu_sentences]
 
     def on_evaluate(step: int, trained) -> dict[str, float]:
