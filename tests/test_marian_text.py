@@ -158,6 +158,16 @@ def test_ctranslate2_export_translates_identically(imported, tmp_path):
     vocab = {tgt.id_to_token(i): i for i in range(tgt.vocab_size)}
     theirs = [tgt.decode([vocab[t] for t in r.hypotheses[0]]) for r in results]
     assert theirs == ours
+    # The README's recipe: plain SentencePiece on the exported files, Marian's framing.
+    import sentencepiece
+
+    readme = (ct2_dir / "README.md").read_text(encoding="utf-8")
+    assert "source.spm" in readme and "min_decoding_length=0" in readme
+    source = sentencepiece.SentencePieceProcessor(model_file=str(ct2_dir / "source.spm"))
+    known = {src.id_to_token(i) for i in range(src.vocab_size)}
+    pieces = [source.encode(text, out_type=str) + ["</s>"] for text in TEXTS]
+    # As MarianTokenizer: a piece Marian's vocabulary lacks is <unk> (CTranslate2 maps it so).
+    assert [[p if p in known else "<unk>" for p in row] for row in pieces] == tokens
 
 
 def test_cli_translate_evaluate_and_int8(imported, tmp_path, capsys):
