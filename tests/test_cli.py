@@ -11,8 +11,8 @@ import pytest
 from attnlab.cli import main
 
 
-def test_demo_runs_and_reports_parity(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+def test_tour_runs_and_reports_parity(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tour"]) == 0
     printed = capsys.readouterr().out
     assert "max |attnlab - torch|" in printed
     difference = float(printed.split("max |attnlab - torch| = ")[1].split()[0])
@@ -44,8 +44,8 @@ def test_masks_prints_the_causal_padding_grid(capsys: pytest.CaptureFixture[str]
     ("argv", "message"),
     [
         (
-            ["masks", "--lengths", "2", "--max-len", "1"],
-            "max_len: expected >= the longest length 2",
+            ["masks", "--lengths", "2", "--pad-to", "1"],
+            "--pad-to: expected >= the longest of --lengths (2), got 1",
         ),
         (["masks", "--lengths", "0,0"], "every length is 0"),
     ],
@@ -135,15 +135,15 @@ def saved_models(tmp_path_factory: pytest.TempPathFactory):
 
 def test_viz_attention_of_each_model_type(saved_models, tmp_path, capsys) -> None:
     out = tmp_path / "tr"
-    argv = ["viz", "attention", str(saved_models / "tr"), "--src-ids", "5 6 7 8"]
+    argv = ["viz", "attention", "--model", str(saved_models / "tr"), "--src-ids", "5 6 7 8"]
     assert main([*argv, "--max-new-tokens", "4", "--out", str(out), "--dpi", "50"]) == 0
     for kind in ("encoder", "decoder", "cross"):
         assert _png_ok(out / f"{kind}.png"), kind
-    argv = ["viz", "attention", str(saved_models / "lm"), "--src-ids", "5,6,7"]
+    argv = ["viz", "attention", "--model", str(saved_models / "lm"), "--src-ids", "5,6,7"]
     assert main([*argv, "--out", str(tmp_path / "lm"), "--dpi", "50", "--heads", "0,1"]) == 0
     assert _png_ok(tmp_path / "lm" / "decoder.png")
     assert not (tmp_path / "lm" / "cross.png").exists()
-    argv = ["viz", "attention", str(saved_models / "enc"), "--src-ids", "5 6"]
+    argv = ["viz", "attention", "--model", str(saved_models / "enc"), "--src-ids", "5 6"]
     assert main([*argv, "--out", str(tmp_path / "enc"), "--dpi", "50"]) == 0
     assert _png_ok(tmp_path / "enc" / "encoder.png")
     assert "wrote" in capsys.readouterr().out
@@ -185,9 +185,9 @@ def test_viz_curves_from_a_metrics_csv(tmp_path, capsys) -> None:
 
 
 def test_viz_errors_are_clear(saved_models, capsys) -> None:
-    assert main(["viz", "attention", str(saved_models / "tr")]) == 2
-    assert "--src-ids: required for an encoder-decoder model" in capsys.readouterr().err
-    assert main(["viz", "learned-pe", str(saved_models / "tr")]) == 2
+    assert main(["viz", "attention", "--model", str(saved_models / "tr")]) == 2
+    assert "--src: required for an encoder-decoder model (or --src-ids)" in capsys.readouterr().err
+    assert main(["viz", "learned-pe", "--model", str(saved_models / "tr")]) == 2
     assert "not 'learned'" in capsys.readouterr().err
     assert main(["viz", "curves", "no-such-file.csv"]) == 2
     assert "no-such-file.csv" in capsys.readouterr().err

@@ -11,11 +11,17 @@ import pytest
 from _helpers import subcommands
 from attnlab import VisionConfig, VisionTransformer
 from attnlab.cli import build_parser, main
+from attnlab.cli._args import MODEL_HELP
 from attnlab.vision import count_vit_parameters
 
 COMMANDS = dict(subcommands(build_parser()))
-#: Commands whose model was positional (viz's MODEL, export's MODEL_DIR): kept as a
-#: deprecated alias beside --model.
+#: Every command that reads one model: `--model DIR`, the same flag everywhere.
+READS_A_MODEL = {
+    "translate", "evaluate", "serve", "generate", "predict", "export",
+    "viz attention", "viz learned-pe", "viz rollout",
+}  # fmt: skip
+#: Commands whose model was positional (viz's MODEL, export's MODEL_DIR): kept for a release
+#: as a deprecated spelling of --model.
 POSITIONAL_MODEL = {"viz attention", "viz learned-pe", "viz rollout", "export"}
 
 
@@ -25,15 +31,15 @@ def test_the_walk_finds_every_command():
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_a_command_taking_a_model_calls_it_model(name):
-    parser = COMMANDS[name]
-    flags = {s for a in parser._actions for s in a.option_strings}
-    dests = {a.dest for a in parser._actions}
-    if name in POSITIONAL_MODEL:
-        positional = [a for a in parser._actions if a.dest in {"model", "model_dir"}]
-        assert positional and positional[0].nargs == "?" and "deprecated" in positional[0].help
-    if dests & {"model", "model_dir"}:
-        assert "--model" in flags, name
+def test_a_command_reading_a_model_takes_model(name):
+    model = [a for a in COMMANDS[name]._actions if a.dest in {"model", "model_dir"}]
+    if name not in READS_A_MODEL:
+        assert not model, name
+        return
+    assert [a.option_strings for a in model] == [["--model"]], name
+    assert (model[0].help, model[0].metavar) == (MODEL_HELP, "DIR"), name
+    slots = COMMANDS[name].get_default("_deprecated_positionals") or ()
+    assert (name in POSITIONAL_MODEL) == any(dest == "model" for dest, _, _ in slots), name
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -121,3 +127,432 @@ def test_device_cuda_without_cuda_is_one_line_naming_the_flag(tmp_path, capsys):
         assert captured.err.count("\n") == 1, (name, captured.err)
         assert "--device: cuda was asked for, but CUDA is not available" in captured.err, name
     assert not (tmp_path / "run").exists()
+
+
+# -- one spelling per concept (issue 26, section 2) -------------------------------------------
+
+
+def _deprecated(action: argparse.Action) -> bool:
+    """A deprecated spelling: hidden from --help, and it prints its notice when used."""
+    return action.help == argparse.SUPPRESS and type(action).__name__ == "_Deprecated"
+
+
+def _live_actions(parser: argparse.ArgumentParser):
+    """The actions --help shows (not --help itself, not a deprecated spelling)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        if not _deprecated(action):
+            yield action
+
+
+def _spellings(action: argparse.Action) -> list[str]:
+    """How a user writes ``action``: its option strings, or a positional's METAVAR."""
+    return list(action.option_strings) or [str(action.metavar or action.dest.upper())]
+
+
+#: Known second spellings of one concept: canonical -> the synonyms that may only appear as
+#: deprecated spellings. A new flag in a group of its own needs no entry.
+SYNONYMS = {
+    "--model": {"MODEL", "MODEL_DIR", "--model-dir", "--model-path", "--checkpoint"},
+    "--out": {"--output", "OUT_DIR", "OUT", "--out-dir", "--output-dir", "-o"},
+    "--overwrite": {"--force", "--replace", "-f"},
+    "--quantize": {"--quantization", "--quant"},
+    "--max-new-tokens": {"--max-len", "--max-length", "--max-tokens-out"},
+    "--top-classes": {"--classes", "--num-classes"},
+    "--pad-to": {"--pad-len", "--padded-length"},
+    "--num-heads": {"--n-heads"},
+    "--d-model": {"--dim", "--width"},
+    "--causal": {"--no-look-ahead", "--look-ahead"},
+    "--preset": {"--model-preset"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_no_second_spelling_of_a_concept(name):
+    """Only the canonical spelling of a group may appear, unless deprecated; ``-o`` only as
+    the short form of --out, ``--no-causal`` only as the negative of --causal."""
+    for action in _live_actions(COMMANDS[name]):
+        spellings = _spellings(action)
+        for canonical, others in SYNONYMS.items():
+            found = set(spellings) & others
+            if found == {"-o"} and "--out" in spellings:
+                continue
+            assert not found, f"{name}: {found} is a second spelling of {canonical}"
+        if "--no-causal" in spellings:
+            assert isinstance(action, argparse.BooleanOptionalAction), name
+
+
+def test_top_k_means_sampling_only():
+    from attnlab.cli._args import add_sampling_flags
+
+    probe = argparse.ArgumentParser()
+    add_sampling_flags(probe, float, float)
+    shared = next(a for a in probe._actions if "--top-k" in a.option_strings)
+    for name, parser in COMMANDS.items():
+        for action in _live_actions(parser):
+            if "--top-k" in action.option_strings:
+                assert (action.help, action.default) == (shared.help, shared.default), name
+                assert any("--sample" in a.option_strings for a in parser._actions), name
+
+
+#: Flags that several commands take with a different help or default on purpose: flag ->
+#: why. Each must still be one concept in one unit.
+SAME_NAME_EXCEPTIONS = {
+    "--out": "what is written differs (a run, a model directory, a file of translations, a "
+    "PNG, a report); its help says which; metavar PATH everywhere",
+    "--overwrite": "train removes only an earlier run (its checkpoints); the others replace "
+    "their output; the help says which",
+    "--beam-size": "the beam everywhere; train and evaluate default to the job's [eval] "
+    "beam_size, translate and serve to 4",
+    "--alpha": "the length penalty everywhere; evaluate defaults to the job's [eval] alpha",
+    "--max-tokens": "a batch's token budget; train's default is the task's recipe, "
+    "translate's 4096 source tokens",
+    "--seed": "a random seed everywhere; train's default is the job's, translate's none "
+    "(sampling unseeded)",
+    "--split": "a split of the model's task; evaluate scores the task's own, rollout draws "
+    "test images",
+    "--d-model": "a width everywhere; each picture or count has its own default",
+    "--length": "positions drawn; viz pe draws 100, viz learned-pe all of the table",
+    "--warmup": "warm-up steps; train's default is the recipe's, viz lr draws eq. 3's 4000",
+    "--quantize": "weight types of different engines: translate's own int8 decoder, "
+    "CTranslate2's types for export",
+    "--preset": "a preset name; train's default is the task's recipe, flops counts paper-base",
+    "--src": "the source side: evaluate reads a FILE of sentences, viz attention draws one "
+    "sentence (TEXT; issue 26 asks for that spelling); the metavar says which",
+}
+
+
+def _signature(action: argparse.Action) -> tuple:
+    kind = type(action).__name__
+    choices = tuple(action.choices) if action.choices is not None else None
+    return (action.help, repr(action.default), action.type, choices, kind, action.metavar)
+
+
+def test_a_flag_on_several_commands_is_one_flag():
+    """Options with one name on several commands have the same help, default, type, choices
+    and metavar (defined once, in cli/_args.py), or are listed above with the reason."""
+    seen: dict[str, dict[tuple, list[str]]] = {}
+    for name, parser in COMMANDS.items():
+        for action in _live_actions(parser):
+            for flag in action.option_strings:
+                seen.setdefault(flag, {}).setdefault(_signature(action), []).append(name)
+    for flag, signatures in seen.items():
+        if flag in SAME_NAME_EXCEPTIONS or flag in ("-h", "--help"):
+            continue
+        assert len(signatures) == 1, (flag, signatures)
+
+
+def test_the_exceptions_are_still_used():
+    """An exception that no two commands need any more is removed, not kept."""
+    counts: dict[str, int] = {}
+    for parser in COMMANDS.values():
+        for action in _live_actions(parser):
+            for flag in action.option_strings:
+                counts[flag] = counts.get(flag, 0) + 1
+    assert not [flag for flag in SAME_NAME_EXCEPTIONS if counts.get(flag, 0) < 2]
+
+
+@pytest.mark.parametrize("name", ["", *sorted(COMMANDS)])
+def test_abbreviations_are_refused_everywhere(name):
+    parser = build_parser() if not name else COMMANDS[name]
+    assert parser.allow_abbrev is False, name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["translate", "--model", "m", "--beam", "4", "x"],
+        ["train", "--max-step", "3"],
+        ["viz", "masks", "--pad", "5"],
+        ["export", "--model", "m", "--out", "o", "--to", "huggingface", "--over"],
+    ],
+)
+def test_an_abbreviated_flag_is_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        f"attnlab {' '.join(argv[:2]) if argv[0] == 'viz' else argv[0]}: error: unrecognized" in err
+    )
+
+
+#: Old spelling -> new spelling, parsed alike: each old argv prints exactly its notices.
+DEPRECATED = [
+    (
+        ["translate", "--model", "m", "--output", "f.txt", "x"],
+        ["translate", "--model", "m", "--out", "f.txt", "x"],
+        ["--output is deprecated; use --out"],
+    ),
+    (
+        ["translate", "--model", "m", "-o", "f.txt", "x"],
+        ["translate", "--model", "m", "--out", "f.txt", "x"],
+        [],
+    ),
+    (
+        ["translate", "--model", "m", "--max-len", "7", "x"],
+        ["translate", "--model", "m", "--max-new-tokens", "7", "x"],
+        ["--max-len is deprecated; use --max-new-tokens"],
+    ),
+    (
+        ["generate", "--model", "m", "--max-len", "7"],
+        ["generate", "--model", "m", "--max-new-tokens", "7"],
+        ["--max-len is deprecated; use --max-new-tokens"],
+    ),
+    (
+        ["predict", "--model", "m", "--top-k", "2", "a.png"],
+        ["predict", "--model", "m", "--top-classes", "2", "a.png"],
+        ["--top-k is deprecated; use --top-classes"],
+    ),
+    (
+        ["export", "m", "o", "--to", "ctranslate2"],
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2"],
+        ["MODEL_DIR is deprecated; use --model", "OUT_DIR is deprecated; use --out"],
+    ),
+    (
+        ["export", "--to", "ctranslate2", "m", "o"],  # flags first: still in order
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2"],
+        ["MODEL_DIR is deprecated; use --model", "OUT_DIR is deprecated; use --out"],
+    ),
+    (
+        ["export", "--model", "m", "o", "--to", "ctranslate2"],
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2"],
+        ["OUT_DIR is deprecated; use --out"],
+    ),
+    (
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--force"],
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--overwrite"],
+        ["--force is deprecated; use --overwrite"],
+    ),
+    (
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--quantization", "int8"],
+        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--quantize", "int8"],
+        ["--quantization is deprecated; use --quantize"],
+    ),
+    (
+        ["viz", "attention", "m", "--src-ids", "5 6"],
+        ["viz", "attention", "--model", "m", "--src-ids", "5 6"],
+        ["MODEL is deprecated; use --model"],
+    ),
+    (
+        ["viz", "learned-pe", "m"],
+        ["viz", "learned-pe", "--model", "m"],
+        ["MODEL is deprecated; use --model"],
+    ),
+    (
+        ["viz", "rollout", "--index", "0", "m"],
+        ["viz", "rollout", "--model", "m", "--index", "0"],
+        ["MODEL is deprecated; use --model"],
+    ),
+    (
+        ["masks", "--max-len", "5"],
+        ["masks", "--pad-to", "5"],
+        ["--max-len is deprecated; use --pad-to"],
+    ),
+    (
+        ["viz", "masks", "--max-len", "5", "--no-causal"],
+        ["viz", "masks", "--pad-to", "5", "--no-causal"],
+        ["--max-len is deprecated; use --pad-to"],
+    ),
+    (
+        ["flops", "--config", "tiny"],
+        ["flops", "--preset", "tiny"],
+        ["--config is deprecated; use --preset"],
+    ),
+    (
+        ["flops", "--dim", "64"],
+        ["flops", "--d-model", "64"],
+        ["--dim is deprecated; use --d-model"],
+    ),
+    (
+        ["flops", "--heads", "4"],
+        ["flops", "--num-heads", "4"],
+        ["--heads is deprecated; use --num-heads"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "notices"), DEPRECATED, ids=lambda v: " ".join(v))
+def test_a_deprecated_spelling_works_and_says_so_once(old, new, notices, capsys):
+    parser = build_parser()
+    from attnlab.cli import parse
+
+    expected = vars(parse(parser, new))
+    assert capsys.readouterr().err == ""
+    assert vars(parse(parser, old)) == expected
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"attnlab: {notice}" for notice in notices]
+
+
+def test_the_model_named_twice_is_one_line(capsys):
+    assert main(["viz", "attention", "m", "--model", "n"]) == 2
+    assert capsys.readouterr().err == (
+        "attnlab viz attention: error: --model: given twice (--model and MODEL); keep --model\n"
+    )
+
+
+def test_the_old_max_len_of_translate_maps_to_the_same_budget(monkeypatch, capsys):
+    """translate's --max-len N was passed to the decoder as N new tokens, the unit of
+    --max-new-tokens: the deprecated spelling reaches the Translator unchanged."""
+    from attnlab import evaluate
+    from attnlab.cli import inference
+
+    seen = {}
+
+    def load(model, device, **options):
+        seen.update(options)
+        raise SystemExit(0)  # stop before any model is read
+
+    monkeypatch.setattr(evaluate.Translator, "load", staticmethod(load))
+    monkeypatch.setattr(inference, "check_kind", lambda *a: None)
+    monkeypatch.setattr(inference, "resolving", lambda f: f)
+    for flag in ("--max-len", "--max-new-tokens"):
+        seen.clear()
+        args = __import__("attnlab.cli", fromlist=["parse"]).parse(
+            build_parser(), ["translate", "--model", "m", flag, "9", "x", "--device", "cpu"]
+        )
+        with pytest.raises(SystemExit):
+            inference.cmd_translate(args)
+        assert seen["max_new_tokens"] == 9, flag
+
+
+def test_demo_is_the_tour_under_its_old_name(monkeypatch, capsys):
+    from attnlab.cli import tour
+
+    ran = []
+    monkeypatch.setattr(tour, "cmd_demo", lambda args: ran.append(args.seed) or 0)
+    assert main(["demo", "--seed", "3"]) == 0
+    assert ran == [3]
+    assert capsys.readouterr().err == "attnlab: attnlab demo is deprecated; use attnlab tour\n"
+    assert main(["tour", "--seed", "4"]) == 0 and ran == [3, 4]
+    assert capsys.readouterr().err == ""
+    listed = build_parser().format_help()
+    assert " tour " in listed and " demo " not in listed
+
+
+@pytest.mark.parametrize("name", ["masks", "viz masks"])
+def test_masks_share_causal_with_one_default(name):
+    causal = next(a for a in COMMANDS[name]._actions if a.dest == "causal")
+    assert isinstance(causal, argparse.BooleanOptionalAction)
+    assert causal.option_strings == ["--causal", "--no-causal"] and causal.default is True
+
+
+def test_masks_old_spellings_still_work(capsys):
+    assert main(["masks", "--lengths", "2,1", "--causal"]) == 0  # masks' old flag
+    causal = capsys.readouterr().out
+    assert main(["masks", "--lengths", "2,1"]) == 0
+    assert capsys.readouterr().out == causal  # --causal is the default
+    assert main(["masks", "--lengths", "2,1", "--no-causal"]) == 0  # viz masks' old flag
+    assert "look-ahead" not in capsys.readouterr().out
+
+
+# -- presentation --------------------------------------------------------------------------
+
+
+def test_export_shows_its_required_to():
+    to = next(a for a in COMMANDS["export"]._actions if "--to" in a.option_strings)
+    assert to.required
+    assert "--to TARGET" in COMMANDS["export"].format_usage().replace("[--to TARGET]", "")
+
+
+@pytest.mark.parametrize("name", sorted(POSITIONAL_MODEL))
+def test_usage_shows_the_flags_of_old_positionals_as_required(name):
+    """--model (and export's --out) are checked by the command, since the deprecated
+    positionals may still give them; the usage line shows them required all the same."""
+    usage = " ".join(COMMANDS[name].format_usage().split())
+    assert " --model DIR " in usage and "[--model DIR]" not in usage
+    if name == "export":
+        assert " --out PATH " in usage and "[--out PATH]" not in usage
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["export", "--out", "o", "--to", "huggingface"], "--model"),
+        (["export", "--model", "MODEL", "--to", "huggingface"], "--out"),
+        (["viz", "rollout"], "--model"),
+    ],
+)
+def test_a_missing_model_or_out_is_one_line(argv, flag, capsys, tmp_path):
+    """(An empty directory stands in for the model: --out is checked before it is read.)"""
+    assert main([str(tmp_path) if word == "MODEL" else word for word in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {flag}: required" in err
+
+
+@pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n.startswith("viz ")))
+def test_every_picture_has_a_description(name):
+    assert COMMANDS[name].description, name
+
+
+def _python_functions() -> set[str]:
+    """Names of attnlab's functions and methods a CLI text must not show."""
+    import inspect
+
+    import attnlab
+
+    names = {"save_pretrained", "load_pretrained", "from_pretrained", "is_available"}
+    for value in vars(attnlab).values():
+        if inspect.isfunction(value):
+            names.add(value.__name__)
+        if inspect.isclass(value):
+            names.update(n for n, v in vars(value).items() if inspect.isfunction(v))
+    return {name for name in names if "_" in name.strip("_")}  # one-word names are words
+
+
+def test_help_never_names_a_python_function():
+    import re
+
+    functions = _python_functions()
+    for name, parser in [("attnlab", build_parser()), *COMMANDS.items()]:
+        texts = [parser.description or "", parser.epilog or ""]
+        texts += [a.help for a in parser._actions if a.help and a.help != argparse.SUPPRESS]
+        for text in texts:
+            words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+            assert not words & functions, (name, words & functions, text)
+            assert "()" not in text, (name, text)
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """``(where, command)`` for each `attnlab ...` command of the README, the docs and the
+    Makefile that can be parsed as written (no placeholders, pipes or line continuations)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", root / "README.zh.md", root / "Makefile"]
+    pages += sorted((root / "docs").glob("*.md"))
+    found = []
+    for page in pages:
+        if not page.is_file() or page.name == "cli.md":  # cli.md: usage lines, generated
+            continue
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            candidates = re.findall(r"`attnlab ([^`]+)`", line)
+            whole = re.match(r"^\s*(?:\S*/)?attnlab (.+)$", line)
+            if whole:
+                candidates.append(whole.group(1))
+            for command in candidates:
+                command = re.split(r"\s#\s|\s{2,}#", command)[0].strip()
+                if re.search(r"\.\.\.|[\[\]|<>{}\\$]|\bCOMMAND\b", command) or not command:
+                    continue
+                found.append((f"{page.name}:{number}", command))
+    return found
+
+
+def test_docs_and_makefile_use_no_deprecated_spelling(capsys):
+    """Every command the README, the docs and the Makefile show parses without a deprecation
+    notice (commands argparse refuses, e.g. placeholders, are another test's business)."""
+    import contextlib
+    import shlex
+
+    from attnlab.cli import parse
+
+    commands = _documented_commands()
+    assert len(commands) > 20
+    parser = build_parser()
+    for where, command in commands:
+        with contextlib.suppress(SystemExit, ValueError):  # refused: not this test's
+            parse(parser, shlex.split(command))
+        err = capsys.readouterr().err
+        assert "is deprecated" not in err, (where, command, err)

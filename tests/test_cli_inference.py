@@ -171,7 +171,7 @@ def test_translate_options_match_the_library(numbers_model_dir, capsys):
     texts = [s for s in SOURCES if s]
     cases = [
         (["--alpha", "0"], {"alpha": 0.0}),
-        (["--max-len", "2", "--beam-size", "1"], {"max_new_tokens": 2, "beam_size": 1}),
+        (["--max-new-tokens", "2", "--beam-size", "1"], {"max_new_tokens": 2, "beam_size": 1}),
         (["--sample", "--seed", "3", "--top-k", "5", "--temperature", "0.7"],
          {"sample": True, "seed": 3, "top_k": 5, "temperature": 0.7}),
         (["--sample", "--seed", "3", "--top-p", "0.9"], {"sample": True, "seed": 3, "top_p": 0.9}),
@@ -275,7 +275,7 @@ def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
 
 @pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
 def test_viz_attention_draws_a_checkpoint(checkpoint, tmp_path, capsys):
-    """The positional MODEL of viz goes through the same resolver as --model."""
+    """The positional MODEL of viz (deprecated) goes through the same resolver as --model."""
     argv = ["viz", "attention", str(checkpoint), "--src-ids", "5 6 7", "--out", str(tmp_path)]
     status, _, err = _run([*argv, "--max-new-tokens", "3"], capsys)
     assert status == 0, err
@@ -287,7 +287,7 @@ def test_viz_attention_draws_a_checkpoint(checkpoint, tmp_path, capsys):
     status, _, err = _run(
         ["viz", "attention", "--model", str(tmp_path / "none"), "--src-ids", "5"], capsys
     )
-    assert status == 2 and "MODEL: " in err and err.count("\n") == 1
+    assert status == 2 and "--model: " in err and err.count("\n") == 1
     out = tmp_path / "flag"
     argv = ["viz", "attention", "--model", str(checkpoint), "--src-ids", "5 6", "--out", str(out)]
     status, _, err = _run([*argv, "--max-new-tokens", "2"], capsys)

@@ -61,12 +61,12 @@ def _library_text(lm_dir: Path, prompt: str, n: int, **sampling) -> str:
 
 
 def test_generate_greedy_is_the_librarys(lm_dir, capsys):
-    assert main(["generate", "--model", str(lm_dir), "the cat", "--max-len", "12"]) == 0
+    assert main(["generate", "--model", str(lm_dir), "the cat", "--max-new-tokens", "12"]) == 0
     assert capsys.readouterr().out == _library_text(lm_dir, "the cat", 12) + "\n"
 
 
 def test_generate_sampling_is_seeded_and_the_librarys(lm_dir, capsys):
-    argv = ["generate", "--model", str(lm_dir), "a dog", "--max-len", "10", "--sample"]
+    argv = ["generate", "--model", str(lm_dir), "a dog", "--max-new-tokens", "10", "--sample"]
     argv += ["--seed", "7", "--top-k", "20"]
     assert main(argv) == 0
     first = capsys.readouterr().out
@@ -85,7 +85,7 @@ def test_generate_streams_tokens_as_they_come(lm_dir):
         "    def write(self, t): self.writes += bool(t); return self.s.write(t)\n"
         "    def flush(self): self.s.flush()\n"
         "sys.stdout = Counting(sys.stdout)\ncounter = sys.stdout\n"
-        f"main(['generate', '--model', {str(lm_dir)!r}, 'the', '--max-len', '8'])\n"
+        f"main(['generate', '--model', {str(lm_dir)!r}, 'the', '--max-new-tokens', '8'])\n"
         "print(counter.writes, file=sys.stderr)\n"
     )
     done = subprocess.run(
@@ -109,7 +109,9 @@ def test_generate_decodes_once_on_the_cache(lm_dir, capsys, monkeypatch, samplin
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(generate, name, counted)
-    assert main(["generate", "--model", str(lm_dir), "the", "--max-len", "9", *sampling]) == 0
+    assert (
+        main(["generate", "--model", str(lm_dir), "the", "--max-new-tokens", "9", *sampling]) == 0
+    )
     assert calls == (["sample"] if sampling else ["greedy_search"])
     assert capsys.readouterr().out.strip() != ""
 
@@ -123,7 +125,7 @@ def test_predict_prints_the_top_classes_as_the_model(vit_dir, tmp_path, capsys):
         pixels = rng.integers(0, 256, size=(8, 8), dtype=np.uint8)
         Image.fromarray(pixels, mode="L").save(tmp_path / f"{i}.png")
         paths.append(str(tmp_path / f"{i}.png"))
-    assert main(["predict", "--model", str(vit_dir), *paths, "--top-k", "2"]) == 0
+    assert main(["predict", "--model", str(vit_dir), *paths, "--top-classes", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     model = VisionTransformer.from_pretrained(vit_dir).eval()
     for path, line in zip(paths, lines, strict=True):

@@ -94,14 +94,14 @@ def small(tokenizer: Tokenizer) -> Transformer:
 @pytest.fixture(scope="module")
 def numbers_ct2(numbers, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("numbers-ct2") / "ct2"
-    _cli_ok(["export", str(numbers[2]), str(out), "--to", "ctranslate2"])
+    _cli_ok(["export", "--model", str(numbers[2]), "--out", str(out), "--to", "ctranslate2"])
     return out
 
 
 @pytest.fixture(scope="module")
 def numbers_hf(numbers, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("numbers-hf") / "hf"
-    _cli_ok(["export", str(numbers[2]), str(out), "--to", "huggingface"])
+    _cli_ok(["export", "--model", str(numbers[2]), "--out", str(out), "--to", "huggingface"])
     return out
 
 
@@ -284,7 +284,8 @@ def test_ctranslate2_int8_loads_and_translates(numbers, numbers_ct2, tmp_path):
     export moves it by several)."""
     model, tokenizer, directory = numbers
     out = tmp_path / "int8"
-    _cli_ok(["export", str(directory), str(out), "--to", "ctranslate2", "--quantization", "int8"])
+    argv = ["export", "--model", str(directory), "--out", str(out), "--to", "ctranslate2"]
+    _cli_ok([*argv, "--quantize", "int8"])
     assert (out / "model.bin").stat().st_size < (numbers_ct2 / "model.bin").stat().st_size / 2
     ids = _source_ids(tokenizer, NUMBER_SOURCES)
     quantized = ct2_search(out, model, tokenizer, ids, beam=1, compute_type="int8")
@@ -554,7 +555,8 @@ def test_cli_refuses_what_the_target_cannot_express(
     model_dir, tmp_path, capsys, options, to, named
 ):
     out = tmp_path / "out"
-    line = _cli_error(["export", str(model_dir(**options)), str(out), "--to", to], capsys)
+    argv = ["export", "--model", str(model_dir(**options)), "--out", str(out), "--to", to]
+    line = _cli_error(argv, capsys)
     assert named in line and TARGET_NAMES[to] in line
     assert not out.exists()
 
@@ -563,38 +565,43 @@ def test_cli_bad_input_is_one_line(model_dir, tmp_path, capsys):
     good = model_dir("good")
     out = tmp_path / "out"
     bare = model_dir("bare", tokenizers=False)
-    line = _cli_error(["export", str(bare), str(out), "--to", "ctranslate2"], capsys)
+    line = _cli_error(
+        ["export", "--model", str(bare), "--out", str(out), "--to", "ctranslate2"], capsys
+    )
     assert "tokenizer.json" in line
+    command = ["export", "--model", str(good), "--out", str(out)]
     assert "--to: expected one of ctranslate2, huggingface, got 'onnx'" in _cli_error(
-        ["export", str(good), str(out), "--to", "onnx"], capsys
+        [*command, "--to", "onnx"], capsys
     )
-    assert "--to: expected one of" in _cli_error(["export", str(good), str(out)], capsys)
-    line = _cli_error(
-        ["export", str(good), str(out), "--to", "ctranslate2", "--quantization", "int3"], capsys
-    )
-    assert "--quantization: expected one of int8" in line
-    line = _cli_error(
-        ["export", str(good), str(out), "--to", "huggingface", "--quantization", "int8"], capsys
-    )
-    assert "--quantization" in line
+    with pytest.raises(SystemExit) as stop:  # --to is required: argparse's usage error
+        main(command)
+    assert stop.value.code == 2 and "--to" in capsys.readouterr().err
+    line = _cli_error([*command, "--to", "ctranslate2", "--quantize", "int3"], capsys)
+    assert "--quantize: expected one of int8" in line
+    line = _cli_error([*command, "--to", "huggingface", "--quantize", "int8"], capsys)
+    assert "--quantize" in line
     missing = tmp_path / "missing"
     assert str(missing) in _cli_error(
-        ["export", str(missing), str(out), "--to", "huggingface"], capsys
+        ["export", "--model", str(missing), "--out", str(out), "--to", "huggingface"], capsys
     )
     assert not out.exists()
 
 
-def test_cli_existing_out_dir_needs_force(model_dir, tmp_path, capsys):
+def test_cli_existing_out_dir_needs_overwrite(model_dir, tmp_path, capsys):
     good, out = model_dir("good"), tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    line = _cli_error(["export", str(good), str(out), "--to", "huggingface"], capsys)
-    assert "already exists" in line and "--force" in line
+    line = _cli_error(
+        ["export", "--model", str(good), "--out", str(out), "--to", "huggingface"], capsys
+    )
+    assert "already exists" in line and "--overwrite" in line
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
-    assert main(["export", str(good), str(out), "--to", "huggingface", "--force"]) == 0
+    command = ["export", "--model", str(good), "--out", str(out), "--to", "huggingface"]
+    assert main([*command, "--overwrite"]) == 0
     assert f"wrote the huggingface model to {out}/" in capsys.readouterr().out
     assert (out / "model.safetensors").is_file() and not (out / "keep.txt").exists()
-    line = _cli_error(["export", str(good), str(good), "--to", "ctranslate2", "--force"], capsys)
+    command = ["export", "--model", str(good), "--out", str(good), "--to", "ctranslate2"]
+    line = _cli_error([*command, "--overwrite"], capsys)
     assert "is the model directory" in line
 
 

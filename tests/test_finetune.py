@@ -131,3 +131,23 @@ def test_init_from_must_be_a_translation_model(tmp_path):
     task = _write_numbers_files(tmp_path)
     with pytest.raises(FileNotFoundError, match="init_from"):
         _job(tmp_path / "nowhere", task).check()
+
+
+def test_the_cli_flag_builds_a_fine_tuning_job(numbers_model_dir, tmp_path, capsys):
+    from attnlab.cli import build_job, build_parser, main
+
+    task = _write_numbers_files(tmp_path)
+    settings = [f"task.{k}={v}" for k, v in task.items() if k != "name"]
+    argv = ["train", "--init-from", str(numbers_model_dir), "--task", "files"]
+    for setting in settings:
+        argv += ["--set", setting]
+    job = build_job(build_parser().parse_args(argv))
+    assert job.init_from == str(numbers_model_dir)
+    assert job.train["lr"] == 0.0005 and job.train["keep_best"] == "val_bleu"
+    job.check()
+    out = tmp_path / "refused"
+    for flag, value in (("--preset", "tiny"), ("--vocab-size", "500")):
+        assert main([*argv, flag, value, "--out", str(out)]) != 0
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and flag in error[0] and "--init-from" in error[0]
+        assert not out.exists()

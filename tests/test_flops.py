@@ -219,17 +219,17 @@ def test_cli_compare_heads_json(capsys):
 
 
 def test_cli_compare_heads_table(capsys):
-    assert main(["flops", "--compare-heads", "--batch", "1", "--seq", "32", "--dim", "64"]) == 0
+    assert main(["flops", "--compare-heads", "--batch", "1", "--seq", "32", "--d-model", "64"]) == 0
     out = capsys.readouterr().out
     assert "The whole difference is W^O: yes" in out
     assert "Analytic closed forms agree with the count: yes" in out
 
 
 def test_cli_flops_config_table_and_json(capsys):
-    assert main(["flops", "--config", "tiny", "--src-len", "12", "--measure"]) == 0
+    assert main(["flops", "--preset", "tiny", "--src-len", "12", "--measure"]) == 0
     out = capsys.readouterr().out
     assert "equal to the analytic" in out and "Table 1" in out
-    assert main(["flops", "--config", "tiny", "--src-len", "12", "--json", "--measure"]) == 0
+    assert main(["flops", "--preset", "tiny", "--src-len", "12", "--json", "--measure"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["measured_forward_flops"] == data["forward"]["flops"]
     assert data["encoder_layer"]["ffn"] == 2 * 12 * 64 * 256

@@ -10,9 +10,10 @@ Nothing here is copied by hand, so nothing can drift from the code or the README
   from its docstrings (:func:`api_modules`; the nav's "API reference" section is filled in).
 * The Sphinx roles of the docstrings (:class:`Name`, :func:`name`) render as the code span
   alone (:func:`strip_roles`).
-* The Chinese README (README.zh.md) becomes the page ``zh.md`` and a translated explain
-  report (``docs/explain/report.zh.md``) joins the nav beside the English one, once they
-  exist (:func:`on_config`).
+* The Chinese README (README.zh.md) becomes the page ``zh.md``, first in the nav's Chinese
+  section (mkdocs.yml's ``中文 (Chinese)``), and a translated explain report
+  (``docs/explain/report.zh.md``) joins the nav beside the English one, once they exist
+  (:func:`on_config`).
 * A page line ``<!-- include FILE "HEADING" to "HEADING" -->`` (path relative to the
   repository root; both headings optional) is replaced by that part of FILE: from the first
   heading up to the second, or to the next heading of the same or a higher level, or the whole
@@ -68,7 +69,8 @@ def walk_commands(
 ) -> Iterator[Command]:
     """Yield ``parser`` and every command below it, depth first, in the parser's order.
 
-    A parser registered under several names (aliases) is yielded once, under its first name."""
+    A parser registered under several names (aliases) is yielded once, under its first name;
+    a deprecated command (``deprecated_command`` among its defaults) is left out."""
     yield Command(prefix.strip(), parser, help)
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
@@ -79,8 +81,8 @@ def walk_commands(
             names.setdefault(id(sub), []).append(name)
         for name, sub in action.choices.items():
             own = names[id(sub)]
-            if name != own[0]:
-                continue
+            if name != own[0] or sub.get_default("deprecated_command"):
+                continue  # an alias, or an old name kept for a release (attnlab demo)
             for command in walk_commands(sub, f"{prefix}{name} ", helps.get(name, "")):
                 if command.parser is sub:
                     command = Command(command.name, sub, command.help, tuple(own[1:]))
@@ -458,6 +460,8 @@ def _root(config: Any) -> Path:
 #: The Chinese README, once it exists, is the page zh.md (included whole).
 ZH_README = "README.zh.md"
 ZH_PAGE = "zh.md"
+#: The nav's section of Chinese pages (mkdocs.yml), where the Chinese README goes first.
+ZH_SECTION = "中文 (Chinese)"
 #: The explain report in another language (report.zh.md), once it exists, sits beside report.md.
 REPORT = "explain/report.md"
 
@@ -489,7 +493,11 @@ def on_config(config: Any) -> Any:
                 ]
                 nav[index] = {title: languages}
     if (_root(config) / ZH_README).is_file():
-        nav.insert(1, {"中文 (Chinese)": ZH_PAGE})  # beside the quick start
+        chinese = next((e for e in nav if isinstance(e, dict) and ZH_SECTION in e), None)
+        if chinese is not None and isinstance(chinese[ZH_SECTION], list):
+            chinese[ZH_SECTION].insert(0, {"快速开始 (README)": ZH_PAGE})  # the section's first
+        else:
+            nav.insert(1, {ZH_SECTION: ZH_PAGE})  # beside the quick start
     return config
 
 

@@ -74,7 +74,9 @@ def read_safetensors_header(
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (save_pretrained writes it)")
+        raise FileNotFoundError(
+            f"{path}: missing (every saved model directory has it, e.g. OUT/model of attnlab train)"
+        )
 
     def bad(why: str) -> ValueError:
         return ValueError(f"{path}: not a readable safetensors file: {why}")

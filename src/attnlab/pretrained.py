@@ -130,7 +130,9 @@ def read_config(directory: str | os.PathLike[str]) -> tuple[str, Any]:
     if not Path(directory).is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (save_pretrained writes it)")
+        raise FileNotFoundError(
+            f"{path}: missing (every saved model directory has it, e.g. OUT/model of attnlab train)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:

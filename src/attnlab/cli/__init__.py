@@ -1,9 +1,10 @@
 """The ``attnlab`` command line. Thin: it parses arguments, calls the library and prints.
 
 One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
-`tour` (demo, masks, config, flops, explain), `pictures` (viz), `jobs` (train, translate,
-evaluate, serve), `export` and `inference` (average, the decoding options, checkpoints
-as models); the argument types that several groups use are in `_args`.
+`tour` (tour, masks, config, flops, explain), `pictures` (viz), `jobs` (train, translate,
+evaluate, serve), `export`, `imports` (import) and `inference` (average, the decoding options,
+checkpoints as models); the arguments that several groups share, each flag defined once, and
+their deprecated spellings are in `_args`.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import export, inference, jobs, models, pictures, tour
+from . import export, imports, inference, jobs, models, pictures, tour
+from ._args import show_slots_required, take_deprecated_positionals
 from .jobs import build_job
 
-__all__ = ["build_job", "build_parser", "describe_error", "main"]
+__all__ = ["build_job", "build_parser", "describe_error", "main", "parse"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnlab",
         description="The Transformer of 'Attention Is All You Need': exact, fast, explained.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     parser.add_argument(
@@ -37,10 +40,50 @@ def build_parser() -> argparse.ArgumentParser:
     pictures.add_parsers(sub)
     jobs.add_parsers(sub)
     export.add_parsers(sub)
+    imports.add_parsers(sub)
     inference.add_parsers(sub)
     models.add_parsers(sub)
     inference.extend(sub)  # options of translate and evaluate; checkpoints as models
+    for each in _parsers(parser):
+        each.allow_abbrev = False  # `--beam 4` is an error, not --beam-size 4
+        show_slots_required(each)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``argv`` parsed as `main` parses it: argparse's parse, then the deprecated positionals
+    (export's MODEL_DIR OUT_DIR, viz's MODEL) from the words it did not recognise. A usage
+    error is argparse's (exit status 2); ValueError for a model or output named both by its
+    flag and by its old positional."""
+    args, extra = parser.parse_known_args(argv)
+    try:
+        extra = take_deprecated_positionals(args, extra)
+    except ValueError as error:  # named as main shows it: "attnlab viz attention: error: ..."
+        raise ValueError(f"{_command_parser(parser, args).prog}: error: {error}") from None
+    if extra:  # as argparse says it, from the subcommand's parser
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` ran: ``viz attention``'s for that command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _command_parser(action.choices[chosen], args)
+    return parser
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    """``parser`` and every subcommand's parser under it, at any depth."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _parsers(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's usage errors), 1 for a failure at run time (a full disk, a failed download,
     out of memory, or a bug), 130 for Ctrl-C. ``--debug`` shows the traceback instead."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parse(parser, argv)
+    except ValueError as error:  # one line, as every other bad input
+        print(error, file=sys.stderr)
+        return EXIT_INPUT
     if not hasattr(args, "func"):
         parser.print_help()
         return EXIT_INPUT

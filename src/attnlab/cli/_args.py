@@ -1,8 +1,10 @@
-"""Argument types that several command groups use."""
+"""The arguments that several command groups share: their types, and one function per shared
+flag (one spelling, metavar, type and help for each concept), with the deprecated spellings."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -48,8 +50,265 @@ def device_of(value: str | None) -> str:
     if value == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             "--device: cuda was asked for, but CUDA is not available on this machine "
-            "(torch.cuda.is_available() is False); use --device cpu or auto"
+            "(torch finds no CUDA device); use --device cpu or auto"
         )
     if value not in DEVICE_CHOICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICE_CHOICES)}, got {value!r}")
     return value
+
+
+# -- one spelling per concept ------------------------------------------------------------------
+# Each concept that several commands share has one flag, added by one function here, so that
+# its spelling, metavar, type and unit cannot drift apart. Old spellings stay for a release as
+# hidden aliases (`add_deprecated`) that print one line and store into the new flag's dest.
+
+#: ``--model``'s help, the same on every command that reads one model.
+MODEL_HELP = (
+    "the model: a model directory (OUT/model), a checkpoint (OUT/checkpoints/step-N) or a run "
+    "(OUT); required"
+)
+
+#: ``--max-new-tokens``'s help: its unit is generated tokens, the start token not counted.
+MAX_NEW_TOKENS_HELP = (
+    "the most tokens to generate after the start token (and the prompt, if any); default: "
+    "the source length + 50 for a translation model, 50 for a language model"
+)
+
+#: ``--quantize``'s help prefix (each command's engine takes its own weight types).
+QUANTIZE_METAVAR = "TYPE"
+
+
+def add_model_flag(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Give ``parser`` the shared ``--model DIR`` (dest ``model``). ``required=False`` where a
+    deprecated positional may still name the model: the command checks it instead."""
+    parser.add_argument("--model", required=required, default=None, metavar="DIR", help=MODEL_HELP)
+
+
+def add_out_flag(
+    parser: argparse.ArgumentParser,
+    help: str,
+    *,
+    required: bool = False,
+    short: bool = False,
+) -> None:
+    """Give ``parser`` the shared ``--out PATH`` (dest ``out``; ``-o`` too when ``short``);
+    ``help`` says what is written there and its default."""
+    names = ("-o", "--out") if short else ("--out",)
+    parser.add_argument(*names, required=required, default=None, metavar="PATH", help=help)
+
+
+def add_overwrite_flag(
+    parser: argparse.ArgumentParser, help: str = "replace --out if it exists"
+) -> None:
+    """Give ``parser`` the shared ``--overwrite`` (dest ``overwrite``, default False)."""
+    parser.add_argument("--overwrite", action="store_true", help=help)
+
+
+def add_max_new_tokens_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the shared ``--max-new-tokens N`` (dest ``max_new_tokens``, default None:
+    the decoder's own budget, see `MAX_NEW_TOKENS_HELP`)."""
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=MAX_NEW_TOKENS_HELP,
+    )
+
+
+def add_causal_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the shared ``--causal/--no-causal`` (dest ``causal``, default True)."""
+    parser.add_argument(
+        "--causal",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also apply the look-ahead (causal) mask of decoder self-attention; --no-causal: "
+        "padding masks only (default: --causal)",
+    )
+
+
+def add_seed_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the shared ``--seed N`` (default 0)."""
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (0)")
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the shared ``--json`` (dest ``json``)."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser, probability, positive_number) -> None:
+    """Give ``parser`` the shared sampling flags: ``--sample``, ``--temperature``, ``--top-k``
+    (sampling only: the k most probable tokens) and ``--top-p``."""
+    parser.add_argument(
+        "--sample", action="store_true", help="draw each token instead of choosing the best"
+    )
+    parser.add_argument(
+        "--temperature", type=positive_number, default=1.0, help="--sample: temperature (1.0)"
+    )
+    parser.add_argument(
+        "--top-k",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="--sample: draw from the K most probable tokens only",
+    )
+    parser.add_argument(
+        "--top-p",
+        type=probability,
+        default=None,
+        metavar="P",
+        help="--sample: draw from the smallest set of tokens whose mass reaches P, in (0, 1]",
+    )
+
+
+class _Deprecated(argparse.Action):
+    """A deprecated spelling of another flag: prints one line on stderr, then stores its value
+    (through ``convert``, if given) into the new flag's dest."""
+
+    def __init__(self, option_strings, dest, *, use: str, convert=None, **kwargs) -> None:
+        self.use, self.convert = use, convert
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        warn_deprecated(option_string or str(self.metavar), self.use)
+        if self.nargs == 0:
+            values = self.const
+        setattr(namespace, self.dest, self.convert(values) if self.convert else values)
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """The one line a deprecated spelling prints on stderr."""
+    print(f"attnlab: {old} is deprecated; use {new}", file=sys.stderr, flush=True)
+
+
+def add_deprecated(
+    parser: argparse.ArgumentParser,
+    old: str,
+    *,
+    use: str,
+    dest: str,
+    takes_value: bool = True,
+    type=None,
+    convert=None,
+) -> None:
+    """Keep ``old`` (an option string) working as a hidden alias of the flag ``use``: it sets
+    ``dest`` (to True when it takes no value) and prints `warn_deprecated`'s line."""
+    parser.add_argument(
+        old,
+        dest=dest,
+        action=_Deprecated,
+        use=use,
+        convert=convert,
+        nargs=None if takes_value else 0,
+        const=None if takes_value else True,
+        type=type,
+        default=argparse.SUPPRESS,  # the new flag's default stands
+        help=argparse.SUPPRESS,
+    )
+
+
+def add_deprecated_positionals(
+    parser: argparse.ArgumentParser, *slots: tuple[str, str, str]
+) -> None:
+    """Positional arguments that became flags, each ``(dest, METAVAR, --flag)`` in their old
+    order (export's MODEL_DIR OUT_DIR). They are not argparse positionals (an optional
+    positional is consumed too early when flags come first): `take_deprecated_positionals`
+    fills them from the words argparse did not recognise."""
+    parser.set_defaults(_deprecated_positionals=slots)
+
+
+def take_deprecated_positionals(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """Fill the deprecated positional slots of ``args``'s command from ``extra`` (the words
+    argparse left over), in order, each with its one-line notice; return what is left (for
+    argparse's "unrecognized arguments" error). A slot its flag already fills takes nothing."""
+    slots = getattr(args, "_deprecated_positionals", ())
+    words = [word for word in extra if not word.startswith("-") or word == "-"]
+    if not slots or len(words) != len(extra):
+        return extra
+    open_slots = [slot for slot in slots if getattr(args, slot[0], None) is None]
+    if len(words) > len(open_slots) and len(open_slots) < len(slots):
+        dest, metavar, flag = next(slot for slot in slots if slot not in open_slots)
+        raise ValueError(f"{flag}: given twice ({flag} and {metavar}); keep {flag}")
+    for (dest, metavar, flag), word in zip(open_slots, words, strict=False):
+        warn_deprecated(metavar, flag)
+        setattr(args, dest, word)
+    return words[len(open_slots) :]
+
+
+#: ``--too-long``: what a command that translates does with a source over the model's max_len
+#: (the Translator's ``too_long``; the same choices and default).
+TOO_LONG_CHOICES = ("cut", "refuse")
+#: ``--errors``: what a command that reads text files does with a line that is not UTF-8.
+TEXT_ERRORS_CHOICES = ("strict", "replace")
+
+
+def add_input_bound_flags(parser: argparse.ArgumentParser, *, too_long: bool = True) -> None:
+    """Give ``parser`` the shared ``--errors`` flag (text files: a line that is not UTF-8) and,
+    with ``too_long``, ``--too-long`` (a source over the model's max_len tokens)."""
+    parser.add_argument(
+        "--errors",
+        choices=TEXT_ERRORS_CHOICES,
+        default="strict",
+        help="a line of input text that is not UTF-8: strict (default) stops with an error "
+        "naming the file and line (for a file, before any work); replace reads its bad bytes "
+        "as U+FFFD",
+    )
+    if too_long:
+        parser.add_argument(
+            "--too-long",
+            choices=TOO_LONG_CHOICES,
+            default="cut",
+            help="a source over the model's max_len tokens (or 20 characters per token of "
+            "it): cut (default) translates its first max_len tokens, with a note naming the "
+            "line on stderr; refuse leaves its output line empty, with an error naming the "
+            "line (the other lines translate; the exit status is then 2)",
+        )
+
+
+def add_mask_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``masks`` and ``viz masks``: ``--lengths``, ``--pad-to`` (``--max-len``
+    deprecated: it is no generation length) and ``--causal/--no-causal``."""
+    parser.add_argument(
+        "--lengths",
+        type=parse_lengths,
+        default=[4, 2],
+        metavar="N,N,...",
+        help="the sequences' lengths, comma-separated (default: 4,2)",
+    )
+    parser.add_argument(
+        "--pad-to",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="pad every sequence to N positions (default: the longest length)",
+    )
+    add_deprecated(parser, "--max-len", use="--pad-to", dest="pad_to", type=positive_int)
+    add_causal_flag(parser)
+
+
+def check_pad_to(lengths: list[int], pad_to: int | None) -> None:
+    """``--pad-to`` shorter than the longest of ``--lengths``: one line naming both."""
+    if pad_to is not None and lengths and pad_to < max(lengths):
+        raise ValueError(
+            f"--pad-to: expected >= the longest of --lengths ({max(lengths)}), got {pad_to}"
+        )
+
+
+def show_slots_required(parser: argparse.ArgumentParser) -> None:
+    """Write ``parser``'s usage line with the flags of its deprecated positionals shown as
+    required (``--model DIR``, not ``[--model DIR]``): argparse cannot require them while
+    the old positional may still give them, so the command checks them itself."""
+    slots = parser.get_default("_deprecated_positionals")
+    if not slots:
+        return
+    flags = {flag for _, _, flag in slots}
+    actions = [a for a in parser._actions if set(a.option_strings) & flags]
+    for action in actions:
+        action.required = True
+    try:
+        usage = parser.format_usage()
+    finally:
+        for action in actions:
+            action.required = False
+    parser.usage = usage.removeprefix("usage: ").rstrip("\n")

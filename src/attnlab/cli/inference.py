@@ -3,7 +3,7 @@ text, ``average`` of checkpoints, and one resolver for every command that takes 
 
 `extend` runs after the other groups have added their parsers: it adds options to
 ``translate`` and ``evaluate`` (defined in `jobs`) and routes every command's model argument
-(``--model``, viz's ``MODEL``, export's ``MODEL_DIR``) through
+(``--model``) through
 :func:`attnlab.modeldir.resolve_model_dir`, so that each also takes a checkpoint
 ``OUT/checkpoints/step-N`` or a run ``OUT``. `add_parsers` adds ``average``.
 """
@@ -18,7 +18,20 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ._args import device_of, positive_int
+from ._args import (
+    add_deprecated,
+    add_input_bound_flags,
+    add_max_new_tokens_flag,
+    add_out_flag,
+    add_overwrite_flag,
+    add_sampling_flags,
+    device_of,
+    positive_int,
+)
+
+#: translate's exit status when ``--too-long refuse`` left lines untranslated (bad input, as
+#: :data:`attnlab.cli.EXIT_INPUT`); the output is written all the same, a line for each line.
+EXIT_REFUSED = 2
 
 #: model_type (config.json) -> what it is, and the command that uses it.
 KINDS = {
@@ -27,9 +40,6 @@ KINDS = {
     "vit": ("a VisionTransformer (an image classifier)", "attnlab predict"),
     "encoder": ("a TransformerEncoder (an encoder without a decoder)", "attnlab viz attention"),
 }
-
-#: The argument that names a model, by attribute, as the errors name it.
-_MODEL_ARGS = {"model": "--model", "model_dir": "MODEL_DIR"}
 
 
 def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str, flag: str):
@@ -46,60 +56,20 @@ def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str
 
 
 def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """``func`` with its model argument resolved first (a checkpoint or a run to a model
-    directory)."""
+    """``func`` with its ``--model`` resolved first (a checkpoint or a run to a model
+    directory); where only a deprecated positional could have named it, refused if missing."""
     from ..modeldir import resolve_model_dir
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        _merge_model_flag(args)
-        for attr, flag in _MODEL_ARGS.items():
-            value = getattr(args, attr, None)
-            if isinstance(value, str):
-                name = "MODEL" if args.command == "viz" else flag
-                setattr(args, attr, str(resolve_model_dir(value, name=name)))
+        if not hasattr(args, "model"):
+            return func(args)
+        if args.model is None:
+            raise ValueError("--model: required (a model directory, checkpoint or run)")
+        args.model = str(resolve_model_dir(args.model, name="--model"))
         return func(args)
 
     return run
-
-
-def _merge_model_flag(args: argparse.Namespace) -> None:
-    """``--model`` where the model was positional (viz's MODEL, export's MODEL_DIR): the
-    positional stays, as a deprecated alias (its help says so; it prints nothing, so that
-    scripts reading stderr keep working)."""
-    if not hasattr(args, "model_flag"):
-        return
-    attr = "model_dir" if hasattr(args, "model_dir") else "model"
-    positional, flag = getattr(args, attr), args.model_flag
-    if positional is not None and flag is not None:
-        raise ValueError(f"--model: given twice (--model {flag} and {positional}); keep --model")
-    if positional is None and flag is None:
-        raise ValueError("--model: required (a model directory, checkpoint or run)")
-    setattr(args, attr, positional if flag is None else flag)
-
-
-def _add_model_flag(parser: argparse.ArgumentParser) -> None:
-    """Give a parser whose model is positional a ``--model`` flag, the positional optional."""
-    for action in parser._actions:
-        if not action.option_strings and action.dest in _MODEL_ARGS:
-            action.nargs, action.default, action.required = "?", None, False
-            action.help = f"{action.help} (deprecated: use --model)"
-            parser.add_argument(
-                "--model",
-                dest="model_flag",
-                metavar="MODEL",
-                default=None,
-                help="model directory (OUT/model)",
-            )
-            return
-
-
-def _walk(parser: argparse.ArgumentParser):
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                yield from _walk(child)
 
 
 def extend(sub) -> None:
@@ -107,9 +77,6 @@ def extend(sub) -> None:
     model argument (see the module's docstring)."""
     _extend_translate(sub.choices["translate"])
     _extend_evaluate(sub.choices["evaluate"])
-    for parser in sub.choices.values():
-        for each in _walk(parser):
-            _add_model_flag(each)
     for name, parser in sub.choices.items():
         func = parser.get_default("func")
         skip = {"train", "translate", "evaluate", "average", "generate", "predict"}
@@ -149,17 +116,19 @@ def _extend_translate(translate: argparse.ArgumentParser) -> None:
         "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
         "--sample); one translation per line, in order. A file is read in bounded chunks of "
         "--batch-lines lines (memory stays flat however long it is), with a progress bar on "
-        "a terminal; -o writes the output file atomically (all of it, or nothing). MODEL may "
-        "be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT."
+        "a terminal; --out (-o) writes the output file atomically (all of it, or nothing). "
+        "--model may be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT. Each "
+        "translation is at most --max-new-tokens tokens long (default: its source's length + "
+        "50), and never more than the model's max_len; a source is at most max_len tokens "
+        "(--too-long)."
     )
     translate.add_argument(
         "--alpha", type=_non_negative, default=0.6, help="beam search's length penalty (0.6)"
     )
-    translate.add_argument(
-        "--max-len",
-        type=positive_int,
-        default=None,
-        help="the longest translation in tokens (the source length + 50)",
+    add_max_new_tokens_flag(translate)
+    # The old --max-len had the same unit (tokens after the start token): it maps as it is.
+    add_deprecated(
+        translate, "--max-len", use="--max-new-tokens", dest="max_new_tokens", type=positive_int
     )
     translate.add_argument(
         "--n-best",
@@ -169,32 +138,21 @@ def _extend_translate(translate: argparse.ArgumentParser) -> None:
         help="the N best translations of each line (N <= --beam-size), best first, one a line "
         "as SCORE<tab>TEXT; SCORE is log P / length penalty",
     )
-    translate.add_argument(
-        "--sample", action="store_true", help="draw each token instead of searching"
-    )
-    translate.add_argument(
-        "--temperature", type=positive_number, default=1.0, help="--sample: temperature (1.0)"
-    )
-    translate.add_argument(
-        "--top-k", type=positive_int, default=None, help="--sample: keep the k most probable"
-    )
-    translate.add_argument(
-        "--top-p", type=probability, default=None, help="--sample: nucleus mass, in (0, 1]"
-    )
+    add_sampling_flags(translate, probability, positive_number)
     translate.add_argument("--seed", type=int, default=None, help="--sample: random seed")
     translate.add_argument(
         "-i", "--input", default=None, metavar="FILE", help="translate the lines of FILE"
     )
-    translate.add_argument(
-        "-o", "--output", default=None, metavar="FILE", help="write to FILE instead of stdout"
-    )
+    add_input_bound_flags(translate)
+    add_out_flag(translate, "write the translations to this file instead of stdout", short=True)
+    add_deprecated(translate, "--output", use="--out", dest="out")
     translate.set_defaults(func=resolving(cmd_translate))
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
     batch: list[str] = []
     for line in lines:
-        batch.append(line.rstrip("\r\n"))
+        batch.append(line)
         if len(batch) == size:
             yield batch
             batch = []
@@ -202,8 +160,41 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
+class TooLongLines:
+    """Reports the sources over the model's max_len as one line each on stderr, naming where
+    each came from (``--input FILE line N``, ``standard input line N``, ``TEXT N``), and
+    counts the refused ones."""
+
+    def __init__(self, command: str, source: str) -> None:
+        self.command, self.source, self.refused, self.first = command, source, 0, 1
+
+    def at(self, first: int) -> TooLongLines:
+        """The reporter for a batch whose first line is line ``first`` (from 1)."""
+        self.first = first
+        return self
+
+    def __call__(self, report) -> None:
+        where = f"{self.source} {self.first + report.index:,}"
+        if report.refused:
+            self.refused += 1
+            print(
+                f"attnlab {self.command}: error: {where}: {report.describe()} (--too-long "
+                f"refuse); its output line is left empty",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            print(
+                f"attnlab {self.command}: note: {where}: {report.describe()} (--too-long "
+                f"refuse would leave it out)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
     from ..evaluate import Translator
+    from ._lines import check_utf8, lines_of, read_lines
 
     sampling = (args.temperature != 1.0, args.top_k, args.top_p, args.seed)
     if not args.sample and any(option is not None and option is not False for option in sampling):
@@ -222,78 +213,89 @@ def cmd_translate(args: argparse.Namespace) -> int:
         raise ValueError("--input: give either a FILE or TEXT arguments, not both")
     if args.input and not Path(args.input).is_file():
         raise FileNotFoundError(f"--input: {args.input}: no such file")
-    if args.output and args.input and Path(args.output).resolve() == Path(args.input).resolve():
-        raise ValueError("--output: the same file as --input; choose another")
+    if args.out and args.input and Path(args.out).resolve() == Path(args.input).resolve():
+        raise ValueError("--out: the same file as --input; choose another")
+    if args.input and args.errors == "strict":
+        check_utf8(args.input, "--input")  # every line, before any model work
     device = device_of(args.device)
     check_kind(args.model, {"transformer"}, "translate", "--model")
     options = {
         "beam_size": args.beam_size,
         "alpha": args.alpha,
         "max_tokens": args.max_tokens,
-        "max_new_tokens": args.max_len,
+        "max_new_tokens": args.max_new_tokens,
         "sample": args.sample,
         "temperature": args.temperature,
         "top_k": args.top_k,
         "top_p": args.top_p,
         "seed": args.seed,
+        "too_long": args.too_long,
     }
     if getattr(args, "quantize", None):
         options["quantize"] = args.quantize
     loaded = Translator.load(args.model, device=device, **options)
+    from_text = bool(args.text) and args.text != ["-"]
+    source = "TEXT" if from_text else f"--input {args.input} line" if args.input else None
+    too_long = TooLongLines("translate", source or "standard input line")
 
-    def translate(batch: list[str]) -> list[str]:
+    def translate(batch: list[str], first: int) -> list[str]:
         if args.n_best is None:
-            return loaded.translate(batch)
+            return loaded.translate(batch, on_too_long=too_long.at(first))
         return [
             "\n".join(f"{score:.4f}\t{text}" for score, text in found)
-            for found in loaded.n_best(batch, args.n_best)
+            for found in loaded.n_best(batch, args.n_best, on_too_long=too_long.at(first))
         ]
 
+    def translate_all(lines: Iterable[str], write: Callable[[str], object]) -> Iterator[list[str]]:
+        """Translate ``lines`` in chunks, writing each translation; yield each chunk."""
+        first = 1
+        for batch in _chunks(lines, args.batch_lines):
+            for line in translate(batch, first):
+                write(line + "\n")
+            first += len(batch)
+            yield batch
+
     def translations(write: Callable[[str], object]) -> None:
-        if args.text and args.text != ["-"]:
-            for line in translate(args.text):
+        if from_text:
+            for line in translate(args.text, 1):
                 write(line + "\n")
             return
         if not args.input:
-            for batch in _chunks(sys.stdin, args.batch_lines):
-                for line in translate(batch):
-                    write(line + "\n")
+            stdin = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no buffer
+            for _ in translate_all(lines_of(stdin, "standard input", args.errors), write):
+                pass
             return
         from tqdm import tqdm
 
         size = Path(args.input).stat().st_size
-        with (
-            open(args.input, encoding="utf-8") as source,
-            tqdm(
-                total=size,
-                unit="B",
-                unit_scale=True,
-                desc="translate",
-                disable=not sys.stderr.isatty(),
-                file=sys.stderr,
-            ) as bar,
-        ):
-            for batch in _chunks(source, args.batch_lines):
-                for line in translate(batch):
-                    write(line + "\n")
+        lines = read_lines(args.input, "--input", args.errors)
+        with tqdm(
+            total=size,
+            unit="B",
+            unit_scale=True,
+            desc="translate",
+            disable=not sys.stderr.isatty(),
+            file=sys.stderr,
+        ) as bar:
+            for batch in translate_all(lines, write):
                 bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
 
-    if args.output:
+    if args.out:
         from .._io import atomic_write
 
         def fill(path: str) -> None:
             with open(path, "w", encoding="utf-8") as out:
                 translations(out.write)
 
-        atomic_write(args.output, fill)
-        return 0
+        atomic_write(args.out, fill)
+        return EXIT_REFUSED if too_long.refused else 0
 
     def emit(line: str) -> None:
         sys.stdout.write(line)
         sys.stdout.flush()
 
     translations(emit)
-    return 0
+    return EXIT_REFUSED if too_long.refused else 0
 
 
 # -- evaluate ----------------------------------------------------------------------------------
@@ -307,6 +309,7 @@ def _extend_evaluate(evaluate: argparse.ArgumentParser) -> None:
     )
     evaluate.add_argument("--src", default=None, metavar="FILE", help="source sentences")
     evaluate.add_argument("--ref", default=None, metavar="FILE", help="their references")
+    add_input_bound_flags(evaluate)
     evaluate.add_argument(
         "--alpha",
         type=_non_negative,
@@ -317,15 +320,12 @@ def _extend_evaluate(evaluate: argparse.ArgumentParser) -> None:
     evaluate.set_defaults(func=resolving(functools.partial(cmd_evaluate, job_evaluate)))
 
 
-def _read_lines(path: str, flag: str) -> list[str]:
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"{flag}: {path}: no such file")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{flag}: {path}: not UTF-8 text") from None
-    return text.splitlines()
+def _read_lines(path: str, flag: str, errors: str = "strict") -> list[str]:
+    """The lines of ``path`` (``flag`` names it in errors), decoded line by line as
+    ``--errors`` says (:mod:`attnlab.cli._lines`)."""
+    from ._lines import read_lines
+
+    return list(read_lines(path, flag, errors))
 
 
 _SCORED_WITHOUT_DECODING = {
@@ -355,10 +355,21 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     kind = kind_of(args.model)
     _check_decoding_flags(args, kind)
     if args.src is None and args.ref is None:
+        for flag, default in (("too_long", "cut"), ("errors", "strict")):
+            if getattr(args, flag) != default:
+                raise ValueError(
+                    f"--{flag.replace('_', '-')}: applies to the files of --src/--ref; the "
+                    f"job's own split was read and bounded when it was built"
+                )
         return job_evaluate(args)
     if args.split is not None:
         raise ValueError("--split: scores the job's own split; --src/--ref score files: choose one")
     if kind == "lm":
+        if args.too_long == "refuse":
+            raise ValueError(
+                "--too-long: refuse leaves translations out; a language model's perplexity "
+                "is measured on each line's first max_len tokens (cut)"
+            )
         return _evaluate_lm_file(args)
     check_kind(args.model, {"transformer"}, "evaluate --src/--ref", "--model")
     if args.src is None or args.ref is None:
@@ -367,8 +378,8 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     from ..evaluate import Translator, score
     from .jobs import print_scores
 
-    sources = _read_lines(args.src, "--src")
-    references = _read_lines(args.ref, "--ref")
+    sources = _read_lines(args.src, "--src", args.errors)
+    references = _read_lines(args.ref, "--ref", args.errors)
     if len(sources) != len(references):
         raise ValueError(
             f"--ref: {args.ref} has {len(references):,} lines, but --src {args.src} has "
@@ -381,23 +392,29 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     beam = args.beam_size or 4
     alpha = 0.6 if args.alpha is None else args.alpha
     translator = Translator.load(
-        args.model, beam_size=beam, alpha=alpha, device=device_of(args.device)
+        args.model,
+        beam_size=beam,
+        alpha=alpha,
+        device=device_of(args.device),
+        too_long=args.too_long,
     )
-    hypotheses = translator.translate(sources)
+    too_long = TooLongLines("evaluate", f"--src {args.src} line")
+    hypotheses = translator.translate(sources, on_too_long=too_long)
+    status = EXIT_REFUSED if too_long.refused else 0
     result = score(hypotheses, references).to_dict()
     result.update(
         {"split": Path(args.src).name, "task": "files", "beam_size": beam, "alpha": alpha}
     )
     if args.json:
         print(json.dumps(result))
-        return 0
+        return status
     result["examples"] = [
         {"source": s, "hypothesis": h, "reference": r}
         for s, h, r in zip(sources, hypotheses, references, strict=True)
         if h != r
     ]
     print_scores(result, show=args.show, beam_size=beam)
-    return 0
+    return status
 
 
 def _evaluate_lm_file(args: argparse.Namespace) -> int:
@@ -406,9 +423,9 @@ def _evaluate_lm_file(args: argparse.Namespace) -> int:
 
     if args.ref is not None or args.src is None:
         raise ValueError("--ref: a language model is scored on --src FILE alone (perplexity)")
-    lines = _read_lines(args.src, "--src")[: args.limit] if args.limit else None
-    if lines is None:
-        lines = _read_lines(args.src, "--src")
+    lines = _read_lines(args.src, "--src", args.errors)
+    if args.limit:
+        lines = lines[: args.limit]
     model, tokenizer, _ = load_with_tokenizers(args.model, device=device_of(args.device))
     result = lm_perplexity(model, tokenizer, lines)
     result.update({"split": Path(args.src).name, "task": "files"})
@@ -473,6 +490,6 @@ def add_parsers(sub) -> None:
         ),
     )
     average.add_argument("checkpoints", nargs="+", metavar="CKPT", help="checkpoint directories")
-    average.add_argument("--out", required=True, metavar="DIR", help="the model directory")
-    average.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    add_out_flag(average, "the model directory to write; required", required=True)
+    add_overwrite_flag(average)
     average.set_defaults(func=cmd_average)

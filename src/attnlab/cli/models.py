@@ -7,7 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._args import add_device_flag, device_of, positive_int
+from ._args import (
+    add_deprecated,
+    add_device_flag,
+    add_max_new_tokens_flag,
+    add_model_flag,
+    add_sampling_flags,
+    add_seed_flag,
+    device_of,
+    positive_int,
+)
 from .inference import check_kind, positive_number, probability, resolving
 
 
@@ -48,7 +57,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         sample(
             model,
             [prompt],
-            max_new_tokens=args.max_len,
+            max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
             top_k=args.top_k,
             top_p=args.top_p,
@@ -56,7 +65,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             on_token=show,
         )
     else:
-        greedy_search(model, [prompt], max_new_tokens=args.max_len, on_token=show)
+        greedy_search(model, [prompt], max_new_tokens=args.max_new_tokens, on_token=show)
     text = tokenizer.decode(new)
     sys.stdout.write(text[len(shown) :] if text.startswith(shown) else "\n" + text)
     sys.stdout.write("\n")
@@ -102,7 +111,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     model.eval()
     with torch.no_grad():
         probs = model(images.to(device)).float().softmax(dim=-1).cpu()
-    k = min(args.top_k, config.num_classes)
+    k = min(args.top_classes, config.num_classes)
     values, classes = probs.topk(k, dim=-1)
     for path, row_p, row_c in zip(args.images, values, classes, strict=True):
         ranked = ", ".join(f"{int(c)} {float(p):.3f}" for p, c in zip(row_p, row_c, strict=True))
@@ -120,16 +129,14 @@ def add_parsers(sub) -> None:
             "token comes. MODEL may be OUT/model, a checkpoint or a run OUT."
         ),
     )
-    generate.add_argument("--model", required=True, help="model directory (OUT/model)")
+    add_model_flag(generate)
     generate.add_argument("prompt", nargs="?", default="", help="the text to continue ('')")
-    generate.add_argument(
-        "--max-len", type=positive_int, default=50, help="new tokens at most (50)"
+    add_max_new_tokens_flag(generate)
+    add_deprecated(
+        generate, "--max-len", use="--max-new-tokens", dest="max_new_tokens", type=positive_int
     )
-    generate.add_argument("--sample", action="store_true", help="draw tokens (default: greedy)")
-    generate.add_argument("--temperature", type=positive_number, default=1.0, help="--sample (1.0)")
-    generate.add_argument("--top-k", type=positive_int, default=None, help="--sample: top k")
-    generate.add_argument("--top-p", type=probability, default=None, help="--sample: nucleus mass")
-    generate.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    add_sampling_flags(generate, probability, positive_number)  # without --sample: greedy
+    add_seed_flag(generate)
     add_device_flag(generate)
     generate.set_defaults(func=resolving(cmd_generate))
 
@@ -137,15 +144,22 @@ def add_parsers(sub) -> None:
         "predict",
         help="classify images with a Vision Transformer (attnlab train --task digits)",
         description=(
-            "Print, for each IMAGE, its --top-k classes with their probabilities (tab after "
-            "the path). Images are converted to the model's channels and size and scaled to "
-            "[0, 1]; the digits task's images are light strokes on black: --invert for dark "
-            "ink on white paper. Needs Pillow (attnlab[vision])."
+            "Print, for each IMAGE, its --top-classes most probable classes with their "
+            "probabilities (tab after the path). Images are converted to the model's channels "
+            "and size and scaled to [0, 1]; the digits task's images are light strokes on "
+            "black: --invert for dark ink on white paper. Needs Pillow (attnlab[vision])."
         ),
     )
-    predict.add_argument("--model", required=True, help="model directory (OUT/model)")
+    add_model_flag(predict)
     predict.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG)")
-    predict.add_argument("--top-k", type=positive_int, default=3, help="classes to show (3)")
+    predict.add_argument(
+        "--top-classes",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="the N most probable classes to show (3)",
+    )
+    add_deprecated(predict, "--top-k", use="--top-classes", dest="top_classes", type=positive_int)
     predict.add_argument("--invert", action="store_true", help="dark ink on light paper")
     add_device_flag(predict)
     predict.set_defaults(func=resolving(cmd_predict))

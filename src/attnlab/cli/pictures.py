@@ -10,7 +10,17 @@ import torch
 
 from ..model import Transformer
 from ..vision import VisionTransformer
-from ._args import add_device_flag, device_of, parse_lengths, positive_int
+from ._args import (
+    add_deprecated_positionals,
+    add_device_flag,
+    add_mask_flags,
+    add_max_new_tokens_flag,
+    add_model_flag,
+    add_out_flag,
+    check_pad_to,
+    device_of,
+    positive_int,
+)
 
 
 def _ids(text: str) -> list[int]:
@@ -30,8 +40,59 @@ def _indices(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected indices like 0,2,5, got {text!r}") from None
 
 
+def _texts_as_ids(args: argparse.Namespace, model) -> tuple[list | None, list | None, tuple]:
+    """``(source ids, target ids, (src, tgt) tokenizers)``: ``--src`` / ``--tgt`` TEXT as ids
+    of the model's tokenizers, or ``--src-ids`` / ``--tgt-ids`` as given (then no tokenizers:
+    ``()``). A target text, and a language model's input, start with BOS, as the model saw them
+    in training. Refused, naming the flag: both spellings of one side, an empty text, or one
+    over the model's max_len tokens (checked on characters first: tokenizing is bounded too)."""
+    from ..evaluate import CHARS_PER_TOKEN
+
+    for side in ("src", "tgt"):
+        if getattr(args, side) is not None and getattr(args, f"{side}_ids") is not None:
+            raise ValueError(f"--{side}: give --{side} TEXT or --{side}-ids IDS, not both")
+    if args.src is None and args.tgt is None:
+        return args.src_ids, args.tgt_ids, ()
+    from ..data import load_tokenizers
+    from ..model import Transformer
+
+    config = model.config
+    loaded = load_tokenizers(args.model)
+    tokenizers = dict(zip(("src", "tgt"), loaded, strict=True))
+    ids = {"src": args.src_ids, "tgt": args.tgt_ids}
+    for side, framed in (("src", not isinstance(model, Transformer)), ("tgt", True)):
+        text = getattr(args, side)
+        if text is None:
+            continue
+        room = config.max_len - int(framed)
+        if not text.strip():
+            raise ValueError(f"--{side}: empty text; give a sentence")
+        if len(text) > CHARS_PER_TOKEN * room:
+            raise ValueError(
+                f"--{side}: {len(text):,} characters, more than the model takes "
+                f"({CHARS_PER_TOKEN} per token of {room} tokens); shorten it"
+            )
+        encoded = tokenizers[side].encode(text)
+        if len(encoded) > room:
+            raise ValueError(
+                f"--{side}: {len(encoded):,} tokens, more than the model takes ({room}: its "
+                f"max_len {config.max_len}{' less <bos>' if framed else ''}); shorten it"
+            )
+        ids[side] = [config.bos_id, *encoded] if framed else encoded
+    return ids["src"], ids["tgt"], loaded
+
+
+def _labels(tokenizers: tuple, ids: list[int] | None, side: int) -> list | None:
+    """A side's tick labels: its tokens (``Tokenizer.labels``; side 0 source, 1 target) where
+    text was given (a translation model's own output too), else the ids as they are."""
+    if ids is None or not tokenizers:
+        return ids
+    return tokenizers[side].labels(ids)
+
+
 def _viz_attention(args: argparse.Namespace) -> list[Path]:
     from .. import viz
+    from ..decoding import EXTRA_LENGTH
     from ..generate import greedy_search
     from ..model import TransformerEncoder, TransformerLM, load_pretrained
 
@@ -41,32 +102,34 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
     if isinstance(model, VisionTransformer):
         raise ValueError(
             f"--model: {args.model} holds a VisionTransformer; draw where its class token looks "
-            f"with `attnlab viz rollout {args.model}`"
+            f"with `attnlab viz rollout --model {args.model}`"
         )
+    src_ids, tgt_ids, tokenizers = _texts_as_ids(args, model)
     if isinstance(model, Transformer):
-        if args.src_ids is None:
-            raise ValueError("--src-ids: required for an encoder-decoder model")
-        src = torch.tensor([args.src_ids], device=device)
-        if args.tgt_ids is None:  # show what the model itself produces
-            out = greedy_search(model, src, max_new_tokens=args.max_new_tokens)
+        if src_ids is None:
+            raise ValueError("--src: required for an encoder-decoder model (or --src-ids)")
+        src = torch.tensor([src_ids], device=device)
+        if tgt_ids is None:  # show what the model itself produces
+            # BOS and the output fit the model's max_len positions, whatever is asked.
+            budget = args.max_new_tokens or len(src_ids) + EXTRA_LENGTH
+            budget = max(1, min(budget, config.max_len - 1))
+            out = greedy_search(model, src, max_new_tokens=budget)
             tgt_ids = [config.bos_id, *out.tolist()[0]]
-        else:
-            tgt_ids = args.tgt_ids
         tgt = torch.tensor([tgt_ids], device=device)
         maps = model.attention(src, tgt)
-        src_tokens, tgt_tokens = args.src_ids, tgt_ids
+        src_tokens, tgt_tokens = _labels(tokenizers, src_ids, 0), _labels(tokenizers, tgt_ids, 1)
     elif isinstance(model, TransformerLM):
-        ids = args.tgt_ids or args.src_ids
+        ids = tgt_ids or src_ids
         if ids is None:
-            raise ValueError("--src-ids: required (the language model's input)")
+            raise ValueError("--src: required (the language model's input; or --src-ids)")
         maps = model.attention(torch.tensor([ids], device=device))
-        src_tokens, tgt_tokens = None, ids
+        src_tokens, tgt_tokens = None, _labels(tokenizers, ids, 1)
     else:
         assert isinstance(model, TransformerEncoder)
-        if args.src_ids is None:
-            raise ValueError("--src-ids: required for an encoder model")
-        maps = model.attention(torch.tensor([args.src_ids], device=device))
-        src_tokens, tgt_tokens = args.src_ids, None
+        if src_ids is None:
+            raise ValueError("--src: required for an encoder model (or --src-ids)")
+        maps = model.attention(torch.tensor([src_ids], device=device))
+        src_tokens, tgt_tokens = _labels(tokenizers, src_ids, 0), None
     out_dir = Path(args.out or "attention")
     viz.attention_maps(
         maps,
@@ -156,9 +219,8 @@ def _viz_other(args: argparse.Namespace) -> list[Path]:
     if args.picture == "pe":
         viz.positional_encoding(args.d_model, args.length, path=path, dpi=args.dpi)
     elif args.picture == "masks":
-        viz.masks(
-            args.lengths, causal=not args.no_causal, max_len=args.max_len, path=path, dpi=args.dpi
-        )
+        check_pad_to(args.lengths, args.pad_to)
+        viz.masks(args.lengths, causal=args.causal, max_len=args.pad_to, path=path, dpi=args.dpi)
     elif args.picture == "lr":
         extra = () if args.no_extra else tuple(args.extra or ((256, 4000), (512, 8000)))
         viz.lr_schedule(args.d_model, args.warmup, args.steps, extra=extra, path=path, dpi=args.dpi)
@@ -190,6 +252,12 @@ def _pair(text: str) -> tuple[int, int]:
     return d_model, warmup
 
 
+def _add_model(parser: argparse.ArgumentParser) -> None:
+    """``--model``, the model the picture is of; the old positional MODEL still names it."""
+    add_model_flag(parser, required=False)
+    add_deprecated_positionals(parser, ("model", "MODEL", "--model"))
+
+
 def add_parsers(sub) -> None:
     viz = sub.add_parser(
         "viz",
@@ -198,7 +266,9 @@ def add_parsers(sub) -> None:
     )
     pictures = viz.add_subparsers(dest="picture", metavar="PICTURE", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--out", default=None, help="output PNG (a directory for 'attention')")
+    add_out_flag(
+        common, "the PNG to write (attention, rollout: a directory); default: in the current one"
+    )
     common.add_argument("--dpi", type=positive_int, default=100, help="resolution (100)")
 
     attention = pictures.add_parser(
@@ -206,18 +276,25 @@ def add_parsers(sub) -> None:
         parents=[common],
         help="attention weights of a saved model: a layers x heads grid per kind",
         description=(
-            "Encoder self-attention, decoder self-attention and cross-attention of a model "
-            "saved with save_pretrained, on one input, as layers x heads grids with token "
-            "labels (encoder.png, decoder.png, cross.png in --out, default ./attention). An "
-            "encoder-decoder model without --tgt-ids decodes greedily and shows its own output."
+            "Encoder self-attention, decoder self-attention and cross-attention of a trained "
+            "model (--model), on one input, as layers x heads grids with token "
+            "labels (encoder.png, decoder.png, cross.png in --out, default ./attention). "
+            "--src and --tgt are text, tokenised with the model's tokenizers and labelled with "
+            "its tokens; --src-ids and --tgt-ids take token ids. An encoder-decoder model "
+            "without --tgt (or --tgt-ids) decodes greedily (at most --max-new-tokens tokens, "
+            "and at most its max_len) and shows its own output."
         ),
     )
-    attention.add_argument("model", help="model directory (config.json + model.safetensors)")
+    _add_model(attention)
+    attention.add_argument(
+        "--src", default=None, metavar="TEXT", help="the source sentence (the input of an LM)"
+    )
+    attention.add_argument(
+        "--tgt", default=None, metavar="TEXT", help="a target sentence to teacher-force"
+    )
     attention.add_argument("--src-ids", type=_ids, default=None, help="source ids, e.g. '5 6 7'")
     attention.add_argument("--tgt-ids", type=_ids, default=None, help="target ids (with BOS)")
-    attention.add_argument(
-        "--max-new-tokens", type=positive_int, default=50, help="greedy target length (50)"
-    )
+    add_max_new_tokens_flag(attention)
     attention.add_argument("--layers", type=_indices, default=None, help="layers, e.g. 0,5")
     attention.add_argument("--heads", type=_indices, default=None, help="heads, e.g. 0,1")
     add_device_flag(attention)
@@ -227,8 +304,15 @@ def add_parsers(sub) -> None:
         parents=[common],
         help="cosine similarity of a saved model's learned position embeddings (a ViT's: the "
         "patch grid of figure 7)",
+        description=(
+            "The cosine similarity between every pair of a trained model's learned position "
+            "embeddings (--side src or tgt, the first --length positions), as a heat map in "
+            "--out (default ./learned_pe.png); for a Vision Transformer, each patch's "
+            "similarity to the others laid out on the patch grid (the ViT paper's figure 7). "
+            "A model with sinusoidal positions has none to draw."
+        ),
     )
-    learned.add_argument("model", help="model directory")
+    _add_model(learned)
     learned.add_argument("--length", type=positive_int, default=None, help="first N positions")
     learned.add_argument("--side", choices=("src", "tgt"), default="src", help="which embedding")
 
@@ -243,7 +327,7 @@ def add_parsers(sub) -> None:
             "--out (default ./rollout)."
         ),
     )
-    rollout.add_argument("model", help="a VisionTransformer trained by attnlab train")
+    _add_model(rollout)
     rollout.add_argument(
         "--split", choices=("test", "valid", "train"), default="test", help="images of (test)"
     )
@@ -256,6 +340,11 @@ def add_parsers(sub) -> None:
         "pe",
         parents=[common],
         help="the sinusoidal encoding matrix and its dot-product similarity (sec. 3.5)",
+        description=(
+            "The sinusoidal positional encoding of section 3.5 for --length positions of "
+            "width --d-model, and the dot products between positions, as one PNG in --out "
+            "(default ./pe.png)."
+        ),
     )
     pe.add_argument("--d-model", type=positive_int, default=128, help="width (128)")
     pe.add_argument("--length", type=positive_int, default=100, help="positions (100)")
@@ -264,13 +353,25 @@ def add_parsers(sub) -> None:
         "masks",
         parents=[common],
         help="padding, look-ahead and combined masks of a padded batch (T9-T11)",
+        description=(
+            "The padding mask of a batch of sequences of --lengths (padded to the longest, or "
+            "to --pad-to), with --causal (the default) also the look-ahead mask and the two "
+            "combined, as one PNG in --out (default ./masks.png); `attnlab masks` prints the "
+            "same masks as text."
+        ),
     )
-    masks.add_argument("--lengths", type=parse_lengths, default=[4, 2], help="e.g. 4,2,3")
-    masks.add_argument("--max-len", type=positive_int, default=None, help="pad to this length")
-    masks.add_argument("--no-causal", action="store_true", help="padding masks only")
+    add_mask_flags(masks)
 
     lr = pictures.add_parser(
-        "lr", parents=[common], help="the learning-rate schedule of eq. 3 (warmup, then 1/sqrt)"
+        "lr",
+        parents=[common],
+        help="the learning-rate schedule of eq. 3 (warmup, then 1/sqrt)",
+        description=(
+            "The learning rate of the paper's eq. 3 over --steps steps for --d-model and "
+            "--warmup, with further curves from --extra (default: 256:4000 and 512:8000; "
+            "--no-extra draws one), as one PNG in --out (default ./lr.png). The task recipes "
+            "use a cosine schedule instead (`attnlab config --recipe NAME`)."
+        ),
     )
     lr.add_argument("--d-model", type=positive_int, default=512, help="d_model (512)")
     lr.add_argument("--warmup", type=positive_int, default=4000, help="warmup steps (4000)")
@@ -284,6 +385,11 @@ def add_parsers(sub) -> None:
         "curves",
         parents=[common],
         help="training curves from a metrics CSV (a 'step' column); several CSVs compare runs",
+        description=(
+            "The columns of OUT/metrics.csv that `attnlab train` writes (loss, learning rate, "
+            "validation scores) against the step, one panel each, as one PNG in --out "
+            "(default ./curves.png); several CSVs draw one colour per run."
+        ),
     )
     curves.add_argument(
         "csv",

@@ -1,4 +1,5 @@
-"""The commands that show and count: ``demo``, ``masks``, ``config``, ``flops``, ``explain``."""
+"""The commands that show and count: ``tour`` (``demo``, its old name), ``masks``,
+``config``, ``flops``, ``explain``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from ..masks import causal_mask, combine_masks, from_torch_masks, key_mask, padd
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..positional import SinusoidalPositionalEncoding
 from ..vision import VisionConfig, count_vit_parameters
-from ._args import parse_lengths, positive_int
+from ._args import (
+    add_deprecated,
+    add_json_flag,
+    add_mask_flags,
+    add_out_flag,
+    add_seed_flag,
+    check_pad_to,
+    positive_int,
+    warn_deprecated,
+)
 
 
 def _grid(mask: torch.Tensor) -> str:
@@ -33,7 +43,8 @@ def _grid(mask: torch.Tensor) -> str:
 
 def cmd_masks(args: argparse.Namespace) -> int:
     lengths = args.lengths
-    padded = padding_mask(lengths, args.max_len)
+    check_pad_to(lengths, args.pad_to)
+    padded = padding_mask(lengths, args.pad_to)
     t = padded.shape[1]
     if t == 0:
         print("error: every length is 0, nothing to draw", file=sys.stderr)
@@ -50,6 +61,11 @@ def cmd_masks(args: argparse.Namespace) -> int:
         print("    " + _grid(masks[b, 0]).replace("\n", "\n    "))
         print()
     return 0
+
+
+def _cmd_demo_deprecated(args: argparse.Namespace) -> int:
+    warn_deprecated("attnlab demo", "attnlab tour")
+    return cmd_demo(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -165,7 +181,49 @@ def _print_vision_presets() -> None:
         )
 
 
+def _recipe_files() -> dict[str, str]:
+    """Recipe name -> its packaged file (``attnlab/recipes/*.toml``): each task with a recipe
+    by the task's name, and every file by its own name (``multi30k-en-de``)."""
+    from importlib import resources
+
+    from ..jobs import TASKS
+
+    files = {
+        entry.name[: -len(".toml")]: entry.name
+        for entry in resources.files("attnlab").joinpath("recipes").iterdir()
+        if entry.name.endswith(".toml")
+    }
+    tasks = {name: task.recipe for name, task in TASKS.items() if task.recipe is not None}
+    return {**tasks, **{k: v for k, v in sorted(files.items()) if k not in tasks}}
+
+
+def recipe_names() -> list[str]:
+    """What ``config --recipe`` and ``train --config`` take as a recipe's name."""
+    return list(_recipe_files())
+
+
+def recipe_text(name: str) -> str:
+    """The packaged recipe ``name`` (see `recipe_names`), as the file has it (comments and
+    all). ValueError naming --recipe for another name."""
+    from importlib import resources
+
+    files = _recipe_files()
+    if name not in files:
+        raise ValueError(f"--recipe: expected one of {', '.join(files)}, got {name!r}")
+    return resources.files("attnlab").joinpath("recipes", files[name]).read_text(encoding="utf-8")
+
+
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.recipe is not None:
+        if args.preset is not None:
+            raise ValueError(f"--recipe: prints a task's recipe; drop NAME ({args.preset})")
+        if args.json:
+            from ..jobs.tables import _toml
+
+            print(json.dumps(_toml().loads(recipe_text(args.recipe)), indent=2))
+            return 0
+        sys.stdout.write(recipe_text(args.recipe))
+        return 0
     if args.preset is None:
         names = TransformerConfig.preset_names()
         head = f"{'preset':<12}{'d_model':>8}{'heads':>6}{'d_ff':>6}{'N enc/dec':>11}{'vocab':>7}"
@@ -181,7 +239,10 @@ def cmd_config(args: argparse.Namespace) -> int:
             )
         print()
         _print_vision_presets()
-        print("\nParameters by model type; `attnlab config NAME` prints one preset in full.")
+        print(
+            "\nParameters by model type; `attnlab config NAME` prints one preset in full, "
+            f"`attnlab config --recipe TASK` a task's recipe ({', '.join(recipe_names())})."
+        )
         return 0
     if args.preset in VisionConfig.preset_names():
         vision = VisionConfig.preset(args.preset)
@@ -214,7 +275,9 @@ def cmd_flops(args: argparse.Namespace) -> int:
 def _flops_compare_heads(args: argparse.Namespace) -> int:
     from ..flops import compare_heads
 
-    result = compare_heads(args.batch, args.seq, args.dim, args.heads, measured=not args.analytic)
+    result = compare_heads(
+        args.batch, args.seq, args.d_model, args.num_heads, measured=not args.analytic
+    )
     difference_is_w_o = result["difference"] == result["w_o"]
     agrees = all(result[k] == result["analytic"][k] for k in ("single_head", "multi_head", "w_o"))
     if args.json:
@@ -234,7 +297,7 @@ def _flops_compare_heads(args: argparse.Namespace) -> int:
     )
     rows = [
         ("single head, output projection = identity", result["single_head"]),
-        (f"{args.heads} heads with W^O", result["multi_head"]),
+        (f"{args.num_heads} heads with W^O", result["multi_head"]),
         ("difference", result["difference"]),
         ("W^O alone", result["w_o"]),
     ]
@@ -243,8 +306,9 @@ def _flops_compare_heads(args: argparse.Namespace) -> int:
         print(f"{name:<44}{count['macs']:>20,}{count['flops']:>22,}")
     print(
         f"\nThe whole difference is W^O: {'yes' if difference_is_w_o else 'NO'}. Splitting "
-        f"d_model={args.dim} into {args.heads} heads of {args.dim // args.heads} changes no "
-        f"product's total size; only the output projection is extra."
+        f"d_model={args.d_model} into {args.num_heads} heads of "
+        f"{args.d_model // args.num_heads} changes no product's total size; only the output "
+        f"projection is extra."
     )
     print(f"Analytic closed forms agree with the count: {'yes' if agrees else 'NO'}.")
     print(
@@ -257,7 +321,7 @@ def _flops_compare_heads(args: argparse.Namespace) -> int:
 def _flops_config(args: argparse.Namespace) -> int:
     from ..flops import model_costs, table1
 
-    config = TransformerConfig.preset(args.config)
+    config = TransformerConfig.preset(args.preset)
     src, tgt = args.src_len, args.tgt_len or args.src_len
     costs = model_costs(config, src_len=src, tgt_len=tgt, batch=args.batch)
     measured = None
@@ -265,7 +329,7 @@ def _flops_config(args: argparse.Namespace) -> int:
         measured = _measure_model(config, src, tgt, args.batch)
     if args.json:
         report = {
-            "config": args.config,
+            "config": args.preset,
             "src_len": src,
             "tgt_len": tgt,
             "batch": args.batch,
@@ -284,7 +348,7 @@ def _flops_config(args: argparse.Namespace) -> int:
         return 0 if measured in (None, costs.flops) else 1
     c = config
     print(
-        f"{args.config}: d_model {c.d_model}, {c.num_heads} heads, d_ff {c.d_ff}, "
+        f"{args.preset}: d_model {c.d_model}, {c.num_heads} heads, d_ff {c.d_ff}, "
         f"{c.num_encoder_layers} + {c.num_decoder_layers} layers, vocabulary "
         f"{c.target_vocab_size:,}; source {src} and target {tgt} tokens, batch {args.batch}\n"
     )
@@ -370,27 +434,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub) -> None:
-    demo = sub.add_parser(
-        "demo",
+    tour = sub.add_parser(
+        "tour",
         help="a short tour of the attention core: masks, multi-head attention, parity, encodings",
-        description="Print a short tour of attnlab's attention core and check parity with torch.",
+        description=(
+            "Print a short tour of attnlab's attention core and check parity with torch. "
+            "(`make demo` trains a model instead; this command was called `demo` before.)"
+        ),
     )
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.set_defaults(func=cmd_demo)
+    add_seed_flag(tour)
+    tour.set_defaults(func=cmd_demo)
+    # The old name, for one release: not listed (no help), prints one line, then the tour.
+    demo = sub.add_parser("demo", description="Deprecated: use `attnlab tour`.")
+    add_seed_flag(demo)
+    demo.set_defaults(func=_cmd_demo_deprecated, deprecated_command="tour")
 
     masks = sub.add_parser(
         "masks",
         help="print padding and look-ahead masks as 0/1 grids",
-        description="Print the attention masks of a padded batch (1 = may attend).",
+        description=(
+            "Print the attention masks of a padded batch (1 = may attend): key padding, and "
+            "with --causal (the default) key padding AND look-ahead; `attnlab viz masks` draws "
+            "the same masks."
+        ),
     )
-    masks.add_argument(
-        "--lengths",
-        type=parse_lengths,
-        default=[4, 2],
-        help="comma-separated sequence lengths, e.g. 4,2 (default)",
-    )
-    masks.add_argument("--max-len", type=int, default=None, help="pad to this length")
-    masks.add_argument("--causal", action="store_true", help="also apply the look-ahead mask")
+    add_mask_flags(masks)
     masks.set_defaults(func=cmd_masks)
 
     config = sub.add_parser(
@@ -400,7 +468,9 @@ def add_parsers(sub) -> None:
             "Without NAME, list the presets of attnlab.TransformerConfig with their exact "
             "parameter counts for each model type (encoder-decoder, decoder-only LM, "
             "encoder-only), then those of attnlab.VisionConfig (Vision Transformers, as "
-            "`attnlab train --preset digits`). With NAME, print that preset's fields."
+            "`attnlab train --preset digits`). With NAME, print that preset's fields. With "
+            "--recipe TASK, print the job file of what `attnlab train --task TASK` runs (the "
+            "packaged recipe): save it, edit it, and train with `attnlab train --config FILE`."
         ),
     )
     config.add_argument(
@@ -410,7 +480,15 @@ def add_parsers(sub) -> None:
         metavar="NAME",
         help=f"a preset: {', '.join(PRESETS)}",
     )
-    config.add_argument("--json", action="store_true", help="print only the config as JSON")
+    config.add_argument(
+        "--recipe",
+        choices=tuple(recipe_names()),
+        default=None,
+        metavar="NAME",
+        help=f"print a packaged recipe, a job file (TOML) to start your own from; a task's "
+        f"name gives what `attnlab train --task TASK` runs: {', '.join(recipe_names())}",
+    )
+    add_json_flag(config)
     config.set_defaults(func=cmd_config)
 
     flops = sub.add_parser(
@@ -425,12 +503,13 @@ def add_parsers(sub) -> None:
         ),
     )
     flops.add_argument(
-        "--config",
+        "--preset",
         default="paper-base",
         choices=TransformerConfig.preset_names(),
         metavar="NAME",
         help="preset to count (default paper-base)",
     )
+    add_deprecated(flops, "--config", use="--preset", dest="preset")
     flops.add_argument("--src-len", type=positive_int, default=64, help="source tokens (64)")
     flops.add_argument("--tgt-len", type=positive_int, default=None, help="target tokens")
     flops.add_argument("--measure", action="store_true", help="also run the model and count")
@@ -439,12 +518,22 @@ def add_parsers(sub) -> None:
     )
     flops.add_argument("--batch", type=positive_int, default=None, help="batch (32; model: 1)")
     flops.add_argument("--seq", type=positive_int, default=1024, help="sequence length (1024)")
-    flops.add_argument("--dim", type=positive_int, default=512, help="d_model (512)")
-    flops.add_argument("--heads", type=positive_int, default=8, help="heads of the multi-head (8)")
+    flops.add_argument(
+        "--d-model", type=positive_int, default=512, help="--compare-heads: the width (512)"
+    )
+    add_deprecated(flops, "--dim", use="--d-model", dest="d_model", type=positive_int)
+    flops.add_argument(
+        "--num-heads",
+        type=positive_int,
+        default=8,
+        help="--compare-heads: heads of the multi-head (8)",
+    )
+    # viz attention's --heads picks heads to draw: a count is --num-heads (as in [model]).
+    add_deprecated(flops, "--heads", use="--num-heads", dest="num_heads", type=positive_int)
     flops.add_argument(
         "--analytic", action="store_true", help="closed forms only, without running the modules"
     )
-    flops.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(flops)
     flops.set_defaults(func=cmd_flops)
 
     explain = sub.add_parser(
@@ -458,11 +547,11 @@ def add_parsers(sub) -> None:
             "fails."
         ),
     )
-    explain.add_argument("--out", required=True, help="directory for report.md and the figures")
+    add_out_flag(explain, "the directory for report.md and its figures; required", required=True)
     explain.add_argument(
         "--quick", action="store_true", help="smaller experiments (Table 1 up to n = 1024)"
     )
-    explain.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_seed_flag(explain)
     explain.add_argument(
         "--lang",
         choices=("en", "zh"),
