@@ -294,6 +294,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sigints", type=int, default=2)
     parser.add_argument("--seed", type=int, default=16)
     args = parser.parse_args(argv)
+    # The "interrupt" and "sigint" faults are SIGINTs that must raise KeyboardInterrupt in the
+    # forked runs, even where this worker was started with SIGINT ignored (a background job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     torch.set_num_threads(1)
     _install()
     root = Path(args.root)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -74,3 +75,17 @@ TINY_CLI = [
     "--set", "eval.bleu_sentences=5", "--set", "eval.beam_size=1",
     "--set", "tokenizer.vocab_size=300",
 ]  # fmt: skip
+
+
+def default_sigint(then: Callable[[], object] | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` for a child process that a test interrupts: SIGINT back to its default
+    disposition, then ``then`` (another preexec_fn) if given. An ignored signal stays ignored
+    across exec, and a suite started with SIGINT ignored (a script's background job,
+    ``trap "" INT``) would hand that on: the child's Python would raise no KeyboardInterrupt."""
+
+    def prepare() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if then is not None:
+            then()
+
+    return prepare

@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from _helpers import default_sigint
 from attnlab import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -650,12 +651,13 @@ def test_cli_a_job_json_holding_a_list_is_one_line_of_bad_input(tmp_path, capsys
 # -- through the real command, in a subprocess -------------------------------------------------
 
 
-def _attnlab(*argv: str, **options) -> subprocess.Popen:
+def _attnlab(*argv: str, preexec_fn=None, **options) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "attnlab", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint(preexec_fn),  # SIGINT reaches it even if the suite ignores it
         **options,
     )
 

@@ -258,3 +258,18 @@ def test_fine_tuning_an_imported_model(imported, tmp_path):
     argv = ["export", "--model", str(tmp_path / "run" / "model"), "--to", "huggingface"]
     assert main([*argv, "--out", str(back)]) == 0
     assert len(_hf_translate(back, TEXTS[:2], 1)) == 2
+
+
+def test_empty_and_overlong_sources_keep_marians_frame(imported):
+    """An empty line translates to an empty line (Marian's tokenizer frames it as ``[</s>]``);
+    a source over the model's max_len is cut to max_len tokens that still end in ``</s>``."""
+    _, out = imported
+    translator = Translator.load(out, beam_size=1, max_new_tokens=4)
+    long_text = " ".join(TEXTS * 20)
+    reports: list = []
+    encoded, order, _ = translator._encode_sources([long_text, "", TEXTS[1]], reports.append)
+    limit = translator.model.config.max_len
+    assert len(encoded[0]) == limit and encoded[0][-1] == translator.src_tokenizer.eos_id
+    assert encoded[0][:-1] == translator.src_tokenizer.encode(long_text)[: limit - 1]
+    assert [r.index for r in reports] == [0] and order == [2, 0]
+    assert translator.translate(["", TEXTS[1]], on_too_long=reports.append)[0] == ""

@@ -22,6 +22,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from _helpers import default_sigint
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
 from attnlab.evaluate import Translator
@@ -588,6 +589,7 @@ def test_cli_serve_starts_a_server_and_stops(numbers_model_dir):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint(),  # the SIGINT below stops it even if the suite ignores it
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in process.stdout], daemon=True).start()

@@ -21,19 +21,22 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from ._checks import check_positive_int
+from .decoding import EXTRA_LENGTH
 from .generate import beam_search, greedy_search, sample
 
 __all__ = [
     "BLEU_MAX_ORDER",
     "Headline",
     "Scores",
+    "TooLong",
     "Translator",
     "classify",
     "headline",
@@ -49,6 +52,46 @@ BLEU_MAX_ORDER = 4
 #: Above this fraction of references shorter than ``BLEU_MAX_ORDER`` tokens, BLEU is no
 #: headline: "mostly" short.
 SHORT_REFERENCES_LIMIT = 0.5
+#: A source longer than this many characters per token of the model's ``max_len`` is cut (or
+#: refused) before it is tokenized, so that tokenizing is bounded too. Subword tokens average a
+#: few characters (a byte-fallback token is a quarter of a character or more), so text this
+#: long is well over ``max_len`` tokens with any ordinary vocabulary.
+CHARS_PER_TOKEN = 20
+#: What :class:`Translator` does with a source over the model's ``max_len``: ``"cut"`` keeps its
+#: first ``max_len`` tokens, ``"refuse"`` does not translate it.
+TOO_LONG_CHOICES = ("cut", "refuse")
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """A source over the model's ``max_len``, as :meth:`Translator.translate` reports it.
+
+    ``index``: its position in the texts; ``length``: its length in ``unit``, ``"tokens"``, or
+    ``"characters"`` when it is over ``CHARS_PER_TOKEN * limit`` characters and was never
+    tokenized whole; ``limit``: the model's ``max_len`` (tokens); ``refused``: True where it was
+    not translated (its translation is ``""``), False where its first ``limit`` tokens were.
+    """
+
+    index: int
+    length: int
+    unit: str
+    limit: int
+    refused: bool
+
+    def describe(self) -> str:
+        """One line without the text's name: ``"90 tokens, more than the model's max_len of
+        64: cut to its first 64 tokens"``."""
+        action = "refused" if self.refused else f"cut to its first {self.limit:,} tokens"
+        if self.unit == "characters":
+            most = CHARS_PER_TOKEN * self.limit
+            return (
+                f"{self.length:,} characters, more than {most:,} ({CHARS_PER_TOKEN} per token of "
+                f"the model's max_len of {self.limit:,}): {action}"
+            )
+        return f"{self.length:,} tokens, more than the model's max_len of {self.limit:,}: {action}"
+
+    def __str__(self) -> str:
+        return f"texts[{self.index}]: {self.describe()}"
 
 
 @dataclass(frozen=True)
@@ -164,7 +207,13 @@ class Translator:
         beam_size: 1 decodes greedily; 4 is the paper's.
         alpha: the length penalty's exponent (0.6 in the paper).
         max_tokens: source tokens per batch (sentences are sorted by length into batches).
-        max_new_tokens: the longest translation in tokens (default: the source length + 50).
+        max_new_tokens: the longest translation in tokens (default: the source length + 50),
+            at most the model's ``max_len`` whatever is asked (a sinusoidal model has no limit
+            of its own, so the work a source may cause is bounded here).
+        too_long: a source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN``
+            characters per token of it, checked before tokenizing): ``"cut"`` (default)
+            translates its first ``max_len`` tokens, ``"refuse"`` leaves it untranslated.
+            Either way :meth:`translate` reports it (see there).
         sample: draw each token (:func:`attnlab.generate.sample`) instead of searching;
             ``temperature``, ``top_k``, ``top_p`` shape the distribution and ``seed`` makes
             the draws reproducible (None: unseeded).
@@ -191,6 +240,7 @@ class Translator:
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
+        too_long: str = "cut",
     ) -> None:
         from .fastdecode import check_quantize, why_not_fast_path
         from .model import Transformer
@@ -216,8 +266,15 @@ class Translator:
         if seed is not None:
             device = next(model.parameters()).device
             self.generator = torch.Generator(device=device).manual_seed(int(seed))
-        config = model.config
-        self.max_len = config.max_len if config.positional == "learned" else None
+        if too_long not in TOO_LONG_CHOICES:
+            raise ValueError(
+                f"too_long: expected one of {', '.join(TOO_LONG_CHOICES)}, got {too_long!r}"
+            )
+        self.too_long = too_long
+        #: The longest source and the longest translation, in tokens: the model's max_len,
+        #: for every kind of position (learned ones have no more; the others would take more,
+        #: at a cost that grows with the input, so a hostile line could take the machine).
+        self.max_len: int = model.config.max_len
 
     @classmethod
     def load(
@@ -249,23 +306,56 @@ class Translator:
             return self.translate([texts])[0]
         return self.translate(texts)
 
-    def _encode_sources(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
-        """The source ids of ``texts`` (cut to ``max_len`` where the model has one), and the
-        indices of the non-empty ones, shortest first (the order batches are made in)."""
+    def _encode_sources(
+        self, texts: Sequence[str], on_too_long: Callable[[TooLong], object] | None
+    ) -> tuple[list[list[int]], list[int], set[int]]:
+        """The source ids of ``texts``, each at most ``max_len`` tokens (a refused one empty);
+        the indices of the non-empty ones, shortest first (the order batches are made in); the
+        indices of the refused ones. Every text over the bounds is reported before any is
+        decoded (see :meth:`translate`)."""
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
-        encoded = self.src_tokenizer.encode_batch(texts) if texts else []
-        if self.max_len is not None:
-            encoded = [ids[: self.max_len] for ids in encoded]
-        order = sorted((i for i in range(len(texts)) if encoded[i]), key=lambda i: len(encoded[i]))
-        return encoded, order
+        limit, most_chars = self.max_len, CHARS_PER_TOKEN * self.max_len
+        refuse = self.too_long == "refuse"
+        # Cut before tokenizing: the tokenizer's time and memory grow with the text.
+        encoded = self.src_tokenizer.encode_batch([t[:most_chars] for t in texts]) if texts else []
+        found: list[TooLong] = []
+        for i, text in enumerate(texts):
+            if len(text) > most_chars:
+                found.append(TooLong(i, len(text), "characters", limit, refuse))
+            elif len(encoded[i]) > limit:
+                found.append(TooLong(i, len(encoded[i]), "tokens", limit, refuse))
+        if refuse and found and on_too_long is None:
+            raise ValueError(f"{found[0]} (too_long='refuse'; 'cut' keeps the first tokens)")
+        # A tokenizer that frames its sources (Marian's ends them in EOS) keeps its frame.
+        framed = getattr(self.src_tokenizer, "add_eos", False)
+        for report in found:
+            ids = encoded[report.index]
+            cut = [*ids[: limit - 1], ids[-1]] if framed else ids[:limit]
+            encoded[report.index] = [] if refuse else cut
+            if on_too_long is not None:
+                on_too_long(report)
+            else:
+                warnings.warn(str(report), stacklevel=3)
+        # An empty text translates to an empty text, also where the tokenizer frames it.
+        kept = (i for i in range(len(texts)) if encoded[i] and texts[i])
+        order = sorted(kept, key=lambda i: len(encoded[i]))
+        return encoded, order, {report.index for report in found if report.refused}
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """Translations of ``texts``, in order. An empty line translates to an empty line;
-        a source longer than a learned-position model's ``max_len`` is cut to it."""
-        encoded, order = self._encode_sources(texts)
+    def translate(
+        self, texts: Sequence[str], *, on_too_long: Callable[[TooLong], object] | None = None
+    ) -> list[str]:
+        """Translations of ``texts``, in order. An empty line translates to an empty line.
+
+        A source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN * max_len``
+        characters, checked before tokenizing) is cut to its first ``max_len`` tokens, or with
+        ``too_long="refuse"`` not translated. Each such text is passed to ``on_too_long`` as a
+        :class:`TooLong` (a refused one then translates to ``""``) before any decoding; without
+        ``on_too_long`` a cut text is a warning, and a refused one a ValueError naming it.
+        """
+        encoded, order, _ = self._encode_sources(texts, on_too_long)
         out = [""] * len(encoded)
         for batch in self._batches(order, encoded):
             generated = self._decode([encoded[i] for i in batch])
@@ -273,25 +363,34 @@ class Translator:
                 out[i] = self.tgt_tokenizer.decode(ids)
         return out
 
-    def n_best(self, texts: Sequence[str], n: int) -> list[list[tuple[float, str]]]:
+    def n_best(
+        self,
+        texts: Sequence[str],
+        n: int,
+        *,
+        on_too_long: Callable[[TooLong], object] | None = None,
+    ) -> list[list[tuple[float, str]]]:
         """The ``n`` best beam-search translations of each of ``texts``, best first, as
         ``(score, text)`` with score ``log P / lp(length)`` (what the beam ranks by; sec. 6.1).
         ``n`` is at most ``beam_size``; a sentence with fewer finished hypotheses has fewer.
-        An empty text has one translation, ``(0.0, "")``."""
+        An empty text has one translation, ``(0.0, "")``; a refused one none. ``on_too_long``:
+        as :meth:`translate`'s."""
         check_positive_int(n, "n")
         if n > self.beam_size:
             raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
         if self.sample:
             raise ValueError("n: n-best lists come from beam search, not from sampling")
-        encoded, order = self._encode_sources(texts)
-        out: list[list[tuple[float, str]]] = [[(0.0, "")] for _ in encoded]
+        encoded, order, refused = self._encode_sources(texts, on_too_long)
+        out: list[list[tuple[float, str]]] = [
+            [] if i in refused else [(0.0, "")] for i in range(len(encoded))
+        ]
         for batch in self._batches(order, encoded):
             found = beam_search(
                 self.model,
                 [encoded[i] for i in batch],
                 beam_size=self.beam_size,
                 alpha=self.alpha,
-                max_new_tokens=self.max_new_tokens,
+                max_new_tokens=self._output_limit([encoded[i] for i in batch]),
                 quantize=self.quantize,
                 n_best=n,
             )
@@ -304,11 +403,27 @@ class Translator:
                 ]
         return out
 
+    def _capped(self, source: list[int]) -> bool:
+        """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
+        return self.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
+
+    def _output_limit(self, sources: list[list[int]]) -> int | None:
+        """``max_new_tokens`` for one batch: the asked one, at most ``max_len``; by default
+        None (each row's own source + 50) or, for a batch over the cap, ``max_len``."""
+        if self.max_new_tokens is not None:
+            return min(self.max_new_tokens, self.max_len)
+        return self.max_len if self._capped(sources[0]) else None
+
     def _batches(self, order: list[int], encoded: list[list[int]]) -> list[list[int]]:
         batches, current, longest = [], [], 0
         for i in order:  # ascending length: the last sentence of a batch is its longest
             longest = max(longest, len(encoded[i]))
-            if current and longest * (len(current) + 1) > self.max_tokens:
+            # A batch is all below the output cap or all over it, so that every row gets
+            # the budget it would get alone (a budget is one number per batch).
+            crosses = bool(current) and self._capped(encoded[i]) != self._capped(
+                encoded[current[0]]
+            )
+            if current and (crosses or longest * (len(current) + 1) > self.max_tokens):
                 batches.append(current)
                 current, longest = [], len(encoded[i])
             current.append(i)
@@ -317,7 +432,7 @@ class Translator:
         return batches
 
     def _decode(self, sources: list[list[int]]) -> list[list[int]]:
-        limit = self.max_new_tokens
+        limit = self._output_limit(sources)
         if self.sample:
             return sample(
                 self.model,
@@ -349,7 +464,7 @@ def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
     checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``: ``device`` and the
     :class:`Translator` constructor's (``beam_size``, ``alpha``, ``max_new_tokens``,
     ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``max_tokens``,
-    ``quantize``)."""
+    ``quantize``, ``too_long``)."""
     return Translator.load(model_dir, **options)
 
 
@@ -406,7 +521,9 @@ def load_with_tokenizers(
 def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = 4096) -> dict:
     """Perplexity of a :class:`attnlab.TransformerLM` on ``lines``: ``exp`` of the mean
     cross-entropy (nats, no label smoothing) of every token of ``[bos] + ids + [eos]`` after
-    the first, in length-sorted batches of at most ``max_tokens`` tokens. Returns
+    the first, in length-sorted batches of at most ``max_tokens`` tokens. A line is scored on
+    its first ``max_len`` positions (it is cut to ``CHARS_PER_TOKEN * max_len`` characters
+    before tokenizing), whatever the kind of positions, so that no line sizes the work. Returns
     ``{"perplexity", "loss", "tokens", "sentences"}``."""
     import torch.nn.functional as F
 
@@ -418,10 +535,10 @@ def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = 4
     if not lines:
         raise ValueError("lines: no non-blank line to score")
     config = model.config
-    limit = config.max_len if config.positional == "learned" else None
-    framed = [[config.bos_id, *ids, config.eos_id] for ids in tokenizer.encode_batch(lines)]
-    if limit is not None:
-        framed = [ids[: limit + 1] for ids in framed]
+    limit = config.max_len
+    cut = [line[: CHARS_PER_TOKEN * limit] for line in lines]
+    framed = [[config.bos_id, *ids, config.eos_id] for ids in tokenizer.encode_batch(cut)]
+    framed = [ids[: limit + 1] for ids in framed]  # inputs ids[:-1] fill max_len positions
     framed.sort(key=len)
     device = next(model.parameters()).device
     was_training = model.training
