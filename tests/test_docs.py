@@ -47,7 +47,12 @@ def _sections(page: str) -> dict[str, str]:
 
 PAGE = hooks.cli_reference(build_parser())
 SECTIONS = _sections(PAGE)
-COMMANDS = dict(subcommands(build_parser()))
+#: The commands the reference shows: not an old name kept for a release (attnlab demo).
+COMMANDS = {
+    name: parser
+    for name, parser in subcommands(build_parser())
+    if not parser.get_default("deprecated_command")
+}
 
 
 def test_every_command_of_the_parser_has_a_section():
@@ -86,7 +91,11 @@ def test_each_argument_appears_in_its_command_section(name):
             for word in re.findall(r"[A-Za-z]{4,}", action.help)[:6]:
                 assert word in row, (name, action.dest, word)
         default = action.default
-        if isinstance(default, bool) and not isinstance(action, argparse.BooleanOptionalAction):
+        if isinstance(action, argparse.BooleanOptionalAction) and isinstance(default, bool):
+            # --causal / --no-causal: the default is the flag that gives it.
+            flag = action.option_strings[0] if default else action.option_strings[-1]
+            assert row.split(" | ")[2] == f"`{flag}`", (name, action.dest, flag)
+        elif isinstance(default, bool):
             assert row.split(" | ")[2] == ("on" if default else "off"), (name, action.dest)
         elif default != argparse.SUPPRESS and isinstance(default, (int, float, str)):
             assert f"`{default}`" in row, (name, action.dest, default)
@@ -217,7 +226,7 @@ def test_every_include_of_the_docs_finds_what_it_names():
         for page in sorted((ROOT / "docs").rglob("*.md"))
         for match in hooks.INCLUDE.finditer(page.read_text(encoding="utf-8"))
     ]
-    assert len(includes) >= 5
+    assert len(includes) >= 2  # the first page includes README.md, another CONTRIBUTING.md
     for page, match in includes:
         source = ROOT / match.group("path")
         assert source.is_file(), (page, match.group(0))

@@ -2,8 +2,8 @@
 averaged ``OUT/model`` and the ``OUT/best`` that ``train.keep_best`` kept) on a split with every
 beam size and length penalty asked for, and print the table with the best setting first.
 
-This is how configs/multi30k-en-de.toml's ``[eval]`` was chosen (README, "Training on
-Multi30K"): on the validation split only; the test split is scored afterwards, once, with the
+This is how configs/multi30k-en-de.toml's ``[eval]`` was chosen (docs/benchmarks.md, "Training
+on Multi30K"): on the validation split only; the test split is scored afterwards, once, with the
 chosen setting (``attnlab evaluate --model RUN/model``).
 
 Run::
