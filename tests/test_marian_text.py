@@ -165,7 +165,7 @@ def test_ctranslate2_export_translates_identically(imported, tmp_path):
     assert "source.spm" in readme and "min_decoding_length=0" in readme
     source = sentencepiece.SentencePieceProcessor(model_file=str(ct2_dir / "source.spm"))
     known = {src.id_to_token(i) for i in range(src.vocab_size)}
-    pieces = [source.encode(text, out_type=str) + ["</s>"] for text in TEXTS]
+    pieces = [[*source.encode(text, out_type=str), "</s>"] for text in TEXTS]
     # As MarianTokenizer: a piece Marian's vocabulary lacks is <unk> (CTranslate2 maps it so).
     assert [[p if p in known else "<unk>" for p in row] for row in pieces] == tokens
 
