@@ -143,8 +143,9 @@ def test_average_is_the_mean_of_the_weights(numbers_model_dir, tmp_path, capsys)
         mean = ((tensor.double() + changed[name].double()) / 2).to(tensor.dtype)
         torch.testing.assert_close(averaged[name], mean, rtol=0, atol=0)
     # the result is a model directory: the tokenizers came with it, and it translates
+    # (one line per input: the noisy average may well translate "seven" to nothing)
     status, out, _ = _run(["translate", "--model", str(tmp_path / "avg"), "seven"], capsys)
-    assert status == 0 and out.strip()
+    assert status == 0 and out.count("\n") == 1
     status, _, err = _run(["average", str(a), "--out", str(tmp_path / "avg")], capsys)
     assert status == 2 and "--out:" in err and "--overwrite" in err
 

@@ -714,9 +714,9 @@ BAD = [
     ),
     (
         "activation-unknown",
-        lambda: EncoderLayer(D, H, FF, activation="swish"),
+        lambda: EncoderLayer(D, H, FF, activation="tanh"),
         ValueError,
-        r"^activation: expected one of \['gelu', 'gelu_tanh', 'relu'\], got 'swish'",
+        r"^activation: expected one of \['gelu', 'gelu_tanh', 'relu', 'silu'\], got 'tanh'",
     ),
     (
         "ff-activation-unknown",

@@ -189,10 +189,11 @@ def test_cli_translate_evaluate_and_int8(imported, tmp_path, capsys):
 
 def test_viz_attention_takes_text(imported, tmp_path):
     _, out = imported
-    picture = tmp_path / "attention.png"
-    argv = ["viz", "attention", "--model", str(out), "--src", TEXTS[1], "--out", str(picture)]
+    pictures = tmp_path / "attention"  # a directory: one picture per kind of attention
+    argv = ["viz", "attention", "--model", str(out), "--src", TEXTS[1], "--out", str(pictures)]
     assert main(argv) == 0
-    assert picture.is_file() and picture.stat().st_size > 0
+    drawn = sorted(p.name for p in pictures.glob("*.png"))
+    assert drawn and all((pictures / name).stat().st_size > 0 for name in drawn)
 
 
 def test_the_explorer_opens_an_imported_model(imported):
