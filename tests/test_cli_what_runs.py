@@ -14,7 +14,7 @@ import pytest
 from _helpers import subcommands
 from attnlab import TransformerConfig
 from attnlab.cli import build_parser, main, parse
-from attnlab.cli.jobs import _check_startable, build_job
+from attnlab.cli.train import _check_startable, build_job
 from attnlab.jobs import TASKS, Job, recipe
 from attnlab.jobs.tables import _toml
 

@@ -194,7 +194,7 @@ def check_without_running(words: list[str], where: str, cwd: Path) -> bool:
     if words[:1] == ["attnlab"] and len(words) > 1 and words[1] in PARSED_ONLY:
         args = _parse(words[1:])
         if words[1] == "train":
-            from attnlab.cli.jobs import build_job
+            from attnlab.cli.train import build_job
 
             try:
                 with _inside(cwd):

@@ -221,7 +221,7 @@ def test_scores_of_sentences_print_bleu_first():
     ],
 )
 def test_the_time_cap_says_so_when_it_ends_training(training, printed, capsys):
-    from attnlab.cli.jobs import _print_time_cap
+    from attnlab.cli.train import _print_time_cap
 
     _print_time_cap(training, {"max_steps": 3000, "max_minutes": 15.0})
     out = capsys.readouterr().out

@@ -225,7 +225,7 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
 API_ORDER = (
     "masks", "attention", "positional", "feedforward", "layers", "cache", "embeddings",
     "config", "model", "pretrained", "modeldir", "vision", "torch_interop", "interop",
-    "generate", "decoding", "fastdecode", "export", "data", "train", "jobs", "evaluate",
+    "generate", "decoding", "fastdecode", "export", "data", "train", "jobs", "evaluate", "bounds",
     "schedule", "flops", "viz", "explain", "serve",
 )  # fmt: skip
 #: Public modules without a page here: the command line has its own (cli.md).

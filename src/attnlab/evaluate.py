@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ._checks import check_positive_int
+from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
 from .decoding import EXTRA_LENGTH
 from .generate import beam_search, greedy_search, sample
 
@@ -52,46 +52,6 @@ BLEU_MAX_ORDER = 4
 #: Above this fraction of references shorter than ``BLEU_MAX_ORDER`` tokens, BLEU is no
 #: headline: "mostly" short.
 SHORT_REFERENCES_LIMIT = 0.5
-#: A source longer than this many characters per token of the model's ``max_len`` is cut (or
-#: refused) before it is tokenized, so that tokenizing is bounded too. Subword tokens average a
-#: few characters (a byte-fallback token is a quarter of a character or more), so text this
-#: long is well over ``max_len`` tokens with any ordinary vocabulary.
-CHARS_PER_TOKEN = 20
-#: What :class:`Translator` does with a source over the model's ``max_len``: ``"cut"`` keeps its
-#: first ``max_len`` tokens, ``"refuse"`` does not translate it.
-TOO_LONG_CHOICES = ("cut", "refuse")
-
-
-@dataclass(frozen=True)
-class TooLong:
-    """A source over the model's ``max_len``, as :meth:`Translator.translate` reports it.
-
-    ``index``: its position in the texts; ``length``: its length in ``unit``, ``"tokens"``, or
-    ``"characters"`` when it is over ``CHARS_PER_TOKEN * limit`` characters and was never
-    tokenized whole; ``limit``: the model's ``max_len`` (tokens); ``refused``: True where it was
-    not translated (its translation is ``""``), False where its first ``limit`` tokens were.
-    """
-
-    index: int
-    length: int
-    unit: str
-    limit: int
-    refused: bool
-
-    def describe(self) -> str:
-        """One line without the text's name: ``"90 tokens, more than the model's max_len of
-        64: cut to its first 64 tokens"``."""
-        action = "refused" if self.refused else f"cut to its first {self.limit:,} tokens"
-        if self.unit == "characters":
-            most = CHARS_PER_TOKEN * self.limit
-            return (
-                f"{self.length:,} characters, more than {most:,} ({CHARS_PER_TOKEN} per token of "
-                f"the model's max_len of {self.limit:,}): {action}"
-            )
-        return f"{self.length:,} tokens, more than the model's max_len of {self.limit:,}: {action}"
-
-    def __str__(self) -> str:
-        return f"texts[{self.index}]: {self.describe()}"
 
 
 @dataclass(frozen=True)
@@ -317,28 +277,8 @@ class Translator:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
-        limit, most_chars = self.max_len, CHARS_PER_TOKEN * self.max_len
         refuse = self.too_long == "refuse"
-        # Cut before tokenizing: the tokenizer's time and memory grow with the text.
-        encoded = self.src_tokenizer.encode_batch([t[:most_chars] for t in texts]) if texts else []
-        found: list[TooLong] = []
-        for i, text in enumerate(texts):
-            if len(text) > most_chars:
-                found.append(TooLong(i, len(text), "characters", limit, refuse))
-            elif len(encoded[i]) > limit:
-                found.append(TooLong(i, len(encoded[i]), "tokens", limit, refuse))
-        if refuse and found and on_too_long is None:
-            raise ValueError(f"{found[0]} (too_long='refuse'; 'cut' keeps the first tokens)")
-        # A tokenizer that frames its sources (Marian's ends them in EOS) keeps its frame.
-        framed = getattr(self.src_tokenizer, "add_eos", False)
-        for report in found:
-            ids = encoded[report.index]
-            cut = [*ids[: limit - 1], ids[-1]] if framed else ids[:limit]
-            encoded[report.index] = [] if refuse else cut
-            if on_too_long is not None:
-                on_too_long(report)
-            else:
-                warnings.warn(str(report), stacklevel=3)
+        encoded, found = bound_sources(self.src_tokenizer, texts, self.max_len, refuse, on_too_long)
         # An empty text translates to an empty text, also where the tokenizer frames it.
         kept = (i for i in range(len(texts)) if encoded[i] and texts[i])
         order = sorted(kept, key=lambda i: len(encoded[i]))

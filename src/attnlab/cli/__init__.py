@@ -1,7 +1,7 @@
 """The ``attnlab`` command line. Thin: it parses arguments, calls the library and prints.
 
 One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
-`tour` (tour, masks, config, flops, explain), `pictures` (viz), `jobs` (train, translate,
+`tour` (tour, masks, config, flops, explain), `pictures` (viz), `train`, `jobs` (translate,
 evaluate, serve), `export`, `imports` (import) and `inference` (average, the decoding options,
 checkpoints as models); the arguments that several groups share, each flag defined once, and
 their deprecated spellings are in `_args`.
@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import export, imports, inference, jobs, models, pictures, tour
+from . import export, imports, inference, jobs, models, pictures, tour, train
 from ._args import show_slots_required, take_deprecated_positionals
-from .jobs import build_job
+from .train import build_job
 
 __all__ = ["build_job", "build_parser", "describe_error", "main", "parse"]
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     tour.add_parsers(sub)
     jobs.add_serve_parser(sub)
     pictures.add_parsers(sub)
+    train.add_parsers(sub)
     jobs.add_parsers(sub)
     export.add_parsers(sub)
     imports.add_parsers(sub)

@@ -218,9 +218,9 @@ def cmd_config(args: argparse.Namespace) -> int:
         if args.preset is not None:
             raise ValueError(f"--recipe: prints a task's recipe; drop NAME ({args.preset})")
         if args.json:
-            from ..jobs.tables import _toml
+            from ..jobs.tables import toml_loads
 
-            print(json.dumps(_toml().loads(recipe_text(args.recipe)), indent=2))
+            print(json.dumps(toml_loads(recipe_text(args.recipe)), indent=2))
             return 0
         sys.stdout.write(recipe_text(args.recipe))
         return 0

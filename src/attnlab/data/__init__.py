@@ -1,6 +1,7 @@
 """Data for training: corpora (:mod:`attnlab.data.corpora`), the subword tokenizer
 (:mod:`attnlab.data.tokenizer`; Marian's SentencePiece tokenizers in
-:mod:`attnlab.data.sentencepiece`) and token-budget batching (:mod:`attnlab.data.batching`).
+:mod:`attnlab.data.sentencepiece`, their directories in :mod:`attnlab.data.marian_files`)
+and token-budget batching (:mod:`attnlab.data.batching`).
 
 Text flows one way: a corpus gives ``(source, target)`` sentence pairs by split; a
 :class:`Tokenizer` trained on the train split turns them into ids; :func:`make_examples` frames
@@ -27,7 +28,8 @@ from .corpora import (
     read_lines,
     text_corpus,
 )
-from .sentencepiece import SentencePieceTokenizer, from_marian_dir, to_marian_dir
+from .marian_files import from_marian_dir, to_marian_dir
+from .sentencepiece import SentencePieceTokenizer
 from .tokenizer import (
     BOS_ID,
     EOS_ID,

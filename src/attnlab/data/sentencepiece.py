@@ -42,14 +42,14 @@ base64, the vocabulary in id order, the special tokens, ``add_eos``, ``model_max
 marked ``"attnlab": {"format": "sentencepiece", "version": 1}`` at its top level, under the
 names that :func:`attnlab.data.tokenizer.save_tokenizers` uses, so a model directory holds
 either kind and :func:`attnlab.data.tokenizer.load_tokenizers` reads both. Marian's own files
-are read with :func:`from_marian_dir` and written with :func:`to_marian_dir`.
+are read with :func:`attnlab.data.marian_files.from_marian_dir` and written with
+:func:`attnlab.data.marian_files.to_marian_dir`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import json
 import os
@@ -62,15 +62,14 @@ import sentencepiece
 
 from .._checks import is_int
 from .._io import atomic_write
-from .tokenizer import _as_id_list, _check_id, _check_texts
+from ._ids import as_id_list, check_id, check_texts
 
 __all__ = [
+    "DEFAULT_MAX_LENGTH",
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "MARIAN_CONFIG_FILE",
+    "MAX_LENGTH_LIMIT",
     "SentencePieceTokenizer",
-    "from_marian_dir",
-    "to_marian_dir",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -80,16 +79,11 @@ FORMAT_NAME = "sentencepiece"
 FORMAT_VERSION = 1
 _MARKER_KEY = "attnlab"
 
-# Marian's file names, as transformers' MarianTokenizer reads and writes them.
-SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
-VOCAB_FILE, TARGET_VOCAB_FILE = "vocab.json", "target_vocab.json"
-MARIAN_CONFIG_FILE = "tokenizer_config.json"
-SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-# MarianTokenizer's defaults, for a directory whose config does not say.
-_DEFAULT_SPECIALS = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
-_DEFAULT_MAX_LENGTH = 512
+#: MarianTokenizer's ``model_max_length`` for a directory whose config does not say.
+DEFAULT_MAX_LENGTH = 512
+#: The largest ``model_max_length`` kept: transformers' "no limit" is int(1e30).
+MAX_LENGTH_LIMIT = 1 << 30
 _SPACE_MARK = "▁"  # SentencePiece's word-boundary mark, U+2581
-_MAX_LENGTH_LIMIT = 1 << 30  # transformers' "no limit" is int(1e30); cap what is stored
 
 
 def _language_code(text: str) -> tuple[str | None, str]:
@@ -123,6 +117,65 @@ def _clean_up_spaces(text: str) -> str:
     return text
 
 
+def _vocab_index(vocab: object) -> dict[str, int]:
+    """Piece -> id of a vocabulary given as the piece of each id, checked: a sequence of
+    distinct non-empty strings (errors name ``vocab`` and the position)."""
+    if isinstance(vocab, (str, bytes)) or not isinstance(vocab, Sequence):
+        raise TypeError(f"vocab: expected a sequence of piece strings, got {type(vocab).__name__}")
+    index: dict[str, int] = {}
+    for i, piece in enumerate(vocab):
+        if not isinstance(piece, str) or not piece:
+            raise TypeError(f"vocab[{i}]: expected a non-empty string, got {piece!r}")
+        if piece in index:
+            raise ValueError(f"vocab[{i}]: piece {piece!r} is already id {index[piece]}")
+        index[piece] = i
+    return index
+
+
+def _saved_data(tok: SentencePieceTokenizer) -> dict[str, Any]:
+    """What :meth:`SentencePieceTokenizer.save` writes (and its fingerprint hashes)."""
+    return {
+        _MARKER_KEY: {"format": FORMAT_NAME, "version": FORMAT_VERSION},
+        "add_eos": tok.add_eos,
+        "special_tokens": tok.special_tokens,
+        "model_max_length": tok.model_max_length,
+        "clean_up_tokenization_spaces": tok.clean_up_tokenization_spaces,
+        "vocab": tok.vocab,
+        "sentencepiece_model": base64.b64encode(tok.model).decode("ascii"),
+    }
+
+
+def _read_saved(path: Path) -> dict[str, Any]:
+    """The JSON object of a file that :meth:`SentencePieceTokenizer.save` wrote, its format
+    marker checked (errors name the file); the fields are checked by the constructor."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such tokenizer file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a tokenizer file (not UTF-8: {exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a tokenizer file (not JSON: {exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a tokenizer file (not a JSON object)")
+    marker = data.get(_MARKER_KEY)
+    expected = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
+    if not isinstance(marker, dict) or marker.get("format") != FORMAT_NAME:
+        raise ValueError(
+            f"{path}: not a SentencePiece tokenizer file (its {_MARKER_KEY!r} field is "
+            f"{json.dumps(marker)}, expected {expected})"
+        )
+    version = marker.get("version")
+    if not is_int(version) or version < 1:
+        raise ValueError(f"{path}: unreadable format version {version!r}, expected {expected}")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: SentencePiece tokenizer format {version} was written by a newer "
+            f"attnlab; this one reads format {FORMAT_VERSION} (upgrade attnlab to read it)"
+        )
+    return data
+
+
 class SentencePieceTokenizer:
     """One side of a Marian tokenizer: a SentencePiece model, Marian's vocabulary over its
     pieces (piece -> id; not the SentencePiece ids) and the special tokens ``</s>`` (eos),
@@ -135,7 +188,8 @@ class SentencePieceTokenizer:
     module docstring for what encoding and decoding do, exactly as transformers'
     ``MarianTokenizer``.
 
-    Make one with :func:`from_marian_dir` (both sides of a Marian model) or :meth:`load`.
+    Make one with :func:`~attnlab.data.marian_files.from_marian_dir` (both sides of a Marian
+    model) or :meth:`load`.
 
     Example::
 
@@ -153,7 +207,7 @@ class SentencePieceTokenizer:
         eos_token: str = "</s>",
         unk_token: str = "<unk>",
         pad_token: str = "<pad>",
-        model_max_length: int = _DEFAULT_MAX_LENGTH,
+        model_max_length: int = DEFAULT_MAX_LENGTH,
         clean_up_tokenization_spaces: bool = False,
     ) -> None:
         """
@@ -183,17 +237,7 @@ class SentencePieceTokenizer:
                 f"model: not a serialized SentencePiece model ({len(model)} bytes that do not "
                 f"parse)"
             ) from None
-        if isinstance(vocab, (str, bytes)) or not isinstance(vocab, Sequence):
-            raise TypeError(
-                f"vocab: expected a sequence of piece strings, got {type(vocab).__name__}"
-            )
-        index: dict[str, int] = {}
-        for i, piece in enumerate(vocab):
-            if not isinstance(piece, str) or not piece:
-                raise TypeError(f"vocab[{i}]: expected a non-empty string, got {piece!r}")
-            if piece in index:
-                raise ValueError(f"vocab[{i}]: piece {piece!r} is already id {index[piece]}")
-            index[piece] = i
+        index = _vocab_index(vocab)
         if not isinstance(add_eos, bool):
             raise TypeError(f"add_eos: expected a bool, got {add_eos!r}")
         specials = {"eos_token": eos_token, "unk_token": unk_token, "pad_token": pad_token}
@@ -206,9 +250,9 @@ class SentencePieceTokenizer:
             raise ValueError(
                 f"eos_token, unk_token, pad_token: expected 3 distinct, got {specials}"
             )
-        if not is_int(model_max_length) or not 0 < model_max_length <= _MAX_LENGTH_LIMIT:
+        if not is_int(model_max_length) or not 0 < model_max_length <= MAX_LENGTH_LIMIT:
             raise ValueError(
-                f"model_max_length: expected an int in [1, {_MAX_LENGTH_LIMIT}], got "
+                f"model_max_length: expected an int in [1, {MAX_LENGTH_LIMIT}], got "
                 f"{model_max_length!r}"
             )
         if not isinstance(clean_up_tokenization_spaces, bool):
@@ -314,7 +358,7 @@ class SentencePieceTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """The ids of each text, as :meth:`encode`."""
-        return [self._encode(text) for text in _check_texts(texts, "texts")]
+        return [self._encode(text) for text in check_texts(texts, "texts")]
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (a sequence of ints or a 1-D tensor), special tokens dropped
@@ -323,7 +367,7 @@ class SentencePieceTokenizer:
         Raises:
             ValueError: an id outside ``[0, vocab_size)``, naming its position.
         """
-        return self._decode(_as_id_list(ids, len(self._vocab), "ids"))
+        return self._decode(as_id_list(ids, len(self._vocab), "ids"))
 
     def _decode(self, ids: list[int]) -> str:
         pieces = [self._vocab[i] for i in ids if i not in self._special_names]
@@ -338,7 +382,7 @@ class SentencePieceTokenizer:
         if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
             raise TypeError(f"batch: expected a sequence of id sequences, got {type(batch)}")
         size = len(self._vocab)
-        return [self._decode(_as_id_list(row, size, f"batch[{i}]")) for i, row in enumerate(batch)]
+        return [self._decode(as_id_list(row, size, f"batch[{i}]")) for i, row in enumerate(batch)]
 
     def tokens(self, text: str) -> list[str]:
         """The pieces of ``text`` as readable text, one per id of ``encode(text)`` (so
@@ -351,7 +395,7 @@ class SentencePieceTokenizer:
     def labels(self, ids: Sequence[int]) -> list[str]:
         """The piece of each id as :meth:`tokens` shows it; special tokens by their names
         (``"</s>"``, ``"<pad>"``)."""
-        ids = _as_id_list(ids, len(self._vocab), "ids")
+        ids = as_id_list(ids, len(self._vocab), "ids")
         return [
             self._special_names[i]
             if i in self._special_names
@@ -362,25 +406,14 @@ class SentencePieceTokenizer:
     def id_to_token(self, i: int) -> str:
         """The vocabulary's string of id ``i``, as Marian's ``vocab.json`` spells it
         (``"▁men"``, ``"</s>"``)."""
-        return self._vocab[_check_id(i, len(self._vocab), "i")]
+        return self._vocab[check_id(i, len(self._vocab), "i")]
 
     # -- files -------------------------------------------------------------------------------
-
-    def _data(self) -> dict[str, Any]:
-        return {
-            _MARKER_KEY: {"format": FORMAT_NAME, "version": FORMAT_VERSION},
-            "add_eos": self._add_eos,
-            "special_tokens": self.special_tokens,
-            "model_max_length": self._model_max_length,
-            "clean_up_tokenization_spaces": self._clean_up,
-            "vocab": self._vocab,
-            "sentencepiece_model": base64.b64encode(self._model).decode("ascii"),
-        }
 
     def fingerprint(self) -> str:
         """A SHA-256 hex digest of everything that decides how this tokenizer encodes and
         decodes: two tokenizers with the same fingerprint give the same ids and texts."""
-        text = json.dumps(self._data(), sort_keys=True, ensure_ascii=False)
+        text = json.dumps(_saved_data(self), sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def save(self, path: PathLike) -> None:
@@ -388,7 +421,7 @@ class SentencePieceTokenizer:
         a half-written file under that name); the parent directory is created if needed."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self._data(), indent=1, ensure_ascii=False) + "\n"
+        text = json.dumps(_saved_data(self), indent=1, ensure_ascii=False) + "\n"
         atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
 
     @classmethod
@@ -401,31 +434,7 @@ class SentencePieceTokenizer:
                 or a newer version, a missing or malformed field); the message names the file.
         """
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such tokenizer file")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path}: not a tokenizer file (not UTF-8: {exc.reason})") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not a tokenizer file (not JSON: {exc})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: not a tokenizer file (not a JSON object)")
-        marker = data.get(_MARKER_KEY)
-        expected = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
-        if not isinstance(marker, dict) or marker.get("format") != FORMAT_NAME:
-            raise ValueError(
-                f"{path}: not a SentencePiece tokenizer file (its {_MARKER_KEY!r} field is "
-                f"{json.dumps(marker)}, expected {expected})"
-            )
-        version = marker.get("version")
-        if not is_int(version) or version < 1:
-            raise ValueError(f"{path}: unreadable format version {version!r}, expected {expected}")
-        if version > FORMAT_VERSION:
-            raise ValueError(
-                f"{path}: SentencePiece tokenizer format {version} was written by a newer "
-                f"attnlab; this one reads format {FORMAT_VERSION} (upgrade attnlab to read it)"
-            )
+        data = _read_saved(path)
         try:
             model = base64.b64decode(data["sentencepiece_model"], validate=True)
             specials = data["special_tokens"]
@@ -451,219 +460,3 @@ class SentencePieceTokenizer:
             f"SentencePieceTokenizer(vocab_size={len(self._vocab)}, add_eos={self._add_eos}, "
             f"spm_pieces={self._spm.get_piece_size()})"
         )
-
-
-# -- Marian's own files ----------------------------------------------------------------------
-
-
-def _write_bytes(content: bytes, path: str) -> None:
-    Path(path).write_bytes(content)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a valid JSON file ({exc})") from None
-
-
-def _token_string(value: object, path: Path, key: str) -> str:
-    """A special token as a config writes it: a string, or transformers' AddedToken object."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{path}: {key} is {json.dumps(value)}, expected a token string")
-    return value
-
-
-def _marian_vocab(path: Path) -> list[str]:
-    """Marian's ``vocab.json`` (piece -> id) as the piece of each id, in id order."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (a Marian tokenizer directory needs it)")
-    data = _read_json(path)
-    if not isinstance(data, dict) or not data:
-        raise ValueError(f"{path}: expected a JSON object mapping pieces to ids")
-    vocab: list[str | None] = [None] * len(data)
-    for piece, i in data.items():
-        if not is_int(i) or not 0 <= i < len(data) or vocab[i] is not None:
-            raise ValueError(
-                f"{path}: piece {piece!r} has id {i!r}; expected the ids 0..{len(data) - 1}, "
-                f"each once"
-            )
-        vocab[i] = piece
-    return [piece for piece in vocab if piece is not None]
-
-
-def _check_config_options(config: dict[str, Any], path: Path, specials: set[str]) -> None:
-    """Refuse what a Marian config may ask of transformers that this tokenizer does not do:
-    more special or added tokens than eos / unk / pad (transformers would cut text at them
-    and drop them when decoding), special tokens that swallow spaces, sampled segmentation."""
-    for key in ("additional_special_tokens", "extra_special_tokens"):
-        if config.get(key):
-            raise ValueError(
-                f"{path}: {key} {json.dumps(config[key])[:80]} is not supported (attnlab reads "
-                f"Marian tokenizers whose special tokens are eos, unk and pad)"
-            )
-    added = config.get("added_tokens_decoder") or {}
-    if not isinstance(added, dict):
-        raise ValueError(f"{path}: added_tokens_decoder is not a JSON object")
-    for token in added.values():
-        content = token.get("content") if isinstance(token, dict) else token
-        flags = [
-            k
-            for k in ("lstrip", "rstrip", "single_word")
-            if isinstance(token, dict) and token.get(k)
-        ]
-        if content not in specials or flags:
-            raise ValueError(
-                f"{path}: added token {json.dumps(token)} is not supported (attnlab reads "
-                f"Marian tokenizers whose added tokens are eos, unk and pad, without "
-                f"lstrip / rstrip / single_word)"
-            )
-    options = config.get("sp_model_kwargs") or {}
-    if isinstance(options, dict) and options.get("enable_sampling"):
-        raise ValueError(
-            f"{path}: sp_model_kwargs enables sampling; attnlab segments text "
-            f"deterministically (remove enable_sampling to read it)"
-        )
-
-
-def from_marian_dir(directory: PathLike) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
-    """The ``(source, target)`` tokenizers of a Marian directory, as transformers'
-    ``MarianTokenizer.from_pretrained(directory)`` reads it.
-
-    Reads ``source.spm``, ``target.spm``, ``vocab.json`` (both sides' vocabulary, unless
-    ``tokenizer_config.json`` says ``"separate_vocabs": true``: then ``target_vocab.json`` is
-    the target's) and ``tokenizer_config.json`` (``eos_token``, ``unk_token``, ``pad_token``,
-    ``model_max_length``, ``clean_up_tokenization_spaces``; ``special_tokens_map.json`` for a
-    special token the config does not name). A missing config means MarianTokenizer's defaults:
-    ``</s>``, ``<unk>``, ``<pad>``, 512, one shared vocabulary. The source appends ``</s>`` to
-    its encodings, the target does not.
-
-    Raises:
-        FileNotFoundError: no such directory, or a required file missing (named).
-        ValueError: a file that cannot be read as Marian's (named, with the reason), or a
-            config that asks for what this tokenizer does not do: special or added tokens
-            beyond eos / unk / pad, or sampled segmentation (``sp_model_kwargs``).
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: no such directory (expected a Marian tokenizer)")
-    config_path = directory / MARIAN_CONFIG_FILE
-    config = _read_json(config_path) if config_path.is_file() else {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{config_path}: expected a JSON object")
-    map_path = directory / SPECIAL_TOKENS_MAP_FILE
-    token_map = _read_json(map_path) if map_path.is_file() else {}
-    if not isinstance(token_map, dict):
-        raise ValueError(f"{map_path}: expected a JSON object")
-    specials = {}
-    for name, default in _DEFAULT_SPECIALS.items():
-        key = f"{name}_token"
-        if config.get(key) is not None:
-            specials[key] = _token_string(config[key], config_path, key)
-        elif token_map.get(key) is not None:
-            specials[key] = _token_string(token_map[key], map_path, key)
-        else:
-            specials[key] = default
-    _check_config_options(config, config_path, set(specials.values()))
-    max_length = config.get("model_max_length", _DEFAULT_MAX_LENGTH)
-    if isinstance(max_length, float) and max_length >= _MAX_LENGTH_LIMIT:
-        max_length = _MAX_LENGTH_LIMIT  # transformers writes "no limit" as 1e30
-    if not is_int(max_length) or max_length < 1:
-        raise ValueError(f"{config_path}: model_max_length is {max_length!r}, expected an int >= 1")
-    max_length = min(max_length, _MAX_LENGTH_LIMIT)
-    separate = config.get("separate_vocabs", False)
-    clean_up = config.get("clean_up_tokenization_spaces", False)
-    for key, value in (("separate_vocabs", separate), ("clean_up_tokenization_spaces", clean_up)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{config_path}: {key} is {json.dumps(value)}, expected true or false")
-
-    models = []
-    for name in (SOURCE_SPM, TARGET_SPM):
-        if not (directory / name).is_file():
-            raise FileNotFoundError(
-                f"{directory / name}: no such file (a Marian tokenizer directory needs it)"
-            )
-        models.append((directory / name).read_bytes())
-    src_vocab = _marian_vocab(directory / VOCAB_FILE)
-    tgt_vocab = _marian_vocab(directory / TARGET_VOCAB_FILE) if separate else src_vocab
-    sides = []
-    for model, vocab, add_eos, spm_name, vocab_name in (
-        (models[0], src_vocab, True, SOURCE_SPM, VOCAB_FILE),
-        (models[1], tgt_vocab, False, TARGET_SPM, TARGET_VOCAB_FILE if separate else VOCAB_FILE),
-    ):
-        try:
-            sides.append(
-                SentencePieceTokenizer(
-                    model,
-                    vocab,
-                    add_eos=add_eos,
-                    **specials,
-                    model_max_length=max_length,
-                    clean_up_tokenization_spaces=clean_up,
-                )
-            )
-        except ValueError as exc:
-            # The model is the only argument whose fault lies in its own file.
-            culprit = spm_name if str(exc).startswith("model:") else vocab_name
-            raise ValueError(f"{directory / culprit}: {exc}") from None
-    return sides[0], sides[1]
-
-
-def to_marian_dir(
-    directory: PathLike, src: SentencePieceTokenizer, tgt: SentencePieceTokenizer
-) -> Path:
-    """Write ``src`` and ``tgt`` as a Marian tokenizer directory that transformers'
-    ``MarianTokenizer.from_pretrained`` loads and that tokenizes as they do (``directory`` is
-    created if needed; existing files of these names are replaced). Returns ``directory``.
-
-    Writes ``source.spm`` and ``target.spm`` (the bytes the tokenizers hold: a directory read
-    by :func:`from_marian_dir` gets its files back byte for byte), ``vocab.json`` (plus
-    ``target_vocab.json`` and ``"separate_vocabs": true`` when the two vocabularies differ),
-    ``tokenizer_config.json`` and ``special_tokens_map.json``.
-
-    Raises:
-        TypeError: ``src`` or ``tgt`` is not a :class:`SentencePieceTokenizer`.
-        ValueError: ``src`` does not append ``</s>`` (MarianTokenizer always does); their
-            special tokens, ``model_max_length`` or ``clean_up_tokenization_spaces`` differ
-            (Marian's config holds one of each).
-    """
-    for name, tok in (("src", src), ("tgt", tgt)):
-        if not isinstance(tok, SentencePieceTokenizer):
-            raise TypeError(f"{name}: expected a SentencePieceTokenizer, got {type(tok).__name__}")
-    if not src.add_eos:
-        raise ValueError(
-            "src: add_eos is False, but MarianTokenizer appends </s> to every source (a "
-            "source side has add_eos=True)"
-        )
-    for attribute in ("special_tokens", "model_max_length", "clean_up_tokenization_spaces"):
-        if getattr(src, attribute) != getattr(tgt, attribute):
-            raise ValueError(
-                f"tgt: its {attribute} is {getattr(tgt, attribute)!r}, but src's is "
-                f"{getattr(src, attribute)!r}; a Marian directory holds one"
-            )
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    separate = src.vocab != tgt.vocab
-    specials = {f"{name}_token": token for name, token in src.special_tokens.items()}
-    config = {
-        "tokenizer_class": "MarianTokenizer",
-        "separate_vocabs": separate,
-        "model_max_length": src.model_max_length,
-        "clean_up_tokenization_spaces": src.clean_up_tokenization_spaces,
-        **specials,
-    }
-    files: dict[str, bytes] = {SOURCE_SPM: src.model, TARGET_SPM: tgt.model}
-    vocabs = {VOCAB_FILE: src.vocab, **({TARGET_VOCAB_FILE: tgt.vocab} if separate else {})}
-    for name, vocab in vocabs.items():
-        mapping = {piece: i for i, piece in enumerate(vocab)}
-        files[name] = json.dumps(mapping, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-    files[MARIAN_CONFIG_FILE] = json.dumps(config, indent=2).encode("utf-8") + b"\n"
-    files[SPECIAL_TOKENS_MAP_FILE] = json.dumps(specials, indent=2).encode("utf-8") + b"\n"
-    for name, content in files.items():
-        atomic_write(directory / name, functools.partial(_write_bytes, content))
-    if not separate:
-        # A target_vocab.json left from an earlier write would mislead a reader of the files.
-        (directory / TARGET_VOCAB_FILE).unlink(missing_ok=True)
-    return directory

@@ -52,6 +52,8 @@ import tokenizers as hf
 
 from .._checks import is_int
 from .._io import atomic_write
+from ._ids import as_id_list, check_id, check_texts
+from .byte_tokens import BYTE_SYMBOLS, BYTE_TOKENS, SYMBOL_TO_BYTE, byte_level_backend, bytes_text
 
 if TYPE_CHECKING:
     from .sentencepiece import SentencePieceTokenizer
@@ -81,11 +83,8 @@ TOKENIZER_FILE = "tokenizer.json"  # a joint (shared) vocabulary
 SRC_TOKENIZER_FILE = "src_tokenizer.json"
 TGT_TOKENIZER_FILE = "tgt_tokenizer.json"
 
-_BYTE_SYMBOLS = 256
-#: The byte-fallback tokens, ids 4..259 in a format-2 vocabulary (Hugging Face's spelling).
-BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(_BYTE_SYMBOLS))
 _FIRST_BYTE_ID = len(SPECIAL_TOKENS)
-MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + _BYTE_SYMBOLS
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_SYMBOLS
 
 #: The format that :meth:`Tokenizer.train` makes and :meth:`Tokenizer.save` states in the file.
 FORMAT_VERSION = 2
@@ -106,14 +105,6 @@ def _char_backend() -> hf.Tokenizer:
     return backend
 
 
-def _byte_level_backend() -> hf.Tokenizer:
-    """An untrained format-1 tokenizer: GPT-2's byte-level BPE, as attnlab made it before."""
-    backend = hf.Tokenizer(hf.models.BPE(unk_token="<unk>"))
-    backend.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = hf.decoders.ByteLevel()
-    return backend
-
-
 def _layout(data: dict[str, Any]) -> dict[str, Any]:
     """What decides how a ``tokenizer.json`` encodes and decodes, apart from its vocabulary
     and merges: normalizer, pre-tokenizer, post-processor, decoder and the model's options."""
@@ -130,7 +121,7 @@ def _layout(data: dict[str, Any]) -> dict[str, Any]:
 @functools.cache
 def _expected_layouts() -> dict[int, dict[str, Any]]:
     return {
-        1: _layout(json.loads(_byte_level_backend().to_str())),
+        1: _layout(json.loads(byte_level_backend().to_str())),
         2: _layout(json.loads(_char_backend().to_str())),
     }
 
@@ -155,71 +146,6 @@ def _layout_problem(backend: hf.Tokenizer, version: int) -> str | None:
                 where = "is missing" if actual is None else f"has id {actual}"
                 return f"byte token {token} {where}, expected id {_FIRST_BYTE_ID + byte}"
     return None
-
-
-def _byte_symbols() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: the printable character that stands for each byte
-    in a format-1 token string -> the byte. Printable Latin-1 bytes stand for themselves; the
-    others (control characters, space, ...) are shifted to U+0100 and up (space is "Ġ")."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    symbols = {chr(b): b for b in printable}
-    shifted = (b for b in range(_BYTE_SYMBOLS) if b not in set(printable))
-    symbols.update({chr(_BYTE_SYMBOLS + i): b for i, b in enumerate(shifted)})
-    return symbols
-
-
-_SYMBOL_TO_BYTE = _byte_symbols()
-
-
-def _bytes_text(data: bytes | bytearray) -> str:
-    """Bytes as text: valid UTF-8 decoded, every byte that is not part of a valid character
-    written as an escape (``\\xc3``), never U+FFFD."""
-    return bytes(data).decode("utf-8", errors="backslashreplace")
-
-
-def _as_id_list(ids: object, vocab_size: int, name: str) -> list[int]:
-    """``ids`` (a sequence of ints, or a 1-D tensor / array) as a list, each checked to be a
-    valid id; errors name the argument and the position."""
-    if hasattr(ids, "tolist") and not isinstance(ids, (list, tuple)):
-        ids = ids.tolist()
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(f"{name}: expected a sequence of token ids, got {type(ids).__name__}")
-    for position, token in enumerate(ids):
-        if not is_int(token):
-            raise TypeError(
-                f"{name}[{position}]: expected an int token id, got {type(token).__name__} "
-                f"{token!r}"
-            )
-        if not 0 <= token < vocab_size:
-            raise ValueError(
-                f"{name}[{position}]: token id {token} is out of range [0, {vocab_size}) for "
-                f"this tokenizer"
-            )
-    return list(ids)
-
-
-def _check_id(i: object, vocab_size: int, name: str) -> int:
-    """``i`` if it is an int id in ``[0, vocab_size)``, else TypeError / ValueError naming it."""
-    if not is_int(i):
-        raise TypeError(f"{name}: expected an int token id, got {type(i).__name__} {i!r}")
-    if not 0 <= i < vocab_size:
-        raise ValueError(
-            f"{name}: token id {i} is out of range [0, {vocab_size}) for this tokenizer"
-        )
-    return i
-
-
-def _check_texts(texts: object, name: str) -> list[str]:
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise TypeError(f"{name}: expected a list of strings, got {type(texts).__name__}")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}]: expected a string, got {type(text).__name__}")
-    return list(texts)
 
 
 def _specials_problem(backend: hf.Tokenizer) -> str | None:
@@ -348,7 +274,7 @@ class Tokenizer:
         if vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(
                 f"vocab_size: expected at least {MIN_VOCAB_SIZE} ({len(SPECIAL_TOKENS)} special "
-                f"tokens + {_BYTE_SYMBOLS} byte tokens), got {vocab_size}"
+                f"tokens + {BYTE_SYMBOLS} byte tokens), got {vocab_size}"
             )
         if not is_int(min_frequency):
             raise TypeError(f"min_frequency: expected an int, got {min_frequency!r}")
@@ -482,7 +408,7 @@ class Tokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """The ids of each text, as :meth:`encode`; runs in parallel threads."""
-        texts = _check_texts(texts, "texts")
+        texts = check_texts(texts, "texts")
         return [e.ids for e in self._backend.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -497,7 +423,7 @@ class Tokenizer:
         Raises:
             ValueError: an id outside ``[0, vocab_size)``, naming its position.
         """
-        ids = _as_id_list(ids, self._vocab_size, "ids")
+        ids = as_id_list(ids, self._vocab_size, "ids")
         if self._format == 1:
             return self._backend.decode(ids, skip_special_tokens=True)
         return self._decode_pieces(ids)
@@ -513,11 +439,11 @@ class Tokenizer:
                 pending.append(piece)
                 continue
             if pending:
-                parts.append(_bytes_text(pending))
+                parts.append(bytes_text(pending))
                 pending.clear()
             parts.append(piece)
         if pending:
-            parts.append(_bytes_text(pending))
+            parts.append(bytes_text(pending))
         return "".join(parts)
 
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
@@ -526,7 +452,7 @@ class Tokenizer:
             batch = batch.tolist()
         if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
             raise TypeError(f"batch: expected a sequence of id sequences, got {type(batch)}")
-        rows = [_as_id_list(ids, self._vocab_size, f"batch[{i}]") for i, ids in enumerate(batch)]
+        rows = [as_id_list(ids, self._vocab_size, f"batch[{i}]") for i, ids in enumerate(batch)]
         if self._format == 1:
             return self._backend.decode_batch(rows, skip_special_tokens=True)
         return [self._decode_pieces(row) for row in rows]
@@ -544,20 +470,20 @@ class Tokenizer:
         """The subword piece of each id, as :meth:`tokens` shows it; special tokens appear as
         their names (``"<eos>"``). For labelling generated ids, which need not be the
         segmentation that :meth:`encode` would give their text."""
-        ids = _as_id_list(ids, self._vocab_size, "ids")
+        ids = as_id_list(ids, self._vocab_size, "ids")
         return [SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else self._readable(i) for i in ids]
 
     def _readable(self, i: int) -> str:
         if self._format == 1:
             piece = self._backend.id_to_token(i)
-            return _bytes_text(bytes(_SYMBOL_TO_BYTE[symbol] for symbol in piece))
+            return bytes_text(bytes(SYMBOL_TO_BYTE[symbol] for symbol in piece))
         piece = self._pieces[i]
-        return _bytes_text(bytes([piece])) if isinstance(piece, int) else piece
+        return bytes_text(bytes([piece])) if isinstance(piece, int) else piece
 
     def id_to_token(self, i: int) -> str:
         """The vocabulary's string of id ``i``, as the saved file spells it (format 2:
         ``" men"``, ``"<0xC3>"``; format 1: GPT-2's byte symbols, ``"Ġmen"``)."""
-        token = self._backend.id_to_token(_check_id(i, self._vocab_size, "i"))
+        token = self._backend.id_to_token(check_id(i, self._vocab_size, "i"))
         if token is None:  # a hole in the ids: the file loads, but the export would be wrong
             raise ValueError(f"i: this tokenizer has no token for id {i}")
         return str(token)
@@ -572,8 +498,8 @@ class Tokenizer:
 
 
 def _tokenizer_kinds() -> tuple[type, ...]:
-    """The tokenizer classes a model directory may hold (imported here, not at the top: the
-    SentencePiece module builds on this one)."""
+    """The tokenizer classes a model directory may hold (imported here, not at the top: only
+    Marian's tokenizers need the sentencepiece package loaded)."""
     from .sentencepiece import SentencePieceTokenizer
 
     return (Tokenizer, SentencePieceTokenizer)

@@ -18,7 +18,8 @@ function on the same weights:
 * :func:`export_model`: either, from a model directory written by ``attnlab train``.
 
 The modules: :mod:`.common` (what each target can express, vocabularies, the output
-directory's checks), :mod:`.ct2` (CTranslate2) and :mod:`.marian` (Hugging Face).
+directory's checks), :mod:`.ct2` (CTranslate2) and :mod:`.marian` (Hugging Face, both ways;
+its name map and permutation, once, in :mod:`.marian_names`).
 
 What a target cannot express is refused with a one-line ``ValueError`` naming the option and
 the target, before anything is written; :func:`unsupported` lists the reasons. CTranslate2

@@ -83,7 +83,8 @@ def to_ctranslate2(
     spec = _spec(model, src_tokens, tgt_tokens, tgt.unk_id)
     joint = same_tokenizer(src, tgt)
 
-    from ..data.sentencepiece import SentencePieceTokenizer, to_marian_dir
+    from ..data.marian_files import to_marian_dir
+    from ..data.sentencepiece import SentencePieceTokenizer
 
     marian = isinstance(src, SentencePieceTokenizer) and isinstance(tgt, SentencePieceTokenizer)
 

@@ -6,7 +6,6 @@ config, the generation config and attnlab's tokenizer as a fast tokenizer. Writt
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,13 @@ from .common import (
     tokenizer_pair,
     vocabulary,
 )
+from .marian_names import (
+    ACTIVATIONS_IN,
+    ACTIVATIONS_OUT,
+    LOGITS_BIAS,
+    marian_permutation,
+    name_map,
+)
 
 __all__ = [
     "from_huggingface",
@@ -34,10 +40,6 @@ __all__ = [
     "read_marian_weights",
     "to_huggingface",
 ]
-
-#: attnlab's activation -> Marian's name for it (the export writes these).
-_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "silu": "swish"}
-_LOGITS_BIAS = "final_logits_bias"
 
 
 def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: bool = False) -> Path:
@@ -69,7 +71,8 @@ def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: boo
         ValueError: an option Marian cannot express; tokenizers that do not match the model.
         FileExistsError: ``out_dir`` exists and ``force`` is False.
     """
-    from ..data.sentencepiece import SentencePieceTokenizer, to_marian_dir
+    from ..data.marian_files import to_marian_dir
+    from ..data.sentencepiece import SentencePieceTokenizer
 
     check_exportable(model, "huggingface")
     src, tgt = tokenizer_pair(tokenizers)
@@ -103,81 +106,6 @@ def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: boo
     return atomic_write_dir(out, build)
 
 
-def marian_permutation(d_model: int) -> Tensor:
-    """``(d_model,)`` int64: Marian's dimension ``j`` is attnlab's dimension ``perm[j]`` (the
-    even ones, then the odd ones: sines, then cosines)."""
-    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One tensor of the name map: Marian's ``marian`` is attnlab's ``attnlab`` (its ``rows``
-    where attnlab fuses the query, key and value projections into one ``in_proj``), with the
-    model dimension permuted on ``axis`` (None: a tensor that does not touch the stream)."""
-
-    marian: str
-    attnlab: str
-    axis: int | None
-    rows: slice | None = None
-
-
-def _name_map(config: Any) -> list[_Entry]:
-    """Every tensor of a Marian model and the attnlab tensor it is: the one table that both
-    :func:`to_huggingface` and :func:`from_huggingface` read. Tied matrices appear under each
-    of their names (Marian's ``model.shared``, encoder and decoder embeddings, ``lm_head``)."""
-    c = config
-    d, head_dim = c.d_model, c.d_model // c.num_heads
-    kv = (c.num_kv_heads or c.num_heads) * head_dim
-    entries: list[_Entry] = []
-
-    def reads_stream(name: str, prefix: str, rows: slice | None = None) -> None:
-        """A linear map from the residual stream: its input columns are permuted."""
-        entries.append(_Entry(f"{name}.weight", f"{prefix}.weight", 1, rows))
-        entries.append(_Entry(f"{name}.bias", f"{prefix}.bias", None, rows))
-
-    def writes_stream(name: str, prefix: str) -> None:
-        """A linear map into the residual stream: its output rows are permuted."""
-        entries.append(_Entry(f"{name}.weight", f"{prefix}.weight", 0))
-        entries.append(_Entry(f"{name}.bias", f"{prefix}.bias", 0))
-
-    def norm(name: str, prefix: str) -> None:
-        entries.append(_Entry(f"{name}.weight", f"{prefix}.weight", 0))
-        entries.append(_Entry(f"{name}.bias", f"{prefix}.bias", 0))
-
-    def attention(name: str, prefix: str) -> None:
-        reads_stream(f"{name}.q_proj", f"{prefix}.in_proj", slice(0, d))
-        reads_stream(f"{name}.k_proj", f"{prefix}.in_proj", slice(d, d + kv))
-        reads_stream(f"{name}.v_proj", f"{prefix}.in_proj", slice(d + kv, d + 2 * kv))
-        writes_stream(f"{name}.out_proj", f"{prefix}.out_proj")
-
-    def feed_forward(name: str, prefix: str) -> None:
-        reads_stream(f"{name}.fc1", f"{prefix}.ff.linear1")
-        writes_stream(f"{name}.fc2", f"{prefix}.ff.linear2")
-
-    if c.share_embeddings:
-        entries.append(_Entry("model.shared.weight", "src_embed.token.weight", 1))
-    entries.append(_Entry("model.encoder.embed_tokens.weight", "src_embed.token.weight", 1))
-    entries.append(_Entry("model.decoder.embed_tokens.weight", "tgt_embed.token.weight", 1))
-    entries.append(_Entry("lm_head.weight", "lm_head.weight", 1))
-    if c.output_bias:
-        entries.append(_Entry(_LOGITS_BIAS, "lm_head.bias", None))
-    for i in range(c.num_encoder_layers):
-        name, prefix = f"model.encoder.layers.{i}", f"encoder.layers.{i}"
-        attention(f"{name}.self_attn", f"{prefix}.self_attn")
-        norm(f"{name}.self_attn_layer_norm", f"{prefix}.norm1")
-        feed_forward(name, prefix)
-        norm(f"{name}.final_layer_norm", f"{prefix}.norm2")
-    for i in range(c.num_decoder_layers):
-        name, prefix = f"model.decoder.layers.{i}", f"decoder.layers.{i}"
-        attention(f"{name}.self_attn", f"{prefix}.self_attn")
-        norm(f"{name}.self_attn_layer_norm", f"{prefix}.norm1")
-        attention(f"{name}.encoder_attn", f"{prefix}.cross_attn")
-        norm(f"{name}.encoder_attn_layer_norm", f"{prefix}.norm2")
-        feed_forward(name, prefix)
-        norm(f"{name}.final_layer_norm", f"{prefix}.norm3")
-    return entries
-
-
 def _marian_state(model: Any) -> dict[str, Tensor]:
     """attnlab's weights under Marian's names, permuted on the model dimension."""
     c = model.config
@@ -186,7 +114,7 @@ def _marian_state(model: Any) -> dict[str, Tensor]:
     group = c.num_heads // (c.num_kv_heads or c.num_heads)
     d, head_dim = c.d_model, c.d_model // c.num_heads
     out: dict[str, Tensor] = {}
-    for entry in _name_map(c):
+    for entry in name_map(c):
         if entry.attnlab in state:
             t = state[entry.attnlab]
         else:  # bias=False: zero biases are the same map
@@ -196,7 +124,7 @@ def _marian_state(model: Any) -> dict[str, Tensor]:
             t = t[entry.rows]
         if entry.axis is not None:
             t = t.index_select(entry.axis, perm)
-        if entry.marian == _LOGITS_BIAS:
+        if entry.marian == LOGITS_BIAS:
             t = t.reshape(1, -1)
         out[entry.marian] = t
     if group > 1:  # grouped-query attention: each key / value head repeated for its queries
@@ -219,7 +147,7 @@ def _marian_weights(model: Any) -> dict[str, Tensor]:
             del state["model.encoder.embed_tokens.weight"]
             del state["model.decoder.embed_tokens.weight"]
     if not c.output_bias:  # Marian always has one: zeros are the paper's model
-        state[_LOGITS_BIAS] = torch.zeros(1, c.target_vocab_size)
+        state[LOGITS_BIAS] = torch.zeros(1, c.target_vocab_size)
     return {k: v.clone() for k, v in state.items()}  # safetensors stores no shared memory
 
 
@@ -241,7 +169,7 @@ def _marian_config(config: Any) -> dict[str, Any]:
         "decoder_attention_heads": c.num_heads,
         "encoder_ffn_dim": c.d_ff,
         "decoder_ffn_dim": c.d_ff,
-        "activation_function": _ACTIVATIONS[c.activation],
+        "activation_function": ACTIVATIONS_OUT[c.activation],
         "dropout": c.dropout,
         "attention_dropout": c.attention_dropout,
         "activation_dropout": c.activation_dropout,
@@ -336,16 +264,6 @@ _MARIAN_DEFAULTS: dict[str, Any] = {
     "share_encoder_decoder_embeddings": True,
     "tie_word_embeddings": True,
 }
-#: Marian's activation names -> attnlab's (transformers' ACT2FN names for the same functions).
-_ACTIVATIONS_IN = {
-    "relu": "relu",
-    "gelu": "gelu",
-    "swish": "silu",
-    "silu": "silu",
-    "gelu_new": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-}
 #: Fields of related configs (BART, mBART, FSMT) whose non-default value is a layer or an
 #: order attnlab's post-LN Transformer lacks: refused by name rather than ignored.
 _NOT_REPRESENTABLE = {
@@ -409,9 +327,9 @@ def read_marian_config(directory: PathLike) -> Any:
                 f"{m[f'encoder_{name}']}; attnlab's encoder and decoder share one width"
             )
     activation = m["activation_function"]
-    if activation not in _ACTIVATIONS_IN:
+    if activation not in ACTIVATIONS_IN:
         raise ValueError(
-            f"{path}: activation_function={activation!r}; attnlab has {sorted(_ACTIVATIONS_IN)}"
+            f"{path}: activation_function={activation!r}; attnlab has {sorted(ACTIVATIONS_IN)}"
         )
     eos = m["eos_token_id"]
     if isinstance(eos, list):
@@ -431,7 +349,7 @@ def read_marian_config(directory: PathLike) -> Any:
         "dropout": float(m["dropout"]),
         "attention_dropout": float(m["attention_dropout"]),
         "activation_dropout": float(m["activation_dropout"]),
-        "activation": _ACTIVATIONS_IN[activation],
+        "activation": ACTIVATIONS_IN[activation],
         "norm_first": False,
         "layer_norm_eps": MARIAN_LAYER_NORM_EPS,
         "positional": "sinusoidal",
@@ -508,8 +426,9 @@ def _resolve_tied(state: dict[str, Tensor], config: Any, where: Path) -> dict[st
 def from_huggingface(directory: PathLike) -> Any:
     """The attnlab :class:`attnlab.Transformer` of the transformers Marian checkpoint in
     ``directory`` (``config.json`` and its weights): the same function, every weight
-    permuted on the model dimension by :func:`marian_permutation`'s inverse (the name map is
-    the one :func:`to_huggingface` writes by). Tokenizers: :func:`import_marian`.
+    permuted on the model dimension by :func:`marian_permutation`'s inverse (the name map,
+    :func:`attnlab.export.marian_names.name_map`, is the one :func:`to_huggingface` writes
+    by). Tokenizers: :func:`import_marian`.
 
     Raises:
         FileNotFoundError: ``config.json`` or the weights are missing.
@@ -524,9 +443,9 @@ def from_huggingface(directory: PathLike) -> Any:
     safetensors = (directory / WEIGHTS_FILES[0]).is_file()
     where = directory / WEIGHTS_FILES[0 if safetensors else 1]
     state = _resolve_tied(stored, config, where)
-    if not config.output_bias or _LOGITS_BIAS not in state:
-        state[_LOGITS_BIAS] = torch.zeros(1, config.target_vocab_size)
-    entries = _name_map(config)
+    if not config.output_bias or LOGITS_BIAS not in state:
+        state[LOGITS_BIAS] = torch.zeros(1, config.target_vocab_size)
+    entries = name_map(config)
     known = {e.marian for e in entries} | set(_COMPUTED)
     unexpected = sorted(set(state) - known)
     if unexpected:
@@ -542,7 +461,7 @@ def from_huggingface(directory: PathLike) -> Any:
         if entry.marian not in state:
             raise ValueError(f"{where}: no {entry.marian!r}")
         t = state[entry.marian]
-        if entry.marian == _LOGITS_BIAS:
+        if entry.marian == LOGITS_BIAS:
             t = t.reshape(-1)
         if entry.axis is not None:
             if t.dim() <= entry.axis or t.shape[entry.axis] != config.d_model:
@@ -588,7 +507,7 @@ def import_marian(marian_dir: PathLike, out_dir: PathLike, *, overwrite: bool = 
         FileExistsError: ``out_dir`` exists and ``overwrite`` is False.
         ValueError: what attnlab cannot represent, or files that do not belong together.
     """
-    from ..data.sentencepiece import from_marian_dir
+    from ..data.marian_files import from_marian_dir
     from ..data.tokenizer import save_tokenizers
 
     source = Path(marian_dir)

@@ -32,6 +32,7 @@ __all__ = [
     "TokenizerOptions",
     "finetune_defaults",
     "recipe",
+    "toml_loads",
 ]
 
 JOB_FILE = "job.json"
@@ -95,6 +96,15 @@ def _read_recipe(file: str | None) -> dict[str, dict[str, Any]]:
     if file is None:
         return {}
     text = resources.files("attnlab").joinpath("recipes", file).read_text(encoding="utf-8")
+    return toml_loads(text)
+
+
+def toml_loads(text: str) -> dict[str, Any]:
+    """The tables of TOML ``text`` (tomllib's, or tomli's before Python 3.11).
+
+    Raises:
+        ValueError: ``text`` is not valid TOML (tomllib's ``TOMLDecodeError`` is one).
+    """
     return _toml().loads(text)  # type: ignore[no-any-return]
 
 

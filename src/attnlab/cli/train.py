@@ -1,0 +1,487 @@
+"""``attnlab train``: a job from the task's recipe, --config, the flags and --set
+(:func:`build_job`), its run directory prepared and checked before the first step, and what
+the run printed at its end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+from ..jobs import TASKS
+from ..model import TransformerConfig
+from ..train.progress import TRAIN_LOG
+from ..vision import VisionConfig
+from ._args import (
+    add_device_flag,
+    add_out_flag,
+    add_overwrite_flag,
+    device_of,
+    positive_int,
+)
+from .jobs import print_scores
+
+
+def _setting(text: str) -> tuple[str, str, object]:
+    """``TABLE.KEY=VALUE`` (VALUE read as JSON when it parses, else as a string)."""
+    key, sep, raw = text.partition("=")
+    table, dot, name = key.partition(".")
+    if not (sep and dot and table and name):
+        raise argparse.ArgumentTypeError(
+            f"expected TABLE.KEY=VALUE, e.g. model.d_model=128, got {text!r}"
+        )
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return table, name, value
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, with each line of a description or epilog filled on its own (the
+    recipes' summary stays one task a line)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            more = indent + " " * (len(line) - len(line.lstrip()) + 4)
+            filled = textwrap.fill(
+                line,
+                width,
+                initial_indent=indent,
+                subsequent_indent=more,
+                break_on_hyphens=False,  # keeps --max-minutes whole
+                break_long_words=False,
+            )
+            lines.append(filled)
+        return "\n".join(lines)
+
+
+#: The settings of a task's recipe that `train --help` shows, by table.
+_SHOWN = {
+    "train": (
+        "schedule", "lr", "warmup", "max_steps", "max_epochs", "max_minutes", "max_tokens",
+        "batch_size",
+    ),
+    "eval": ("beam_size", "alpha"),
+}  # fmt: skip
+
+
+def _recipes_epilog() -> str:
+    """What ``attnlab train --task TASK`` runs, one task a line, read from the recipes (and,
+    for a task without one, from the defaults of the job's tables)."""
+    import dataclasses
+
+    from ..jobs import EvalOptions, recipe
+    from ..train.config import TrainConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    defaults.update({f.name: f.default for f in dataclasses.fields(EvalOptions)})
+    lines = [
+        "What each task runs unless told otherwise (its recipe; `attnlab config --recipe "
+        "TASK` prints it in full, to start a job file from):"
+    ]
+    bare = []
+    for name, task in TASKS.items():
+        if task.recipe is None:
+            bare.append(name)
+            continue
+        tables = recipe(name)
+        model = dict(tables.get("model", {}))
+        preset = model.pop("preset", "small")
+        sizes = f" with {', '.join(f'{k} {v}' for k, v in model.items())}" if model else ""
+        shown = [
+            f"{key} {tables[table][key]}"
+            for table, keys in _SHOWN.items()
+            for key in keys
+            if key in tables.get(table, {})
+        ]
+        lines.append(f"  {name}: the {preset} preset{sizes}; {', '.join(shown)}")
+    if bare:
+        shown = [
+            f"{key} {defaults[key]}"
+            for keys in _SHOWN.values()
+            for key in keys
+            if defaults.get(key) is not None
+        ]
+        lines.append(
+            f"  {', '.join(bare)}: no recipe: the small preset; {', '.join(shown)} (schedule "
+            f"transformer: the paper's eq. 3, Adam); no limit: set --max-steps, --max-epochs "
+            f"or --max-minutes"
+        )
+    return "\n".join(lines)
+
+
+def _job_data(config: str, init_from: str | None = None):
+    """The tables of ``--config``: a TOML file, or the name of a packaged recipe (a task's,
+    see ``attnlab config --recipe``). ``init_from`` (``--init-from``) joins its ``[model]``
+    before the job is built, so that the fine-tuning recipe fills in what it leaves out."""
+    from ..jobs import Job
+    from ..jobs.tables import toml_loads
+    from .tour import recipe_names, recipe_text
+
+    if not Path(config).exists() and config in recipe_names():
+        name, text = f"--config {config}", recipe_text(config)
+    else:
+        path = Path(config)
+        if not path.is_file():
+            raise FileNotFoundError(f"--config {config}: no such file or recipe")
+        name = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{name}: not UTF-8 text ({e.reason})") from None
+    try:
+        data = toml_loads(text)
+        if init_from is not None:
+            data["model"] = {**data.get("model", {}), "init_from": init_from}
+        return Job.from_dict(data).to_dict()
+    except (TypeError, ValueError) as e:  # tomllib's decode error is a ValueError
+        raise ValueError(f"{name}: {e}") from None
+
+
+def build_job(args: argparse.Namespace, notes: list[str] | None = None):
+    """The job the command line asks for: the task's recipe, then --config, the flags and
+    --set. ``--preset`` chooses the whole model, so the recipe's or the job file's other
+    ``[model]`` settings are dropped; each is named in ``notes`` (when given)."""
+    from ..jobs import Job
+
+    init_from = getattr(args, "init_from", None)
+    if args.config:
+        data = _job_data(args.config, init_from)
+    else:  # the task's own defaults (the digits recipe, say), then the flags
+        start: dict[str, dict] = {"task": {"name": args.task}} if args.task else {}
+        if init_from is not None:  # fine-tuning: the fine-tuning recipe, not a fresh model's
+            start["model"] = {"init_from": init_from}
+        data = Job.from_dict(start).to_dict()
+    if args.preset is not None and init_from is not None:
+        raise ValueError(
+            f"--preset {args.preset}: a fine-tuning run (--init-from) keeps the architecture of "
+            f"the model it starts from; leave --preset out"
+        )
+    if args.vocab_size is not None and init_from is not None:
+        raise ValueError(
+            "--vocab-size: a fine-tuning run (--init-from) keeps the tokenizers of the model it "
+            "starts from (no new vocabulary); leave --vocab-size out"
+        )
+    if args.preset is not None:
+        config_class = VisionConfig if args.preset in VisionConfig.preset_names() else None
+        preset = (config_class or TransformerConfig).preset(args.preset)
+        # The fields the preset defines give way to it; others ([model] init_from) stay.
+        dropped = {k: v for k, v in data["model"].items() if k != "preset" and hasattr(preset, k)}
+        if dropped and notes is not None:
+            settings = ", ".join(f"{k} = {v}" for k, v in dropped.items())
+            notes.append(
+                f"--preset {args.preset}: the model is the preset's; not using [model] "
+                f"{settings} (--set model.KEY=VALUE sets one)"
+            )
+        # Each dropped field set to the preset's own value: the job's tables merge over the
+        # recipe's, so a field left out would come back from it.
+        data["model"] = {
+            **data["model"],
+            "preset": args.preset,
+            **{k: getattr(preset, k) for k in dropped},
+        }
+    flags = {
+        ("task", "name"): args.task,
+        ("task", "data_dir"): args.data_dir,
+        ("task", "src_lang"): args.src_lang,
+        ("task", "tgt_lang"): args.tgt_lang,
+        ("task", "text_file"): args.text_file,
+        ("tokenizer", "vocab_size"): args.vocab_size,
+        ("train", "max_steps"): args.max_steps,
+        ("train", "max_epochs"): args.max_epochs,
+        ("train", "max_minutes"): args.max_minutes,
+        ("train", "max_tokens"): args.max_tokens,
+        ("train", "warmup"): args.warmup,
+        ("train", "eval_every"): args.eval_every,
+        ("train", "checkpoint_every"): args.checkpoint_every,
+        ("train", "device"): args.device,
+        ("train", "seed"): args.seed,
+        ("train", "keep_best"): args.keep_best,
+        ("eval", "beam_size"): args.beam_size,
+    }
+    if args.bf16:
+        flags[("train", "bf16")] = True
+    for (table, name), value in flags.items():
+        if value is not None:
+            data[table][name] = value
+    for table, name, value in args.set or []:
+        if table not in data:
+            raise ValueError(f"--set {table}.{name}: unknown table {table!r}; use {sorted(data)}")
+        data[table][name] = value
+    return Job.from_dict(data)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ..jobs import train_job
+    from ..train import destroy_distributed, init_distributed
+
+    notes: list[str] = []
+    job = build_job(args, notes)
+    if args.device is not None:
+        device_of(args.device)  # --device cuda without CUDA: one line naming the flag
+    out = Path(args.out or f"runs/{job.task.name}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume, --overwrite: choose one (continue the run, or start it over)")
+    _check_startable(job)  # before --out is touched: a refused start leaves nothing behind
+    rank, world = init_distributed()  # under torchrun: join the group; else (0, 1)
+    try:
+        if rank == 0:
+            _prepare_out(out, resume=args.resume, overwrite=args.overwrite)
+            for note in notes:
+                print(f"attnlab train: note: {note}", flush=True)
+            bare = job.task.is_image or job.task.is_lm
+            languages = "" if bare else f" {job.task.src_lang}->{job.task.tgt_lang}"
+            where = f"{job.task.name}{languages} into {out}/"
+            ranks = f" on {world} processes" if world > 1 else ""
+            print(f"attnlab train: {where}{ranks}", flush=True)
+        created = not out.exists()
+        try:
+            result = train_job(
+                job,
+                out,
+                resume=args.resume,
+                progress=not args.no_progress and rank == 0,
+                log=lambda line: print(f"  {line}", flush=True),
+            )
+        except BaseException:
+            if rank == 0 and created:
+                _remove_failed_start(out)
+            raise
+    finally:
+        destroy_distributed()
+    if rank != 0:
+        return 0
+    _print_time_cap(result.get("training", {}), job.train)
+    print_scores(result, beam_size=job.eval.beam_size)
+    use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
+    print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
+    best = result.get("training", {}).get("best")
+    if best:
+        print(
+            f"best: {best['model_dir']}  ({best['column']} {best['value']:.4g} at step "
+            f"{best['step']}; attnlab evaluate --model {best['model_dir']} ...)"
+        )
+    print(
+        f"results: {out / 'results.json'}; metrics: {out / 'metrics.csv'}; log: {out / TRAIN_LOG}"
+    )
+    return 0
+
+
+def _check_startable(job) -> None:
+    """What would stop the run before its first step, said in the command's flags: no limit
+    on training, the text task without its file; then every setting (`Job.check`)."""
+    train = job.train
+    if all(train.get(name) is None for name in ("max_steps", "max_epochs", "max_minutes")):
+        raise ValueError(
+            f"--max-steps, --max-epochs, --max-minutes: nothing limits training; the "
+            f"{job.task.name!r} task has no recipe that sets one: set at least one (or "
+            f"[train] max_steps, max_epochs or max_minutes in --config)"
+        )
+    if job.task.is_lm:
+        if not job.task.text_file:
+            raise ValueError("--text-file: required for --task text (one plain text file)")
+        if not Path(job.task.text_file).is_file():
+            raise FileNotFoundError(f"--text-file: {job.task.text_file}: no such file")
+    job.check()
+
+
+def _remove_failed_start(out: Path) -> None:
+    """Remove the run directory this command created when training failed before its first
+    checkpoint: a failed start leaves nothing behind (a run with checkpoints stays, to
+    --resume)."""
+    from ..train import find_checkpoints
+
+    if out.is_dir() and not find_checkpoints(out):
+        shutil.rmtree(out, ignore_errors=True)
+
+
+#: What `attnlab train` writes into its --out directory: --overwrite removes a directory only
+#: when it holds one of these, the mark of an earlier run.
+_RUN_MARKS = ("checkpoints", "results.json")
+
+
+def _prepare_out(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse, in terms of the command's flags, an --out that already holds a trained run
+    (unless --resume or --overwrite); with --overwrite remove that run."""
+    from ..train import find_checkpoints
+
+    if resume or not out.exists():
+        return
+    if not out.is_dir():
+        raise NotADirectoryError(f"--out: {out} exists and is not a directory")
+    marks = [name for name in _RUN_MARKS if (out / name).exists()]
+    if overwrite:
+        if not marks:
+            if any(out.iterdir()):
+                raise FileExistsError(
+                    f"--overwrite: {out} does not look like an attnlab run (no "
+                    f"{' or '.join(_RUN_MARKS)}); not removing it: choose another --out"
+                )
+            return
+        if Path.cwd().resolve().is_relative_to(out.resolve()):
+            raise ValueError(f"--overwrite: {out} holds the current directory; not removing it")
+        shutil.rmtree(out)
+        print(f"attnlab train: --overwrite: removed the earlier run in {out}/", flush=True)
+        return
+    checkpoints = find_checkpoints(out)
+    if checkpoints:
+        raise FileExistsError(
+            f"--out: {out} already holds a run (checkpoint {checkpoints[-1].name}); pass "
+            f"--resume to continue it, --overwrite to start it over, or choose another --out"
+        )
+
+
+def _print_time_cap(training: dict, train_options: dict) -> None:
+    """Say so when the wall-clock safety cap, not the step or epoch budget, ended training:
+    the result then depends on the machine's speed."""
+    if training.get("stop_reason") != "max_minutes":
+        return
+    budget = [
+        f"{name} = {train_options[name]}"
+        for name in ("max_steps", "max_epochs")
+        if train_options.get(name) is not None
+    ]
+    planned = f", before its {' / '.join(budget)}" if budget else ""
+    cap, steps = train_options.get("max_minutes"), training.get("steps")
+    print(
+        f"note: training stopped at the time cap (--max-minutes {cap}) after {steps} steps"
+        f"{planned}; on a faster or less busy machine the same command trains further, so "
+        f"this result is not reproducible",
+        flush=True,
+    )
+
+
+def add_parsers(sub) -> None:
+    recipe_default = "default: the task's recipe"
+    train = sub.add_parser(
+        "train",
+        help="train a translation model end to end: corpus, tokenizers, model, checkpoints",
+        description=(
+            "Train an encoder-decoder Transformer from scratch: load the task's corpus, train "
+            "BPE tokenizers (over characters, with byte fallback) on its training split, train "
+            "with the task's recipe (below), checkpoint atomically, average the last "
+            "checkpoints into OUT/model, and score the test split with beam search (sacreBLEU, "
+            "chrF, exact match) into OUT/results.json. Settings come from the task's recipe, "
+            "then --config (a TOML job file: [task] [tokenizer] [model] [train] [eval], or a "
+            "packaged recipe's name), then the flags, then --set: a later one wins. "
+            "--preset chooses the whole model: the recipe's [model] sizes are dropped "
+            "(--set model.KEY=VALUE changes one). Under torchrun it trains with "
+            "DistributedDataParallel. The text task trains a decoder-only language model "
+            "instead, scored by perplexity; the digits task a Vision Transformer on "
+            "scikit-learn's 8x8 digits, scored by accuracy."
+        ),
+        epilog=_recipes_epilog(),
+        formatter_class=_Formatter,
+    )
+    train.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a TOML job file (start one from `attnlab config --recipe NAME`), or the NAME "
+        "of a packaged recipe (a task's name gives its recipe)",
+    )
+    train.add_argument(
+        "--task",
+        choices=tuple(TASKS),  # the task registry
+        default=None,
+        help="numbers (offline default), multi30k, files ([task] paths), text (a language "
+        "model on --text-file), or digits (a Vision Transformer on scikit-learn's 8x8 digits)",
+    )
+    train.add_argument(
+        "--init-from",
+        default=None,
+        metavar="DIR",
+        help="fine-tune: start from this translation model's weights and keep its tokenizers "
+        "(a model attnlab trained or imported); the fine-tuning recipe fills in [train] "
+        "(`attnlab config --recipe finetune`)",
+    )
+    train.add_argument("--text-file", default=None, help="plain text for the 'text' task")
+    add_out_flag(train, "the run directory (default: runs/TASK)")
+    train.add_argument("--data-dir", default=None, help="Multi30K directory ($ATTNLAB_MULTI30K)")
+    train.add_argument("--src-lang", default=None, help="source language (en)")
+    train.add_argument("--tgt-lang", default=None, help="target language (de)")
+    train.add_argument(
+        "--preset",
+        default=None,
+        choices=TransformerConfig.preset_names() + VisionConfig.preset_names(),
+        help="the model: a preset, all of it (the recipe's [model] sizes are dropped); "
+        "default: the task's recipe",
+    )
+    train.add_argument(
+        "--vocab-size", type=positive_int, default=None, help=f"BPE size ({recipe_default})"
+    )
+    train.add_argument(
+        "--max-steps", type=positive_int, default=None, help=f"optimizer steps ({recipe_default})"
+    )
+    train.add_argument(
+        "--max-epochs", type=positive_int, default=None, help=f"epochs ({recipe_default})"
+    )
+    train.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help=f"a wall-clock cap in minutes ({recipe_default})",
+    )
+    train.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=None,
+        help=f"tokens per batch and side ({recipe_default})",
+    )
+    train.add_argument(
+        "--warmup", type=positive_int, default=None, help=f"warm-up steps ({recipe_default})"
+    )
+    train.add_argument(
+        "--eval-every",
+        type=positive_int,
+        default=None,
+        help=f"validation every N steps ({recipe_default})",
+    )
+    train.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=None,
+        help=f"checkpoint every N steps ({recipe_default})",
+    )
+    add_device_flag(train)  # None: the job's [train] device (auto unless it says otherwise)
+    train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    train.add_argument(
+        "--seed", type=int, default=None, metavar="N", help="random seed (default: [train] seed, 0)"
+    )
+    train.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        help=f"beam for the final test ({recipe_default})",
+    )
+    train.add_argument(
+        "--keep-best",
+        default=None,
+        metavar="COLUMN",
+        help="also keep the best model so far as OUT/best by this validation column: val_loss "
+        "(lower is better), val_bleu, val_exact or val_accuracy (higher is better)",
+    )
+    train.add_argument(
+        "--set",
+        type=_setting,
+        action="append",
+        metavar="TABLE.KEY=VALUE",
+        help="any other setting, e.g. model.d_model=128 (repeatable)",
+    )
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    add_overwrite_flag(
+        train,
+        "start over: remove --out first when it holds an earlier run (checkpoints/ or "
+        "results.json)",
+    )
+    train.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar: the plain progress lines (every train.log_every steps) go to "
+        "standard output instead (they are in OUT/train.log either way)",
+    )
+    train.set_defaults(func=cmd_train)

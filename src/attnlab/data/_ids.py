@@ -1,0 +1,54 @@
+"""The argument checks that both kinds of tokenizer (:mod:`attnlab.data.tokenizer`'s BPE and
+:mod:`attnlab.data.sentencepiece`'s) make on token ids and texts, so that their errors read
+alike: each names the argument and, in a sequence, the position."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._checks import is_int
+
+__all__ = ["as_id_list", "check_id", "check_texts"]
+
+
+def as_id_list(ids: object, vocab_size: int, name: str) -> list[int]:
+    """``ids`` (a sequence of ints, or a 1-D tensor / array) as a list, each checked to be a
+    valid id; errors name the argument and the position."""
+    if hasattr(ids, "tolist") and not isinstance(ids, (list, tuple)):
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise TypeError(f"{name}: expected a sequence of token ids, got {type(ids).__name__}")
+    for position, token in enumerate(ids):
+        if not is_int(token):
+            raise TypeError(
+                f"{name}[{position}]: expected an int token id, got {type(token).__name__} "
+                f"{token!r}"
+            )
+        if not 0 <= token < vocab_size:
+            raise ValueError(
+                f"{name}[{position}]: token id {token} is out of range [0, {vocab_size}) for "
+                f"this tokenizer"
+            )
+    return list(ids)
+
+
+def check_id(i: object, vocab_size: int, name: str) -> int:
+    """``i`` if it is an int id in ``[0, vocab_size)``, else TypeError / ValueError naming it."""
+    if not is_int(i):
+        raise TypeError(f"{name}: expected an int token id, got {type(i).__name__} {i!r}")
+    if not 0 <= i < vocab_size:
+        raise ValueError(
+            f"{name}: token id {i} is out of range [0, {vocab_size}) for this tokenizer"
+        )
+    return i
+
+
+def check_texts(texts: object, name: str) -> list[str]:
+    """``texts`` as a list if it is a sequence of strings (not one string), else TypeError
+    naming it (and the position of a text that is not a string)."""
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError(f"{name}: expected a list of strings, got {type(texts).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{i}]: expected a string, got {type(text).__name__}")
+    return list(texts)
