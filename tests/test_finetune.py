@@ -143,7 +143,7 @@ def test_the_cli_flag_builds_a_fine_tuning_job(numbers_model_dir, tmp_path, caps
         argv += ["--set", setting]
     job = build_job(build_parser().parse_args(argv))
     assert job.init_from == str(numbers_model_dir)
-    assert job.train["lr"] == 0.0005 and job.train["keep_best"] == "val_bleu"
+    assert job.train["lr"] == 0.0005 and job.train["keep_best"] == "val_chrf"
     job.check()
     out = tmp_path / "refused"
     for flag, value in (("--preset", "tiny"), ("--vocab-size", "500")):

@@ -147,7 +147,11 @@ def test_train_keep_best_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("column", "flags", "expected"),
     [
-        ("val_bleu", ["--set", "eval.bleu_sentences=0"], "it has val_loss (val_bleu and val_exact"),
+        (
+            "val_bleu",
+            ["--set", "eval.bleu_sentences=0"],
+            "it has val_loss (val_bleu, val_exact, val_chrf need",
+        ),
         ("val_accuracy", [], "it has val_loss, val_bleu, val_exact"),
     ],
 )

@@ -463,7 +463,7 @@ def add_parsers(sub) -> None:
         default=None,
         metavar="COLUMN",
         help="also keep the best model so far as OUT/best by this validation column: val_loss "
-        "(lower is better), val_bleu, val_exact or val_accuracy (higher is better)",
+        "(lower is better), val_bleu, val_exact, val_chrf or val_accuracy (higher is better)",
     )
     train.add_argument(
         "--set",

@@ -249,7 +249,8 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
         translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
         hyps = translator.translate([s for s, _ in valid_pairs])
         scores = score(hyps, [t for _, t in valid_pairs])
-        return dict(zip(TRANSLATION_VALIDATION, (scores.bleu, scores.exact_match), strict=True))
+        found = (scores.bleu, scores.exact_match, scores.chrf)
+        return dict(zip(TRANSLATION_VALIDATION, found, strict=True))
 
     return model, encode("train"), encode("valid"), on_evaluate
 

@@ -37,8 +37,9 @@ __all__ = [
 
 JOB_FILE = "job.json"
 # What a translation job's validation hook (``run._translation_setup``) adds to each evaluation
-# during training: BLEU and exact match of greedy translations of the first validation pairs.
-TRANSLATION_VALIDATION = ("val_bleu", "val_exact")
+# during training: BLEU, exact match and chrF of greedy translations of the first validation
+# pairs (chrF also ranks one-word outputs, such as the numbers task's, where BLEU is 0).
+TRANSLATION_VALIDATION = ("val_bleu", "val_exact", "val_chrf")
 TABLES = ("task", "tokenizer", "model", "train", "eval")
 
 
@@ -307,8 +308,8 @@ class Job:
         if keep_best is not None and keep_best not in columns:
             translates = not (self.task.is_lm or self.task.is_image)
             hint = (
-                " (val_bleu and val_exact need [eval] bleu_sentences > 0)"
-                if translates and keep_best in ("val_bleu", "val_exact")
+                f" ({', '.join(TRANSLATION_VALIDATION)} need [eval] bleu_sentences > 0)"
+                if translates and keep_best in TRANSLATION_VALIDATION
                 else ""
             )
             raise ValueError(

@@ -76,7 +76,7 @@ class TrainConfig:
         patience: stop after this many evaluations without a better validation loss, or None.
         keep_best: also keep the best model so far as ``out/best`` (a model directory), by
             this validation column: ``"val_loss"`` (lower is better, as any ``*loss``), or a
-            score such as ``"val_bleu"``, ``"val_exact"`` or ``"val_accuracy"`` (higher is
+            score such as ``"val_bleu"``, ``"val_chrf"`` or ``"val_accuracy"`` (higher is
             better); None keeps none (:mod:`attnlab.train.best`).
         bf16: run the forward pass under bfloat16 autocast (CPU or CUDA); the loss stays float32.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
