@@ -191,10 +191,10 @@ def browser() -> Iterator[Browser]:
             browser.close()
 
 
-@pytest.fixture
-def page(browser: Browser, server: str) -> Iterator[Page]:
-    """The explorer, loaded (model summary shown), at 1280x800; fails the test on any script
-    error of the page."""
+@contextlib.contextmanager
+def _explorer(browser: Browser, server: str) -> Iterator[Page]:
+    """The explorer at ``server``, loaded (model summary shown), at 1280x800; fails on any
+    script error of the page."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
@@ -205,6 +205,13 @@ def page(browser: Browser, server: str) -> Iterator[Page]:
     yield page
     context.close()
     assert not errors, f"script errors on the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: Browser, server: str) -> Iterator[Page]:
+    """The explorer over the numbers model (see `_explorer`)."""
+    with _explorer(browser, server) as page:
+        yield page
 
 
 # -- tests -------------------------------------------------------------------------------------
@@ -390,14 +397,7 @@ def test_an_imported_marian_model(browser: Browser, tmp_path: Path) -> None:
     marian = _marian_dir(tmp_path / "marian", separate=False, seed=5)
     model_dir = tmp_path / "imported"
     assert main(["import", str(marian), "--out", str(model_dir)]) == 0
-    with _serving(model_dir, tmp_path / "server.log") as base:
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(base + "/")
-        page.wait_for_selector("body[data-ready='true']")
+    with _serving(model_dir, tmp_path / "server.log") as base, _explorer(browser, base) as page:
         text = "A dog runs through the park."
         page.fill("#text", text)
         page.click("#translate")
@@ -414,5 +414,3 @@ def test_an_imported_marian_model(browser: Browser, tmp_path: Path) -> None:
         page.wait_for_selector("#pos-matrix .hm, #pos-matrix canvas")
         positional = _api(base + "/api/positional")
         expect(page.locator("#pos-note")).to_have_text(positional["note"])
-        context.close()
-        assert not errors, f"script errors on the page: {errors}"
