@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test test-wheel test-fast test-load demo tour train-multi30k train-multi30k-seeds train-digits serve bench explain lint docs format clean
+.PHONY: test test-wheel test-fast test-load demo tour train-multi30k train-multi30k-seeds finetune-numbers train-digits serve bench explain lint docs format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,15 @@ train-multi30k: $(STAMP)
 train-multi30k-seeds: $(STAMP)
 	$(PY) tools/train_seeds.py --config configs/multi30k-en-de.toml --out runs/multi30k-seeds \
 		--seeds 0 1 2 --jobs 2 --threads 1 -- --max-minutes 200
+
+# docs/pretrained.md's domain shift: fine-tune a Multi30K model (run `make train-multi30k`
+# first, or set FT_MODEL) on the numbers task written as parallel files, and score before and
+# after (numbers test and validation, Multi30K validation); the table and OUT/finetune.json.
+FT_MODEL ?= runs/multi30k-en-de/best
+MULTI30K ?= ../shared/data/multi30k
+finetune-numbers: $(STAMP)
+	$(PY) tools/finetune_domain.py --model $(FT_MODEL) --multi30k $(MULTI30K) \
+		--out runs/finetune-numbers
 
 # A Vision Transformer on scikit-learn's 8x8 digits: >= 97% test accuracy in 3,000 steps
 # (about 90 s on 2 idle cores).

@@ -11,11 +11,13 @@ the architecture or the vocabulary, before any file is written.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from _paths import MULTI30K_DIR as MULTI30K
 from attnlab import load_pretrained
 from attnlab.data.tokenizer import load_tokenizers
 from attnlab.jobs import Job, train_job
@@ -151,3 +153,22 @@ def test_the_cli_flag_builds_a_fine_tuning_job(numbers_model_dir, tmp_path, caps
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and flag in error[0] and "--init-from" in error[0]
         assert not out.exists()
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_the_domain_shift_tool_runs(numbers_model_dir, tmp_path, capsys):
+    """tools/finetune_domain.py (docs/pretrained.md's table), shrunk: 2 steps, 8 sentences."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import finetune_domain
+
+    argv = ["--model", str(numbers_model_dir), "--multi30k", str(MULTI30K)]
+    argv += ["--out", str(tmp_path / "ft"), "--max-steps", "2", "--warmup", "1", "--limit", "8"]
+    argv += ["--beam-size", "1"]
+    assert finetune_domain.main(argv) == 0
+    report = json.loads((tmp_path / "ft" / "finetune.json").read_text())
+    assert report["train"]["max_steps"] == 2 and report["train"]["keep_best"] == "val_chrf"
+    for side in ("before", "after"):
+        assert set(report[side]) == {"numbers_test", "numbers_valid", "multi30k_valid"}
+    table = capsys.readouterr().out
+    assert "| numbers test: exact match |" in table and "| fine-tuning time |" in table
+    assert len((tmp_path / "ft" / "data" / "test.en").read_text().splitlines()) == 500
