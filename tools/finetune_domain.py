@@ -41,11 +41,15 @@ from attnlab.jobs.tables import TaskOptions
 SPLITS = ("train", "valid", "test")
 
 
-def write_numbers_files(directory: Path, seed: int) -> dict[str, str]:
+def write_numbers_files(
+    directory: Path, seed: int, replay: list[tuple[str, str]] = ()
+) -> dict[str, str]:
     """The numbers task's splits (the numbers recipe's: 0..9,999, 500 valid, 500 test) as
-    parallel text files in ``directory``; the ``[task]`` table of a ``files`` job over them."""
+    parallel text files in ``directory``, with ``replay`` pairs of the old domain appended to
+    the training files; the ``[task]`` table of a ``files`` job over them."""
     corpus = TaskOptions(name="numbers", high=9999, valid_size=500, test_size=500, seed=seed)
-    data = corpus.load()
+    data = {split: list(corpus.load()[split]) for split in SPLITS}
+    data["train"] += list(replay)
     directory.mkdir(parents=True, exist_ok=True)
     table = {"name": "files", "src_lang": "en", "tgt_lang": "de"}
     for split in SPLITS:
@@ -110,12 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--limit", type=int, default=None, help="score only the first N sentences (a smoke run)"
     )
+    parser.add_argument(
+        "--replay",
+        type=int,
+        default=0,
+        help="append the first N Multi30K training pairs to the fine-tuning data (against "
+        "forgetting; default 0)",
+    )
     args = parser.parse_args(argv)
 
     out = Path(args.out)
-    task = write_numbers_files(out / "data", args.seed)
+    old_domain = load_multi30k(args.multi30k, download=False)
+    task = write_numbers_files(out / "data", args.seed, old_domain["train"][: args.replay])
     numbers = {split: _pairs(out / "data", split)[: args.limit] for split in ("valid", "test")}
-    multi30k = load_multi30k(args.multi30k, download=False)["valid"][: args.limit]
+    multi30k = old_domain["valid"][: args.limit]
     print(f"starting model: {args.model}", flush=True)
     before = measure(Path(args.model), numbers, multi30k, args.beam_size, args.alpha)
     train: dict[str, Any] = {"seed": args.seed}
@@ -141,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(args.model),
         "train": {k: job.train[k] for k in sorted(job.train)},
         "decoding": {"beam_size": args.beam_size, "alpha": args.alpha},
+        "replay": args.replay,
         "before": before,
         "after": after,
         "fine_tuning_minutes": minutes,
