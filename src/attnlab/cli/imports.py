@@ -17,9 +17,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.out is None:
         raise ValueError("--out: required (the attnlab model directory to create)")
     out = import_marian(args.source, args.out, overwrite=args.overwrite)
-    from ..model import load_pretrained
+    from ..pretrained import read_config
 
-    config = load_pretrained(out).config
+    _, config = read_config(out)  # the summary needs the config, not the weights again
     vocab = (
         f"{config.vocab_size:,} shared tokens"
         if config.share_embeddings

@@ -456,7 +456,9 @@ def from_huggingface(directory: PathLike) -> Any:
     model = Transformer(config)
     target = model.state_dict()
     inverse = torch.argsort(marian_permutation(config.d_model))
-    pieces: dict[str, list[tuple[int, Tensor]]] = {}
+    # attnlab name -> {first row: tensor}; a tied matrix's other Marian names give the same
+    # tensor again (the first is kept), fused q / k / v projections their row ranges.
+    pieces: dict[str, dict[int, Tensor]] = {}
     for entry in entries:
         if entry.marian not in state:
             raise ValueError(f"{where}: no {entry.marian!r}")
@@ -471,12 +473,10 @@ def from_huggingface(directory: PathLike) -> Any:
                 )
             t = t.index_select(entry.axis, inverse)
         start = 0 if entry.rows is None else entry.rows.start
-        pieces.setdefault(entry.attnlab, []).append((start, t))
+        pieces.setdefault(entry.attnlab, {}).setdefault(start, t)
     loaded: dict[str, Tensor] = {}
     for name, parts in pieces.items():
-        starts = sorted({start for start, _ in parts})
-        chosen = [next(t for s, t in parts if s == start) for start in starts]
-        t = chosen[0] if len(chosen) == 1 else torch.cat(chosen, dim=0)
+        t = torch.cat([parts[start] for start in sorted(parts)], dim=0)
         if name not in target or target[name].shape != t.shape:
             expected = tuple(target[name].shape) if name in target else "none"
             raise ValueError(
