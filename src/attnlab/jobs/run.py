@@ -125,7 +125,14 @@ def train_job(
         setup = _lm_setup if job.task.is_lm else _translation_setup
         model, train_examples, valid_examples, on_evaluate = setup(job, corpus, src_tok, tgt_tok)
         if job.init_from is not None and rank == 0 and not resume:
-            start_scores = _validation_scores(model, src_tok, tgt_tok, corpus["valid"], job)
+            start_scores = _validation_scores(
+                model,
+                src_tok,
+                tgt_tok,
+                corpus["valid"],
+                beam_size=job.eval.beam_size,
+                alpha=job.eval.alpha,
+            )
             note(f"starting model ({job.init_from}): {_scores_text('valid', start_scores)}")
         padding = TokenBatcher.for_examples(
             train_examples, train_config.max_tokens, seed=train_config.seed
@@ -221,7 +228,6 @@ def _build_model(job: Job):
 def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
     """The encoder-decoder model, framed examples, and the validation BLEU hook."""
     from ..data.batching import make_examples
-    from ..evaluate import Translator, score
     from ..model import Transformer
 
     if job.init_from is not None:
@@ -246,10 +252,8 @@ def _translation_setup(job: Job, corpus, src_tok, tgt_tok):
         """BLEU and exact match of greedy translations of the first validation pairs."""
         if not valid_pairs:
             return {}
-        translator = Translator(trained, src_tok, tgt_tok, beam_size=1)
-        hyps = translator.translate([s for s, _ in valid_pairs])
-        scores = score(hyps, [t for _, t in valid_pairs])
-        found = (scores.bleu, scores.exact_match, scores.chrf)
+        scores = _validation_scores(trained, src_tok, tgt_tok, valid_pairs, beam_size=1)
+        found = (scores["bleu"], scores["exact_match"], scores["chrf"])
         return dict(zip(TRANSLATION_VALIDATION, found, strict=True))
 
     return model, encode("train"), encode("valid"), on_evaluate
@@ -281,17 +285,16 @@ def _starting_model(job: Job, src_tok, tgt_tok):
     return model
 
 
-def _validation_scores(model, src_tok, tgt_tok, pairs, job: Job) -> dict[str, float]:
-    """BLEU and chrF of ``model`` on the validation ``pairs``, decoded as the final test is
-    (``[eval] beam_size`` and ``alpha``): what a fine-tuning run reports before and after."""
+def _validation_scores(
+    model, src_tok, tgt_tok, pairs, *, beam_size: int, alpha: float = 0.6
+) -> dict[str, float]:
+    """BLEU, chrF and exact match of ``model``'s translations of the validation ``pairs``
+    (decoding leaves the model in the mode it found it in): the hook's greedy scores during
+    training, and a fine-tuning run's before and after with the final test's decoding."""
     from ..evaluate import Translator, score
 
-    was_training = model.training
-    translator = Translator(
-        model, src_tok, tgt_tok, beam_size=job.eval.beam_size, alpha=job.eval.alpha
-    )
+    translator = Translator(model, src_tok, tgt_tok, beam_size=beam_size, alpha=alpha)
     hyps = translator.translate([s for s, _ in pairs])
-    model.train(was_training)
     scores = score(hyps, [t for _, t in pairs])
     return {"bleu": scores.bleu, "chrf": scores.chrf, "exact_match": scores.exact_match}
 
