@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import attnlab.evaluate
+import attnlab.translator
 from _helpers import TINY_CLI
 from attnlab.cli import main
 from attnlab.cli._args import TOO_LONG_CHOICES
@@ -61,7 +62,7 @@ def work(monkeypatch) -> dict[str, list[int]]:
 
     monkeypatch.setattr(Tokenizer, "encode_batch", recording_encode)
     for name in ("greedy_search", "beam_search"):
-        search = getattr(attnlab.evaluate, name)
+        search = getattr(attnlab.translator, name)
 
         def recording(model, sources, *, _search=search, **options):
             seen["widths"] += [len(row) for row in sources]
@@ -71,7 +72,7 @@ def work(monkeypatch) -> dict[str, list[int]]:
             seen["outputs"] += [len(row) for row in found.tolist()]
             return found
 
-        monkeypatch.setattr(attnlab.evaluate, name, recording)
+        monkeypatch.setattr(attnlab.translator, name, recording)
     return seen
 
 

@@ -396,7 +396,7 @@ def test_the_old_max_len_of_translate_maps_to_the_same_budget(monkeypatch, capsy
     """translate's --max-len N was passed to the decoder as N new tokens, the unit of
     --max-new-tokens: the deprecated spelling reaches the Translator unchanged."""
     from attnlab import evaluate
-    from attnlab.cli import inference
+    from attnlab.cli import translate
 
     seen = {}
 
@@ -405,15 +405,15 @@ def test_the_old_max_len_of_translate_maps_to_the_same_budget(monkeypatch, capsy
         raise SystemExit(0)  # stop before any model is read
 
     monkeypatch.setattr(evaluate.Translator, "load", staticmethod(load))
-    monkeypatch.setattr(inference, "check_kind", lambda *a: None)
-    monkeypatch.setattr(inference, "resolving", lambda f: f)
+    monkeypatch.setattr(translate, "check_kind", lambda *a: None)
+    monkeypatch.setattr(translate, "resolving", lambda f: f)
     for flag in ("--max-len", "--max-new-tokens"):
         seen.clear()
         args = __import__("attnlab.cli", fromlist=["parse"]).parse(
             build_parser(), ["translate", "--model", "m", flag, "9", "x", "--device", "cpu"]
         )
         with pytest.raises(SystemExit):
-            inference.cmd_translate(args)
+            translate.cmd_translate(args)
         assert seen["max_new_tokens"] == 9, flag
 
 

@@ -6,6 +6,7 @@
   moves padding out of the way so that every row decodes as it would alone.
 * :class:`Threads`, :class:`EvalMode`: the process state a decoding run sets and restores.
 * :class:`Masker`: the ids that must not come next (pad, BOS; EOS before ``min_new_tokens``).
+* :func:`argmax`: greedy search's choice, vectorised for many rows.
 """
 
 from __future__ import annotations
@@ -279,3 +280,24 @@ class Masker:
         if banned.numel():
             log_probs.index_fill_(1, banned, -math.inf)
         return log_probs
+
+
+def argmax(scores: Tensor) -> Tensor:
+    """``scores.argmax(dim=-1)`` of ``(N, V)`` scores, the same indices (the first maximum; NaN
+    counts as the maximum), faster for many rows: torch's CPU argmax over a long last dimension
+    is not vectorised (about 250 us for 32 x 8,000 on one core), its ``amax`` is. The maxima of
+    chunks of a row pick the first chunk holding the row's maximum, then the maximum within it.
+    """
+    rows, vocab = scores.shape
+    chunk = ARGMAX_CHUNKS.get(vocab)
+    if chunk is None:
+        chunk = ARGMAX_CHUNKS[vocab] = next((c for c in range(128, 15, -1) if vocab % c == 0), 0)
+    if rows < 8 or not chunk or scores.device.type != "cpu" or not scores.is_contiguous():
+        return scores.argmax(dim=-1)
+    chunks = scores.view(rows, vocab // chunk, chunk)
+    best = chunks.amax(dim=-1).argmax(dim=-1)  # (N,): the first chunk with the maximum
+    within = chunks[torch.arange(rows, device=scores.device), best].argmax(dim=-1)
+    return best * chunk + within
+
+
+ARGMAX_CHUNKS: dict[int, int] = {}

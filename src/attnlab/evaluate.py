@@ -1,9 +1,7 @@
 """Evaluation: translate text with a saved model, and score it (sacreBLEU, chrF, exact match).
 
-* :class:`Translator`: a model directory written by training (``config.json``,
-  ``model.safetensors`` and the tokenizers) turned into ``translate(list of str) -> list of
-  str``, with beam search (Vaswani et al. 2017, sec. 6.1: beam 4, alpha 0.6) in length-sorted
-  batches.
+* :class:`Translator` (:mod:`attnlab.translator`, re-exported here): a model directory turned
+  into ``translate(list of str) -> list of str``, with constraints, prefixes and token scores.
 * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
   and the fraction of exact matches; and which of them to read first (:func:`headline`).
@@ -21,19 +19,20 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from ._checks import check_positive_int
-from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
-from .decoding import EXTRA_LENGTH
-from .generate import beam_search, greedy_search, sample
+from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong
+from .translator import Translator, load_translator
 
 __all__ = [
     "BLEU_MAX_ORDER",
+    "CHARS_PER_TOKEN",
+    "TOO_LONG_CHOICES",
     "Headline",
     "Scores",
     "TooLong",
@@ -154,258 +153,6 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
         short_references=lead.short_references,
         note=lead.note,
     )
-
-
-class Translator:
-    """Translate text with an encoder-decoder :class:`attnlab.Transformer` and its tokenizers;
-    :meth:`load` reads a model directory written by ``attnlab train``.
-
-    Args:
-        model: the Transformer (decoding runs it in eval mode and restores its mode).
-        src_tokenizer, tgt_tokenizer: :class:`attnlab.data.tokenizer.Tokenizer` (the same
-            object for a joint vocabulary).
-        beam_size: 1 decodes greedily; 4 is the paper's.
-        alpha: the length penalty's exponent (0.6 in the paper).
-        max_tokens: source tokens per batch (sentences are sorted by length into batches).
-        max_new_tokens: the longest translation in tokens (default: the source length + 50),
-            at most the model's ``max_len`` whatever is asked (a sinusoidal model has no limit
-            of its own, so the work a source may cause is bounded here).
-        too_long: a source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN``
-            characters per token of it, checked before tokenizing): ``"cut"`` (default)
-            translates its first ``max_len`` tokens, ``"refuse"`` leaves it untranslated.
-            Either way :meth:`translate` reports it (see there).
-        sample: draw each token (:func:`attnlab.generate.sample`) instead of searching;
-            ``temperature``, ``top_k``, ``top_p`` shape the distribution and ``seed`` makes
-            the draws reproducible (None: unseeded).
-        quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
-            (:mod:`attnlab.fastdecode`; the encoder stays float32); None keeps the model's.
-
-    A Translator is callable: ``translator("text")`` is one translation, ``translator([...])``
-    a list of them.
-    """
-
-    def __init__(
-        self,
-        model,
-        src_tokenizer,
-        tgt_tokenizer,
-        *,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        max_tokens: int = 4096,
-        quantize: str | None = None,
-        max_new_tokens: int | None = None,
-        sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        too_long: str = "cut",
-    ) -> None:
-        from .fastdecode import check_quantize, why_not_fast_path
-        from .model import Transformer
-
-        if not isinstance(model, Transformer):
-            raise TypeError(
-                f"model: expected an encoder-decoder attnlab.Transformer, got "
-                f"{type(model).__name__}; only a Transformer translates"
-            )
-        check_positive_int(beam_size, "beam_size")
-        check_positive_int(max_tokens, "max_tokens")
-        if check_quantize(quantize) is not None and why_not_fast_path(model, quantize):
-            raise ValueError(why_not_fast_path(model, quantize))
-        self.quantize = quantize
-        self.model = model
-        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
-        self.beam_size, self.alpha, self.max_tokens = beam_size, alpha, max_tokens
-        if max_new_tokens is not None:
-            check_positive_int(max_new_tokens, "max_new_tokens")
-        self.max_new_tokens = max_new_tokens
-        self.sample, self.temperature, self.top_k, self.top_p = sample, temperature, top_k, top_p
-        self.generator: torch.Generator | None = None
-        if seed is not None:
-            device = next(model.parameters()).device
-            self.generator = torch.Generator(device=device).manual_seed(int(seed))
-        if too_long not in TOO_LONG_CHOICES:
-            raise ValueError(
-                f"too_long: expected one of {', '.join(TOO_LONG_CHOICES)}, got {too_long!r}"
-            )
-        self.too_long = too_long
-        #: The longest source and the longest translation, in tokens: the model's max_len,
-        #: for every kind of position (learned ones have no more; the others would take more,
-        #: at a cost that grows with the input, so a hostile line could take the machine).
-        self.max_len: int = model.config.max_len
-
-    @classmethod
-    def load(
-        cls,
-        model_dir: str | os.PathLike,
-        *,
-        device: str | torch.device | None = None,
-        **options,
-    ) -> Translator:
-        """The model and tokenizers of ``model_dir`` (``config.json``, ``model.safetensors``,
-        ``tokenizer.json`` or ``src_tokenizer.json`` + ``tgt_tokenizer.json``), on ``device``
-        (default: CUDA when available, else CPU); ``options`` as the constructor's. A checkpoint
-        ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's tokenizers
-        (:func:`attnlab.modeldir.resolve_model_dir`)."""
-        from .modeldir import resolve_model_dir
-
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        model_dir = resolve_model_dir(model_dir, name="model_dir")
-        model, src, tgt = load_with_tokenizers(model_dir, device=device)
-        try:
-            return cls(model, src, tgt, **options)
-        except TypeError as e:
-            raise ValueError(f"model_dir: {model_dir}: {e}") from None
-
-    def __call__(self, texts: str | Sequence[str]) -> str | list[str]:
-        """The translation of one text (a str), or of each of a list of texts, in order."""
-        if isinstance(texts, str):
-            return self.translate([texts])[0]
-        return self.translate(texts)
-
-    def _encode_sources(
-        self, texts: Sequence[str], on_too_long: Callable[[TooLong], object] | None
-    ) -> tuple[list[list[int]], list[int], set[int]]:
-        """The source ids of ``texts``, each at most ``max_len`` tokens (a refused one empty);
-        the indices of the non-empty ones, shortest first (the order batches are made in); the
-        indices of the refused ones. Every text over the bounds is reported before any is
-        decoded (see :meth:`translate`)."""
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
-        refuse = self.too_long == "refuse"
-        encoded, found = bound_sources(self.src_tokenizer, texts, self.max_len, refuse, on_too_long)
-        # An empty text translates to an empty text, also where the tokenizer frames it.
-        kept = (i for i in range(len(texts)) if encoded[i] and texts[i])
-        order = sorted(kept, key=lambda i: len(encoded[i]))
-        return encoded, order, {report.index for report in found if report.refused}
-
-    def translate(
-        self, texts: Sequence[str], *, on_too_long: Callable[[TooLong], object] | None = None
-    ) -> list[str]:
-        """Translations of ``texts``, in order. An empty line translates to an empty line.
-
-        A source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN * max_len``
-        characters, checked before tokenizing) is cut to its first ``max_len`` tokens, or with
-        ``too_long="refuse"`` not translated. Each such text is passed to ``on_too_long`` as a
-        :class:`TooLong` (a refused one then translates to ``""``) before any decoding; without
-        ``on_too_long`` a cut text is a warning, and a refused one a ValueError naming it.
-        """
-        encoded, order, _ = self._encode_sources(texts, on_too_long)
-        out = [""] * len(encoded)
-        for batch in self._batches(order, encoded):
-            generated = self._decode([encoded[i] for i in batch])
-            for i, ids in zip(batch, generated, strict=True):
-                out[i] = self.tgt_tokenizer.decode(ids)
-        return out
-
-    def n_best(
-        self,
-        texts: Sequence[str],
-        n: int,
-        *,
-        on_too_long: Callable[[TooLong], object] | None = None,
-    ) -> list[list[tuple[float, str]]]:
-        """The ``n`` best beam-search translations of each of ``texts``, best first, as
-        ``(score, text)`` with score ``log P / lp(length)`` (what the beam ranks by; sec. 6.1).
-        ``n`` is at most ``beam_size``; a sentence with fewer finished hypotheses has fewer.
-        An empty text has one translation, ``(0.0, "")``; a refused one none. ``on_too_long``:
-        as :meth:`translate`'s."""
-        check_positive_int(n, "n")
-        if n > self.beam_size:
-            raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
-        if self.sample:
-            raise ValueError("n: n-best lists come from beam search, not from sampling")
-        encoded, order, refused = self._encode_sources(texts, on_too_long)
-        out: list[list[tuple[float, str]]] = [
-            [] if i in refused else [(0.0, "")] for i in range(len(encoded))
-        ]
-        for batch in self._batches(order, encoded):
-            found = beam_search(
-                self.model,
-                [encoded[i] for i in batch],
-                beam_size=self.beam_size,
-                alpha=self.alpha,
-                max_new_tokens=self._output_limit([encoded[i] for i in batch]),
-                quantize=self.quantize,
-                n_best=n,
-            )
-            rows, scores = found.tolist(), found.scores.tolist()
-            for j, i in enumerate(batch):
-                out[i] = [
-                    (scores[j * n + r], self.tgt_tokenizer.decode(rows[j * n + r]))
-                    for r in range(n)
-                    if math.isfinite(scores[j * n + r])
-                ]
-        return out
-
-    def _capped(self, source: list[int]) -> bool:
-        """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
-        return self.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
-
-    def _output_limit(self, sources: list[list[int]]) -> int | None:
-        """``max_new_tokens`` for one batch: the asked one, at most ``max_len``; by default
-        None (each row's own source + 50) or, for a batch over the cap, ``max_len``."""
-        if self.max_new_tokens is not None:
-            return min(self.max_new_tokens, self.max_len)
-        return self.max_len if self._capped(sources[0]) else None
-
-    def _batches(self, order: list[int], encoded: list[list[int]]) -> list[list[int]]:
-        batches, current, longest = [], [], 0
-        for i in order:  # ascending length: the last sentence of a batch is its longest
-            longest = max(longest, len(encoded[i]))
-            # A batch is all below the output cap or all over it, so that every row gets
-            # the budget it would get alone (a budget is one number per batch).
-            crosses = bool(current) and self._capped(encoded[i]) != self._capped(
-                encoded[current[0]]
-            )
-            if current and (crosses or longest * (len(current) + 1) > self.max_tokens):
-                batches.append(current)
-                current, longest = [], len(encoded[i])
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
-
-    def _decode(self, sources: list[list[int]]) -> list[list[int]]:
-        limit = self._output_limit(sources)
-        if self.sample:
-            return sample(
-                self.model,
-                sources,
-                temperature=self.temperature,
-                top_k=self.top_k,
-                top_p=self.top_p,
-                generator=self.generator,
-                max_new_tokens=limit,
-                quantize=self.quantize,
-            ).tolist()
-        if self.beam_size == 1:
-            return greedy_search(
-                self.model, sources, max_new_tokens=limit, quantize=self.quantize
-            ).tolist()
-        return beam_search(
-            self.model,
-            sources,
-            beam_size=self.beam_size,
-            alpha=self.alpha,
-            max_new_tokens=limit,
-            quantize=self.quantize,
-        ).tolist()
-
-
-def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
-    """One call from a trained model to translations: ``load_translator(dir)("text")`` or
-    ``load_translator(dir, beam_size=1)(["a", "b"])``. ``model_dir``: ``OUT/model``, a
-    checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``: ``device`` and the
-    :class:`Translator` constructor's (``beam_size``, ``alpha``, ``max_new_tokens``,
-    ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``max_tokens``,
-    ``quantize``, ``too_long``)."""
-    return Translator.load(model_dir, **options)
 
 
 def load_with_tokenizers(

@@ -41,10 +41,11 @@ import torch
 from torch import Tensor
 
 from ._checks import check_optional_int, check_positive_int, check_positive_number, is_number
+from .constraints import Guide, allocate
 from .decoding import EXTRA_LENGTH as EXTRA_LENGTH
 from .decoding import LM_MAX_NEW_TOKENS as LM_MAX_NEW_TOKENS
 from .decoding import SINGLE_THREAD_ROWS as SINGLE_THREAD_ROWS
-from .decoding import EvalMode, Masker, Session, Threads, check_lengths
+from .decoding import EvalMode, Masker, Session, Threads, argmax, check_lengths
 from .model import Transformer, TransformerLM
 
 __all__ = [
@@ -75,6 +76,8 @@ class Generation:
             search, ``log_probs`` otherwise.
         finished: ``(B,)`` bool, True where the row ended with EOS (False: it reached its
             maximum length).
+        token_log_probs: ``(B, T)`` float32, each generated token's log-probability under the
+            model (``log_probs`` is their sum), 0 past a row's end.
     """
 
     sequences: Tensor
@@ -83,6 +86,14 @@ class Generation:
     scores: Tensor
     finished: Tensor
     eos_id: int
+    token_log_probs: Tensor | None = None
+
+    def token_scores(self) -> list[list[float]]:
+        """Each row's per-token log-probabilities as lists, EOS's included where it ended."""
+        if self.token_log_probs is None:
+            raise ValueError("token_scores: this Generation carries no token_log_probs")
+        values = self.token_log_probs.tolist()
+        return [row[: int(n)] for row, n in zip(values, self.lengths, strict=True)]
 
     def tolist(self, *, keep_eos: bool = False) -> list[list[int]]:
         """The generated ids of each row as lists, without padding (and without EOS unless
@@ -111,10 +122,11 @@ def _decode_rows(
     fast: bool,
     quantize: str | None,
     on_token: TokenCallback | None = None,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> Generation:
     """One token per row per step, chosen by ``choose(log_probs (N, V)) -> ids (N,)``; rows
     that finish leave the batch (and the cache). ``on_token(rows, tokens)`` sees each step's
-    choices as they are made."""
+    choices as they are made; ``prefixes`` force each row's first tokens."""
     check_lengths(max_new_tokens, min_new_tokens)
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token: expected a callable or None, got {type(on_token).__name__}")
@@ -122,6 +134,11 @@ def _decode_rows(
     eos = session.config.eos_id
     with EvalMode(model), Threads(session.start.shape[0], session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
+        guide = None
+        if prefixes is not None:
+            guide = Guide(
+                prefixes, None, beam=1, limit=limit, eos_id=eos, banned=session.banned()
+            )
         batch, width = limit.shape[0], int(limit.max())
         device = limit.device
         log_probs = torch.zeros(batch, device=device)
@@ -129,15 +146,18 @@ def _decode_rows(
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         rows = torch.arange(batch, device=device)  # the inputs still decoding
         row_limit, row_log_probs = limit, log_probs.clone()  # of those rows
-        chosen: list[tuple[Tensor, Tensor]] = []  # (rows, tokens) of each step
+        chosen: list[tuple[Tensor, Tensor, Tensor]] = []  # (rows, tokens, log P) of each step
         ids = session.begin(1, width)
         mask = Masker(session, min_new_tokens)
         limit_steps = set(limit.tolist())  # where some row reaches its maximum length
         for step in range(width):
             scores = mask(session.step(ids), step)
+            if guide is not None:
+                guide.mask(scores, step, rows)
             token = choose(scores)
-            row_log_probs += scores.gather(1, token.unsqueeze(1)).view(-1)
-            chosen.append((rows, token))
+            token_log_prob = scores.gather(1, token.unsqueeze(1)).view(-1)
+            row_log_probs += token_log_prob
+            chosen.append((rows, token, token_log_prob))
             if on_token is not None:
                 on_token(rows, token)
             # EOS cannot come before min_new_tokens, nor a row end before its limit: no check.
@@ -160,9 +180,12 @@ def _decode_rows(
                 row_limit, row_log_probs = row_limit[keep], row_log_probs[keep]
                 session.select(keep)
             ids = token.unsqueeze(1)
-        sequences = torch.full((batch, int(lengths.max())), session.config.pad_id, device=device)
-        for step, (where, token) in enumerate(chosen):
+        width = int(lengths.max())
+        sequences = torch.full((batch, width), session.config.pad_id, device=device)
+        token_log_probs = torch.zeros(batch, width, device=device)
+        for step, (where, token, token_log_prob) in enumerate(chosen):
             sequences[where, step] = token
+            token_log_probs[where, step] = token_log_prob
     return Generation(
         sequences=sequences,
         lengths=lengths,
@@ -170,6 +193,7 @@ def _decode_rows(
         scores=log_probs.clone(),
         finished=finished,
         eos_id=eos,
+        token_log_probs=token_log_probs,
     )
 
 
@@ -182,6 +206,7 @@ def greedy_search(
     fast: bool = True,
     quantize: str | None = None,
     on_token: TokenCallback | None = None,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> Generation:
     """Greedy decoding: at each step the most probable token.
 
@@ -204,33 +229,14 @@ def greedy_search(
             stream them): ``rows`` ``(N,)`` are the indices of the inputs still decoding and
             ``tokens`` ``(N,)`` the token each chose (EOS included). One pass over the cache:
             streaming costs nothing beyond the callback.
+        prefixes: per input, target ids its output must start with (a forced prefix,
+            :mod:`attnlab.constraints`); the search continues from them. None: no prefix.
 
     Returns: a :class:`Generation`; ``scores`` are the log-probabilities.
     """
     return _decode_rows(
-        model, inputs, _argmax, max_new_tokens, min_new_tokens, fast, quantize, on_token
+        model, inputs, argmax, max_new_tokens, min_new_tokens, fast, quantize, on_token, prefixes
     )
-
-
-def _argmax(scores: Tensor) -> Tensor:
-    """``scores.argmax(dim=-1)`` of ``(N, V)`` scores, the same indices (the first maximum; NaN
-    counts as the maximum), faster for many rows: torch's CPU argmax over a long last dimension
-    is not vectorised (about 250 us for 32 x 8,000 on one core), its ``amax`` is. The maxima of
-    chunks of a row pick the first chunk holding the row's maximum, then the maximum within it.
-    """
-    rows, vocab = scores.shape
-    chunk = _ARGMAX_CHUNKS.get(vocab)
-    if chunk is None:
-        chunk = _ARGMAX_CHUNKS[vocab] = next((c for c in range(128, 15, -1) if vocab % c == 0), 0)
-    if rows < 8 or not chunk or scores.device.type != "cpu" or not scores.is_contiguous():
-        return scores.argmax(dim=-1)
-    chunks = scores.view(rows, vocab // chunk, chunk)
-    best = chunks.amax(dim=-1).argmax(dim=-1)  # (N,): the first chunk with the maximum
-    within = chunks[torch.arange(rows, device=scores.device), best].argmax(dim=-1)
-    return best * chunk + within
-
-
-_ARGMAX_CHUNKS: dict[int, int] = {}
 
 
 def sample(
@@ -246,6 +252,7 @@ def sample(
     fast: bool = True,
     quantize: str | None = None,
     on_token: TokenCallback | None = None,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> Generation:
     """Ancestral sampling: draw each token from the model's distribution, reshaped.
 
@@ -259,7 +266,7 @@ def sample(
         top_k: keep the k most probable tokens (None: all).
         top_p: in (0, 1] (None or 1: no nucleus filtering).
         generator: a ``torch.Generator`` for reproducible draws (on the model's device).
-        fast, quantize, on_token: as :func:`greedy_search`.
+        fast, quantize, on_token, prefixes: as :func:`greedy_search`.
 
     Returns: a :class:`Generation`; ``log_probs`` and ``scores`` are the model's own
     log-probabilities of the drawn tokens (temperature 1, unfiltered).
@@ -282,7 +289,7 @@ def sample(
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     return _decode_rows(
-        model, inputs, choose, max_new_tokens, min_new_tokens, fast, quantize, on_token
+        model, inputs, choose, max_new_tokens, min_new_tokens, fast, quantize, on_token, prefixes
     )
 
 
@@ -310,6 +317,8 @@ def beam_search(
     fast: bool = True,
     quantize: str | None = None,
     n_best: int = 1,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    constraints: Sequence[Sequence[object]] | None = None,
 ) -> Generation:
     """Beam search with the length penalty of Wu et al. (2016), as the paper (sec. 6.1).
 
@@ -329,6 +338,9 @@ def beam_search(
     search, and a beam wider than the number of possible outputs searches them all. Sentences
     that stop leave the batch.
 
+    With ``constraints`` the search is lexically constrained (dynamic beam allocation, Post &
+    Vilar 2018; :mod:`attnlab.constraints`): every output contains every phrase of its input.
+
     Args: as :func:`greedy_search`, and
         beam_size: hypotheses per sentence (4 in the paper; 1 is greedy search).
         alpha: the length penalty's exponent (0.6 in the paper; 0: plain log-probability).
@@ -336,6 +348,12 @@ def beam_search(
             share its memory's keys and values, and the self-attention cache is never
             reordered (see :class:`attnlab.fastdecode.FastDecoder`).
         n_best: finished hypotheses to return per sentence, 1 to ``beam_size``.
+        prefixes: as :func:`greedy_search`'s.
+        constraints: per input, the phrases its output must contain (each a list of target
+            ids, or a :class:`attnlab.constraints.Phrase` with alternative tokenisations), at
+            most ``beam_size`` per input; None or ``[]``: none. A request no output can meet
+            (an empty phrase, EOS in a phrase, phrases longer than the length limit) raises
+            :class:`attnlab.constraints.GuideError`, a ValueError naming the input.
 
     Returns: a :class:`Generation` with the best finished hypothesis of each sentence;
     ``scores`` are ``log_probs / lp(lengths)``. With ``n_best = n`` it has ``B n`` rows, the
@@ -353,7 +371,13 @@ def beam_search(
     rows = session.start.shape[0] * beam_size
     with EvalMode(model), Threads(rows, session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
-        search = _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens)
+        guide = None
+        if prefixes is not None or constraints is not None:
+            eos, banned = session.config.eos_id, session.banned()
+            guide = Guide(
+                prefixes, constraints, beam=beam_size, limit=limit, eos_id=eos, banned=banned
+            )
+        search = _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens, guide)
         return search.run(n_best)
 
 
@@ -361,10 +385,16 @@ class _BeamSearch:
     """The state of a batched beam search; see :func:`beam_search`."""
 
     def __init__(
-        self, session: Session, limit: Tensor, beam: int, alpha: float, min_new_tokens: int
+        self,
+        session: Session,
+        limit: Tensor,
+        beam: int,
+        alpha: float,
+        min_new_tokens: int,
+        guide: Guide | None = None,
     ) -> None:
         self.session, self.limit, self.beam, self.alpha = session, limit, beam, alpha
-        self.min_new_tokens = min_new_tokens
+        self.min_new_tokens, self.guide = min_new_tokens, guide
         self.eos = session.config.eos_id
         batch, self.width = limit.shape[0], int(limit.max())
         device = self.device = limit.device
@@ -373,38 +403,69 @@ class _BeamSearch:
         self.done_log_probs = torch.zeros(batch, beam, device=device)
         self.done_lengths = torch.zeros(batch, beam, dtype=torch.long, device=device)
         self.done_ids = torch.full((batch, beam, self.width), session.config.pad_id, device=device)
+        self.done_token_log_probs = torch.zeros(batch, beam, self.width, device=device)
         self.done_eos = torch.zeros(batch, beam, dtype=torch.bool, device=device)
 
     def run(self, n_best: int = 1) -> Generation:
-        session, k, eos = self.session, self.beam, self.eos
+        session, k, eos, guide = self.session, self.beam, self.eos, self.guide
         batch, device = self.limit.shape[0], self.device
         sentences = torch.arange(batch, device=device)  # the sentences still searching
-        # Live hypotheses: log P (n, K), ids so far (n, K, t). Only beam 0 is live at first.
+        # Live hypotheses: log P (n, K), ids and their log P so far (n, K, t). Only beam 0 is
+        # live at first.
         live = torch.full((batch, k), -math.inf, device=device)
         live[:, 0] = 0.0
         history = torch.zeros(batch, k, 0, dtype=torch.long, device=device)
+        history_log_probs = torch.zeros(batch, k, 0, device=device)
         ids = session.begin(k, self.width)
         mask = Masker(session, self.min_new_tokens)
+        constrained = guide is not None and guide.constrained
+        if constrained:
+            guide.start(k)
         vocab = session.vocab_size
         rank = torch.arange(min(2 * k, k * vocab), device=device)[None, :]
         for step in range(self.width):
             n = sentences.shape[0]
             scores = mask(session.step(ids), step)  # (n K, V)
+            if guide is not None:
+                guide.mask(scores, step, sentences, k)
             total = (live.view(n * k, 1) + scores).view(n, k * vocab)
             top, index = total.topk(min(2 * k, k * vocab), dim=1)  # (n, 2K), best first
+            counts = rank < k  # an EOS among these finishes its hypothesis
+            if constrained:
+                top, index, counts = self._widen(sentences, scores, live, top, index, counts)
             origin, token = index // vocab, index % vocab
+            token_log_probs = scores.view(n, k * vocab).gather(1, index)
             length = step + 1
             last = length >= self.limit[sentences]  # (n,): this step ends these sentences
-            ended = ((token == eos) & (rank < k)) | last[:, None]  # EOS counts in the top K
+            ended = ((token == eos) & counts) | last[:, None]  # EOS counts in the top K
             ended &= torch.isfinite(top)
+            if constrained:
+                state = guide.advance(sentences, origin, token)
+                ended &= (token == eos) | guide.all_met(state[1])
             extended = torch.cat([history.gather(1, _expand(origin, history)), token[..., None]], 2)
-            self._finish(sentences, top, extended, ended, token == eos, length)
+            extended_log_probs = torch.cat(
+                [
+                    history_log_probs.gather(1, _expand(origin, history_log_probs)),
+                    token_log_probs[..., None],
+                ],
+                2,
+            )
+            self._finish(
+                sentences, top, extended, extended_log_probs, ended, token == eos, length
+            )
 
-            # The best K extensions that did not end live on (EOS past rank K is dropped).
+            # The best K extensions that did not end live on (EOS past rank K is dropped);
+            # under constraints, K chosen round-robin over the banks (Post & Vilar 2018).
             live_top = top.masked_fill(ended | (token == eos), -math.inf)
-            live, pick = live_top.topk(k, dim=1)  # (n, K)
+            if constrained:
+                pick = allocate(live_top, guide.bank(sentences, *state), k)
+                live = live_top.gather(1, pick)
+                guide.update(*state, pick)
+            else:
+                live, pick = live_top.topk(k, dim=1)  # (n, K)
             origin = origin.gather(1, pick)
             history = extended.gather(1, _expand(pick, extended))
+            history_log_probs = extended_log_probs.gather(1, _expand(pick, extended_log_probs))
             token = token.gather(1, pick)
 
             stop = last | self._settled(sentences, live, n_best)
@@ -415,20 +476,51 @@ class _BeamSearch:
             pruned = keep.shape[0] < n
             session.select(rows, cross=pruned)
             if pruned:
-                sentences, live, history, token = (
+                sentences, live, history, history_log_probs, token = (
                     sentences[keep],
                     live[keep],
                     history[keep],
+                    history_log_probs[keep],
                     token[keep],
                 )
+                if constrained:
+                    guide.keep(keep)
             ids = token.reshape(-1, 1)
         return self._result(n_best)
+
+    def _widen(
+        self,
+        sentences: Tensor,
+        scores: Tensor,
+        live: Tensor,
+        top: Tensor,
+        index: Tensor,
+        counts: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The beam's best extensions ``(top, index)`` ``(n, 2K)`` and the candidates dynamic
+        beam allocation adds (:meth:`attnlab.constraints.Guide.extra_candidates`), each once:
+        a repeated or impossible one scores ``-inf``. An EOS among the added ones finishes."""
+        n, k = live.shape
+        vocab = scores.shape[1]
+        extra = self.guide.extra_candidates(sentences, scores.view(n, k, vocab))  # (n, E)
+        valid = extra >= 0
+        extra = extra.clamp(min=0)
+        extra_top = live.gather(1, extra // vocab) + scores.view(n, k * vocab).gather(1, extra)
+        index = torch.cat([index, extra], dim=1)
+        top = torch.cat([top, extra_top.masked_fill(~valid, -math.inf)], dim=1)
+        c = index.shape[1]
+        earlier = torch.ones(c, c, dtype=torch.bool, device=index.device).tril(-1)
+        repeated = ((index[:, :, None] == index[:, None, :]) & earlier[None]).any(2)
+        top = top.masked_fill(repeated, -math.inf)
+        counts = torch.cat([counts.expand(n, -1), torch.ones_like(extra, dtype=torch.bool)], 1)
+        return top, index, counts
 
     def _finish(
         self,
         sentences: Tensor,
         log_probs: Tensor,
         ids: Tensor,
+        token_log_probs: Tensor,
         ended: Tensor,
         with_eos: Tensor,
         length: int,
@@ -441,6 +533,8 @@ class _BeamSearch:
         n, c = scores.shape
         padded = torch.full((n, c, self.width), self.session.config.pad_id, device=self.device)
         padded[:, :, :length] = ids
+        padded_log_probs = torch.zeros(n, c, self.width, device=self.device)
+        padded_log_probs[:, :, :length] = token_log_probs
         all_scores = torch.cat([self.done_scores[sentences], scores], dim=1)
         best, pick = all_scores.topk(self.beam, dim=1)
         merged = {
@@ -450,6 +544,7 @@ class _BeamSearch:
                 torch.full_like(with_eos, length, dtype=torch.long),
             ),
             "done_ids": (self.done_ids[sentences], padded),
+            "done_token_log_probs": (self.done_token_log_probs[sentences], padded_log_probs),
             "done_eos": (self.done_eos[sentences], with_eos),
         }
         self.done_scores[sentences] = best
@@ -460,20 +555,24 @@ class _BeamSearch:
     def _settled(self, sentences: Tensor, live: Tensor, n_best: int) -> Tensor:
         """``(n,)`` True where no live hypothesis can beat the ``n_best``-th finished one (its
         best reachable score is ``log P / lp(maximum length)``), or none is left alive."""
-        bound = live[:, 0] / length_penalty(self.limit[sentences], self.alpha)
-        return (self.done_scores[sentences, n_best - 1] >= bound) | torch.isneginf(live[:, 0])
+        best = live.amax(dim=1)  # live[:, 0] for the ordinary beam, sorted best first
+        bound = best / length_penalty(self.limit[sentences], self.alpha)
+        return (self.done_scores[sentences, n_best - 1] >= bound) | torch.isneginf(best)
 
     def _result(self, n_best: int = 1) -> Generation:
         """The ``n_best`` best finished hypotheses of each sentence, as rows."""
         lengths = self.done_lengths[:, :n_best].reshape(-1)
         ids = self.done_ids[:, :n_best].reshape(-1, self.width)
+        width = int(lengths.max())
+        token_log_probs = self.done_token_log_probs[:, :n_best].reshape(-1, self.width)
         return Generation(
-            sequences=ids[:, : int(lengths.max())],
+            sequences=ids[:, :width],
             lengths=lengths,
             log_probs=self.done_log_probs[:, :n_best].reshape(-1),
             scores=self.done_scores[:, :n_best].reshape(-1),
             finished=self.done_eos[:, :n_best].reshape(-1),
             eos_id=self.eos,
+            token_log_probs=token_log_probs[:, :width],
         )
 
 

@@ -134,7 +134,41 @@ def add_seed_flag(parser: argparse.ArgumentParser) -> None:
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` the shared ``--json`` (dest ``json``)."""
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of text: one object (translate: one per input line, with the "
+        "tokens and their log-probabilities)",
+    )
+
+
+def add_guide_flags(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` what guides and explains a translation: ``--constraints FILE`` (target
+    phrases that must appear), ``--prefix TEXT`` (the start the translation must have) and
+    ``--scores`` (each token's log-probability)."""
+    parser.add_argument(
+        "--constraints",
+        default=None,
+        metavar="FILE",
+        help="target phrases each translation must contain: one line per input line, its "
+        "phrases separated by tabs (an empty line: none), at most --beam-size per line; "
+        "constrained beam search (Post & Vilar 2018). A line whose phrases cannot be met is "
+        "left empty with an error naming it (exit status 2); the others translate",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        metavar="TEXT",
+        help="every translation starts with TEXT (target language), and the model continues "
+        "it: interactive completion",
+    )
+    parser.add_argument(
+        "--scores",
+        action="store_true",
+        help="after each translation, tab-separated: log P, the length-normalised score (log "
+        "P / length penalty) and each token's log-probability (space-separated, EOS last); "
+        "--json gives them with the tokens",
+    )
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, probability, positive_number) -> None:

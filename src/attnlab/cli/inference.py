@@ -15,18 +15,14 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ._args import (
-    add_deprecated,
     add_input_bound_flags,
-    add_max_new_tokens_flag,
     add_out_flag,
     add_overwrite_flag,
-    add_sampling_flags,
     device_of,
-    positive_int,
 )
 
 #: translate's exit status when ``--too-long refuse`` left lines untranslated (bad input, as
@@ -75,7 +71,9 @@ def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 def extend(sub) -> None:
     """Add the inference options to ``translate`` and ``evaluate`` and resolve every command's
     model argument (see the module's docstring)."""
-    _extend_translate(sub.choices["translate"])
+    from .translate import extend_translate
+
+    extend_translate(sub.choices["translate"])
     _extend_evaluate(sub.choices["evaluate"])
     for name, parser in sub.choices.items():
         func = parser.get_default("func")
@@ -110,56 +108,6 @@ def positive_number(text: str) -> float:
     return _number(text, lambda v: 0 < v < float("inf"), "a finite number > 0")
 
 
-def _extend_translate(translate: argparse.ArgumentParser) -> None:
-    translate.description = (
-        "Translate TEXT arguments, standard input line by line (no TEXT, or '-'), or a file "
-        "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
-        "--sample); one translation per line, in order. A file is read in bounded chunks of "
-        "--batch-lines lines (memory stays flat however long it is), with a progress bar on "
-        "a terminal; --out (-o) writes the output file atomically (all of it, or nothing). "
-        "--model may be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT. Each "
-        "translation is at most --max-new-tokens tokens long (default: its source's length + "
-        "50), and never more than the model's max_len; a source is at most max_len tokens "
-        "(--too-long)."
-    )
-    translate.add_argument(
-        "--alpha", type=_non_negative, default=0.6, help="beam search's length penalty (0.6)"
-    )
-    add_max_new_tokens_flag(translate)
-    # The old --max-len had the same unit (tokens after the start token): it maps as it is.
-    add_deprecated(
-        translate, "--max-len", use="--max-new-tokens", dest="max_new_tokens", type=positive_int
-    )
-    translate.add_argument(
-        "--n-best",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="the N best translations of each line (N <= --beam-size), best first, one a line "
-        "as SCORE<tab>TEXT; SCORE is log P / length penalty",
-    )
-    add_sampling_flags(translate, probability, positive_number)
-    translate.add_argument("--seed", type=int, default=None, help="--sample: random seed")
-    translate.add_argument(
-        "-i", "--input", default=None, metavar="FILE", help="translate the lines of FILE"
-    )
-    add_input_bound_flags(translate)
-    add_out_flag(translate, "write the translations to this file instead of stdout", short=True)
-    add_deprecated(translate, "--output", use="--out", dest="out")
-    translate.set_defaults(func=resolving(cmd_translate))
-
-
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 class TooLongLines:
     """Reports the sources over the model's max_len as one line each on stderr, naming where
     each came from (``--input FILE line N``, ``standard input line N``, ``TEXT N``), and
@@ -172,6 +120,18 @@ class TooLongLines:
         """The reporter for a batch whose first line is line ``first`` (from 1)."""
         self.first = first
         return self
+
+    def unmet(self, report) -> None:
+        """A line refused for its prefix or constraints (a :class:`attnlab.translator.
+        Refused`)."""
+        self.refused += 1
+        where = f"{self.source} {self.first + report.index:,}"
+        print(
+            f"attnlab {self.command}: error: {where}: {report.describe()}; its output line is "
+            f"left empty",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def __call__(self, report) -> None:
         where = f"{self.source} {self.first + report.index:,}"
@@ -190,112 +150,6 @@ class TooLongLines:
                 file=sys.stderr,
                 flush=True,
             )
-
-
-def cmd_translate(args: argparse.Namespace) -> int:
-    from ..evaluate import Translator
-    from ._lines import check_utf8, lines_of, read_lines
-
-    sampling = (args.temperature != 1.0, args.top_k, args.top_p, args.seed)
-    if not args.sample and any(option is not None and option is not False for option in sampling):
-        names = ("--temperature", "--top-k", "--top-p", "--seed")
-        given = [
-            n for n, v in zip(names, sampling, strict=True) if v is not None and v is not False
-        ]
-        raise ValueError(f"{', '.join(given)}: only with --sample")
-    if args.n_best is not None and args.sample:
-        raise ValueError("--n-best: n-best lists come from beam search; not with --sample")
-    if args.n_best is not None and args.n_best > args.beam_size:
-        raise ValueError(
-            f"--n-best: expected at most --beam-size ({args.beam_size}), got {args.n_best}"
-        )
-    if args.input and args.text:
-        raise ValueError("--input: give either a FILE or TEXT arguments, not both")
-    if args.input and not Path(args.input).is_file():
-        raise FileNotFoundError(f"--input: {args.input}: no such file")
-    if args.out and args.input and Path(args.out).resolve() == Path(args.input).resolve():
-        raise ValueError("--out: the same file as --input; choose another")
-    if args.input and args.errors == "strict":
-        check_utf8(args.input, "--input")  # every line, before any model work
-    device = device_of(args.device)
-    check_kind(args.model, {"transformer"}, "translate", "--model")
-    options = {
-        "beam_size": args.beam_size,
-        "alpha": args.alpha,
-        "max_tokens": args.max_tokens,
-        "max_new_tokens": args.max_new_tokens,
-        "sample": args.sample,
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "seed": args.seed,
-        "too_long": args.too_long,
-    }
-    if getattr(args, "quantize", None):
-        options["quantize"] = args.quantize
-    loaded = Translator.load(args.model, device=device, **options)
-    from_text = bool(args.text) and args.text != ["-"]
-    source = "TEXT" if from_text else f"--input {args.input} line" if args.input else None
-    too_long = TooLongLines("translate", source or "standard input line")
-
-    def translate(batch: list[str], first: int) -> list[str]:
-        if args.n_best is None:
-            return loaded.translate(batch, on_too_long=too_long.at(first))
-        return [
-            "\n".join(f"{score:.4f}\t{text}" for score, text in found)
-            for found in loaded.n_best(batch, args.n_best, on_too_long=too_long.at(first))
-        ]
-
-    def translate_all(lines: Iterable[str], write: Callable[[str], object]) -> Iterator[list[str]]:
-        """Translate ``lines`` in chunks, writing each translation; yield each chunk."""
-        first = 1
-        for batch in _chunks(lines, args.batch_lines):
-            for line in translate(batch, first):
-                write(line + "\n")
-            first += len(batch)
-            yield batch
-
-    def translations(write: Callable[[str], object]) -> None:
-        if from_text:
-            for line in translate(args.text, 1):
-                write(line + "\n")
-            return
-        if not args.input:
-            stdin = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no buffer
-            for _ in translate_all(lines_of(stdin, "standard input", args.errors), write):
-                pass
-            return
-        from tqdm import tqdm
-
-        size = Path(args.input).stat().st_size
-        lines = read_lines(args.input, "--input", args.errors)
-        with tqdm(
-            total=size,
-            unit="B",
-            unit_scale=True,
-            desc="translate",
-            disable=not sys.stderr.isatty(),
-            file=sys.stderr,
-        ) as bar:
-            for batch in translate_all(lines, write):
-                bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
-
-    if args.out:
-        from .._io import atomic_write
-
-        def fill(path: str) -> None:
-            with open(path, "w", encoding="utf-8") as out:
-                translations(out.write)
-
-        atomic_write(args.out, fill)
-        return EXIT_REFUSED if too_long.refused else 0
-
-    def emit(line: str) -> None:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-
-    translations(emit)
-    return EXIT_REFUSED if too_long.refused else 0
 
 
 # -- evaluate ----------------------------------------------------------------------------------

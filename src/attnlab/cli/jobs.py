@@ -10,6 +10,7 @@ from pathlib import Path
 from ._args import (
     QUANTIZE_METAVAR,
     add_device_flag,
+    add_json_flag,
     add_model_flag,
     device_of,
     positive_int,
@@ -163,7 +164,7 @@ def add_parsers(sub) -> None:
         metavar=QUANTIZE_METAVAR,
         help="int8: decode with int8 weights (CPU, float32 models; faster for batches)",
     )
-    # Its command, cmd_translate, is inference's (inference.extend adds its options).
+    # Its command is cli/translate.py's cmd_translate (inference.extend adds its options).
 
     evaluate = sub.add_parser(
         "evaluate",
@@ -191,7 +192,7 @@ def add_parsers(sub) -> None:
     evaluate.add_argument(
         "--show", type=positive_int, default=3, help="held-out examples to print (3)"
     )
-    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(evaluate)
     add_device_flag(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 

@@ -1,0 +1,295 @@
+"""``attnlab translate``: its options (added to the parser that :mod:`attnlab.cli.jobs`
+defines) and the command: text, standard input or a file, in bounded chunks, with constraints,
+a prefix and scores (:class:`attnlab.translator.Translator`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ._args import (
+    add_deprecated,
+    add_guide_flags,
+    add_input_bound_flags,
+    add_json_flag,
+    add_max_new_tokens_flag,
+    add_out_flag,
+    add_sampling_flags,
+    device_of,
+    positive_int,
+)
+from .inference import (
+    EXIT_REFUSED,
+    TooLongLines,
+    _non_negative,
+    check_kind,
+    positive_number,
+    probability,
+    resolving,
+)
+
+
+def extend_translate(translate: argparse.ArgumentParser) -> None:
+    translate.description = (
+        "Translate TEXT arguments, standard input line by line (no TEXT, or '-'), or a file "
+        "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
+        "--sample); one translation per line, in order. A file is read in bounded chunks of "
+        "--batch-lines lines (memory stays flat however long it is), with a progress bar on "
+        "a terminal; --out (-o) writes the output file atomically (all of it, or nothing). "
+        "--model may be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT. Each "
+        "translation is at most --max-new-tokens tokens long (default: its source's length + "
+        "50), and never more than the model's max_len; a source is at most max_len tokens "
+        "(--too-long). --constraints FILE gives phrases each translation must contain, "
+        "--prefix TEXT the start it must have; --scores (or --json) says how sure the model "
+        "is of each token."
+    )
+    translate.add_argument(
+        "--alpha", type=_non_negative, default=0.6, help="beam search's length penalty (0.6)"
+    )
+    add_max_new_tokens_flag(translate)
+    # The old --max-len had the same unit (tokens after the start token): it maps as it is.
+    add_deprecated(
+        translate, "--max-len", use="--max-new-tokens", dest="max_new_tokens", type=positive_int
+    )
+    translate.add_argument(
+        "--n-best",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the N best translations of each line (N <= --beam-size), best first, one a line "
+        "as SCORE<tab>TEXT; SCORE is log P / length penalty",
+    )
+    add_sampling_flags(translate, probability, positive_number)
+    translate.add_argument("--seed", type=int, default=None, help="--sample: random seed")
+    add_guide_flags(translate)
+    add_json_flag(translate)
+    translate.add_argument(
+        "-i", "--input", default=None, metavar="FILE", help="translate the lines of FILE"
+    )
+    add_input_bound_flags(translate)
+    add_out_flag(translate, "write the translations to this file instead of stdout", short=True)
+    add_deprecated(translate, "--output", use="--out", dest="out")
+    translate.set_defaults(func=resolving(cmd_translate))
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _check_translate_flags(args: argparse.Namespace) -> None:
+    """The flags of ``translate`` that exclude or need each other: before any model work."""
+    sampling = (args.temperature != 1.0, args.top_k, args.top_p, args.seed)
+    if not args.sample and any(option is not None and option is not False for option in sampling):
+        names = ("--temperature", "--top-k", "--top-p", "--seed")
+        given = [
+            n for n, v in zip(names, sampling, strict=True) if v is not None and v is not False
+        ]
+        raise ValueError(f"{', '.join(given)}: only with --sample")
+    if args.n_best is not None and args.sample:
+        raise ValueError("--n-best: n-best lists come from beam search; not with --sample")
+    if args.constraints is not None and args.sample:
+        raise ValueError("--constraints: constrained decoding is a beam search; not with --sample")
+    if args.n_best is not None and args.n_best > args.beam_size:
+        raise ValueError(
+            f"--n-best: expected at most --beam-size ({args.beam_size}), got {args.n_best}"
+        )
+    if args.input and args.text:
+        raise ValueError("--input: give either a FILE or TEXT arguments, not both")
+    for flag, path in (("--input", args.input), ("--constraints", args.constraints)):
+        if path and not Path(path).is_file():
+            raise FileNotFoundError(f"{flag}: {path}: no such file")
+    if args.out and args.input and Path(args.out).resolve() == Path(args.input).resolve():
+        raise ValueError("--out: the same file as --input; choose another")
+
+
+def _count_lines(path: str) -> int:
+    """Lines in ``path`` (a last line without its end counts), read in blocks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+class _Constraints:
+    """The phrases of ``--constraints FILE``, one line per input line, read in step with the
+    input; an input with more lines than the file is an error naming both."""
+
+    def __init__(self, path: str, errors: str, inputs: int | None, name: str) -> None:
+        from ._lines import read_lines
+
+        self.path = path
+        lines = _count_lines(path)
+        if inputs is not None and inputs != lines:
+            raise ValueError(
+                f"--constraints: {path} has {lines:,} lines, but {name} has {inputs:,}; one "
+                f"line of tab-separated phrases per input line"
+            )
+        self.lines = read_lines(path, "--constraints", errors)
+        self.read = 0
+
+    def take(self, count: int) -> list[list[str]]:
+        out = []
+        for _ in range(count):
+            line = next(self.lines, None)
+            if line is None:
+                raise ValueError(
+                    f"--constraints: {self.path} ends after {self.read:,} lines, but the input "
+                    f"goes on; one line of tab-separated phrases per input line"
+                )
+            self.read += 1
+            out.append(line.split("\t") if line else [])
+        return out
+
+    def finish(self) -> None:
+        if next(self.lines, None) is not None:
+            raise ValueError(
+                f"--constraints: {self.path} has more lines than the input ({self.read:,}); "
+                f"one line of tab-separated phrases per input line"
+            )
+
+
+def _scored_line(best, n_best: bool) -> str:
+    """``--scores``'s text after a translation: log P, the score, the token log-probabilities."""
+    values = " ".join(f"{v:.4f}" for v in best.token_log_probs)
+    if n_best:
+        return f"{best.score:.4f}\t{best.text}\t{best.log_prob:.4f}\t{values}"
+    return f"{best.text}\t{best.log_prob:.4f}\t{best.score:.4f}\t{values}"
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from ..translator import Translator
+    from ._lines import check_utf8, lines_of, read_lines
+
+    _check_translate_flags(args)
+    if args.input and args.errors == "strict":
+        check_utf8(args.input, "--input")  # every line, before any model work
+    device = device_of(args.device)
+    check_kind(args.model, {"transformer"}, "translate", "--model")
+    options = {
+        "beam_size": args.beam_size,
+        "alpha": args.alpha,
+        "max_tokens": args.max_tokens,
+        "max_new_tokens": args.max_new_tokens,
+        "sample": args.sample,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "too_long": args.too_long,
+    }
+    if getattr(args, "quantize", None):
+        options["quantize"] = args.quantize
+    from_text = bool(args.text) and args.text != ["-"]
+    source = "TEXT" if from_text else f"--input {args.input} line" if args.input else None
+    constraints = None
+    if args.constraints:
+        inputs = len(args.text) if from_text else _count_lines(args.input) if args.input else None
+        name = "TEXT" if from_text else f"--input {args.input}"
+        constraints = _Constraints(args.constraints, args.errors, inputs, name)
+    loaded = Translator.load(args.model, device=device, **options)
+    too_long = TooLongLines("translate", source or "standard input line")
+    n = args.n_best or 1
+
+    def translate(batch: list[str], first: int) -> list[str]:
+        phrases = constraints.take(len(batch)) if constraints is not None else None
+        found = loaded.hypotheses(
+            batch,
+            n,
+            constraints=phrases,
+            prefixes=args.prefix,
+            on_too_long=too_long.at(first),
+            on_refused=too_long.unmet,
+        )
+        if args.json:
+            return [
+                json.dumps(_json_line(first + k, text, row, args.n_best), ensure_ascii=False)
+                for k, (text, row) in enumerate(zip(batch, found, strict=True))
+            ]
+        if args.n_best is None:
+            if args.scores:
+                return [_scored_line(row[0], False) if row else "" for row in found]
+            return [row[0].text if row else "" for row in found]
+        if args.scores:
+            return ["\n".join(_scored_line(h, True) for h in row) for row in found]
+        return ["\n".join(f"{h.score:.4f}\t{h.text}" for h in row) for row in found]
+
+    def translate_all(lines: Iterable[str], write: Callable[[str], object]) -> Iterator[list[str]]:
+        """Translate ``lines`` in chunks, writing each translation; yield each chunk."""
+        first = 1
+        for batch in _chunks(lines, args.batch_lines):
+            for line in translate(batch, first):
+                write(line + "\n")
+            first += len(batch)
+            yield batch
+
+    def translations(write: Callable[[str], object]) -> None:
+        if from_text:
+            for line in translate(args.text, 1):
+                write(line + "\n")
+            return
+        if not args.input:
+            stdin = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no buffer
+            for _ in translate_all(lines_of(stdin, "standard input", args.errors), write):
+                pass
+            return
+        from tqdm import tqdm
+
+        size = Path(args.input).stat().st_size
+        lines = read_lines(args.input, "--input", args.errors)
+        with tqdm(
+            total=size,
+            unit="B",
+            unit_scale=True,
+            desc="translate",
+            disable=not sys.stderr.isatty(),
+            file=sys.stderr,
+        ) as bar:
+            for batch in translate_all(lines, write):
+                bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
+
+    if args.out:
+        from .._io import atomic_write
+
+        def fill(path: str) -> None:
+            with open(path, "w", encoding="utf-8") as out:
+                translations(out.write)
+                if constraints is not None:
+                    constraints.finish()
+
+        atomic_write(args.out, fill)
+        return EXIT_REFUSED if too_long.refused else 0
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+    translations(emit)
+    if constraints is not None:
+        constraints.finish()
+    return EXIT_REFUSED if too_long.refused else 0
+
+
+def _json_line(number: int, source: str, found: list, n_best: int | None) -> dict:
+    """``translate --json``'s object for one input line."""
+    line: dict = {"line": number, "source": source}
+    if not found:
+        return {**line, "translation": "", "refused": True}
+    best = found[0]
+    line.update(
+        {"translation": best.text, **{k: v for k, v in best.to_dict().items() if k != "text"}}
+    )
+    if n_best is not None:
+        line["n_best"] = [h.to_dict() for h in found]
+    return line
