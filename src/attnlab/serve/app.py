@@ -70,6 +70,15 @@ class TranslateRequest(_Strict):
     beam_size: int | None = Field(
         None, ge=1, le=MAX_BEAM, description="beam width, 1 is greedy (default: the server's)"
     )
+    constraints: list[str] | None = Field(
+        None,
+        max_length=MAX_BEAM,
+        description="target phrases the translation must contain (at most beam_size; "
+        "constrained beam search)",
+    )
+    prefix: str | None = Field(
+        None, description="target text the translation must start with (null or blank: none)"
+    )
 
 
 class AttentionRequest(TranslateRequest):
@@ -112,6 +121,12 @@ class TranslateResponse(BaseModel):
     translation: str
     source_tokens: list[str]
     output_tokens: list[str]
+    token_log_probs: list[float] = Field(
+        description="each output token's log-probability under the model (EOS's included)"
+    )
+    log_prob: float = Field(description="their sum: log P(output | source)")
+    score: float = Field(description="log_prob / ((5 + tokens) / 6)^0.6, what the beam ranks by")
+    constraints: list[str] = Field(description="the phrases the translation contains, as asked")
     truncated: bool
     source_length: int
     max_len: int
@@ -242,10 +257,10 @@ def create_app(
     @app.post("/api/translate", response_model=TranslateResponse, responses=busy)
     async def translate(body: TranslateRequest, request: Request) -> dict:
         """Translate one sentence (beam search; beam_size 1 is greedy)."""
-        source, fields = await run_in_threadpool(explorer.prepare_translate, body.text)
-        return await queue.run(
-            lambda: explorer.run_translate(source, fields, body.beam_size), request.receive
+        job = await run_in_threadpool(
+            explorer.prepare_translate, body.text, body.beam_size, body.constraints, body.prefix
         )
+        return await queue.run(lambda: explorer.run_translate(job), request.receive)
 
     @app.post("/api/attention", response_model=AttentionResponse, responses=busy)
     async def attention(body: AttentionRequest, request: Request) -> Response:
@@ -258,6 +273,8 @@ def create_app(
             body.target,
             body.layers,
             body.heads,
+            body.constraints,
+            body.prefix,
         )
         result = await queue.run(lambda: explorer.run_attention(job), request.receive)
 

@@ -19,7 +19,9 @@ import torch
 from torch import Tensor
 
 from .._checks import check_positive_int, is_int
-from ..generate import EXTRA_LENGTH, beam_search, greedy_search
+from ..bounds import CHARS_PER_TOKEN
+from ..constraints import GuideError, Phrase, check_request
+from ..generate import EXTRA_LENGTH, Generation, beam_search, greedy_search, length_penalty
 from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from ..model import Transformer
 from ..positional import (
@@ -37,6 +39,7 @@ __all__ = [
     "POSITIONAL_MAX_LENGTH",
     "AttentionJob",
     "Explorer",
+    "TranslateJob",
     "InputError",
     "attention_answer",
 ]
@@ -52,6 +55,8 @@ POSITIONAL_MAX_LENGTH = 256
 #: Mask answers cut each sentence to at most this many tokens (``B x S x S`` values).
 MASKS_MAX_TOKENS = 128
 KINDS = ("encoder", "decoder", "cross")
+#: Beam search's length penalty here (the paper's), and in each answer's ``score``.
+ALPHA = 0.6
 
 
 class InputError(ValueError):
@@ -65,21 +70,43 @@ def rounded(tensor: Tensor, decimals: int = DECIMALS) -> list:
 
 
 @dataclass
-class AttentionJob:
-    """One ``/api/attention`` request, checked and tokenized (no model work yet).
+class TranslateJob:
+    """One translation request, checked and tokenized (no model work yet).
 
     ``source``: source ids cut to ``max_len``; ``fields``: the answer's truncation fields;
-    ``words``: the teacher-forced target's ids, or None for the model's own output;
-    ``layers`` and ``heads``: the indices asked for, sorted.
+    ``beam_size``: the beam (1: greedy); ``prefix``: target ids the translation starts with;
+    ``phrases``: the constraints (target phrases it must contain).
     """
 
-    text: str
     source: list[int]
     fields: dict
     beam_size: int
+    prefix: list[int]
+    phrases: list[Phrase]
+
+
+@dataclass
+class AttentionJob:
+    """One ``/api/attention`` request, checked and tokenized (no model work yet).
+
+    ``translate``: the translation's :class:`TranslateJob`; ``words``: the teacher-forced
+    target's ids, or None for the model's own output; ``layers`` and ``heads``: the indices
+    asked for, sorted.
+    """
+
+    text: str
+    translate: TranslateJob
     words: list[int] | None
     layers: list[int]
     heads: list[int]
+
+    @property
+    def source(self) -> list[int]:
+        return self.translate.source
+
+    @property
+    def fields(self) -> dict:
+        return self.translate.fields
 
 
 def cosine_similarity(rows: Tensor) -> Tensor:
@@ -121,6 +148,7 @@ class Explorer:
                 f"encoder-decoder attnlab.Transformer"
             )
         self.model_dir = path
+        self.translator = translator
         self.model: Transformer = translator.model.eval()
         self.src_tokenizer = translator.src_tokenizer
         self.tgt_tokenizer = translator.tgt_tokenizer
@@ -152,32 +180,78 @@ class Explorer:
 
     # -- /api/translate ------------------------------------------------------------------------
 
-    def translate(self, text: str, beam_size: int | None = None) -> dict:
-        """The translation of ``text`` with its token lists (docs/serve.md)."""
-        return self.run_translate(*self.prepare_translate(text), beam_size)
+    def translate(
+        self,
+        text: str,
+        beam_size: int | None = None,
+        *,
+        constraints: list[str] | None = None,
+        prefix: str | None = None,
+    ) -> dict:
+        """The translation of ``text`` with its token lists and scores (docs/serve.md):
+        ``constraints`` are target phrases it must contain, ``prefix`` the text it starts with."""
+        return self.run_translate(self.prepare_translate(text, beam_size, constraints, prefix))
 
-    def prepare_translate(self, text: str) -> tuple[list[int], dict]:
-        """``(source ids cut to max_len, the answer's truncation fields)``; an
-        :class:`InputError` for an empty text or an unpaired surrogate. No model work."""
-        return self._source(text)
+    def prepare_translate(
+        self,
+        text: str,
+        beam_size: int | None = None,
+        constraints: list[str] | None = None,
+        prefix: str | None = None,
+    ) -> TranslateJob:
+        """Check and tokenize a translation request; an :class:`InputError` naming the field
+        for an empty text, an unpaired surrogate, or a prefix or constraints no translation can
+        meet (:func:`attnlab.constraints.check_request`). No model work."""
+        source, fields = self._source(text)
+        beam = beam_size or self.beam_size
+        most = CHARS_PER_TOKEN * self.config.max_len
+        prefix_ids: list[int] = []
+        if prefix is not None and prefix.strip():
+            _check_text(prefix, "prefix")
+            if len(prefix) > most:
+                raise InputError(f"prefix: {len(prefix):,} characters; at most {most:,}")
+            prefix_ids = self.translator._target_ids(prefix)
+        phrases = []
+        for j, phrase in enumerate(constraints or []):
+            if len(phrase) > most:
+                raise InputError(f"constraints[{j}]: {len(phrase):,} characters; at most {most:,}")
+            try:
+                _check_text(phrase, f"constraints[{j}]")
+                phrases.append(self.translator.phrase(phrase))
+            except ValueError as e:
+                message = str(e) if isinstance(e, InputError) else f"constraints[{j}]: {e}"
+                raise InputError(message) from None
+        c = self.config
+        try:
+            check_request(
+                0, prefix_ids, phrases, beam, self._limit(source), {c.eos_id, c.pad_id, c.bos_id}
+            )
+        except GuideError as e:
+            field = "constraints" if phrases else "prefix"
+            raise InputError(f"{field}: {e.reason}") from None
+        return TranslateJob(source, fields, beam, prefix_ids, phrases)
 
-    def run_translate(self, source: list[int], fields: dict, beam_size: int | None) -> dict:
+    def run_translate(self, job: TranslateJob) -> dict:
         """The model's part of :meth:`translate`, under the lock."""
         with self.lock, torch.no_grad():
-            return self._translate(source, fields, beam_size)[0]
+            return self._translate(job)[0]
 
-    def _translate(
-        self, source: list[int], fields: dict, beam_size: int | None
-    ) -> tuple[dict, list[int]]:
+    def _translate(self, job: TranslateJob) -> tuple[dict, list[int]]:
         """``(answer, generated ids with EOS)``; call under the lock."""
-        output = self._generate(source, beam_size or self.beam_size)
+        found = self._generate(job)
+        output = found.tolist(keep_eos=True)[0]
         eos = self.config.eos_id
         words = output[:-1] if output and output[-1] == eos else output
+        log_prob = float(found.log_probs[0])
         answer = {
             "translation": self.tgt_tokenizer.decode(words),
-            "source_tokens": self.src_tokenizer.labels(source),
+            "source_tokens": self.src_tokenizer.labels(job.source),
             "output_tokens": self.tgt_tokenizer.labels(output),
-            **fields,
+            "token_log_probs": rounded(found.token_log_probs[0, : len(output)]),
+            "log_prob": round(log_prob, DECIMALS),
+            "score": round(log_prob / float(length_penalty(len(output), ALPHA)), DECIMALS),
+            "constraints": [p.text for p in job.phrases],
+            **job.fields,
         }
         return answer, output
 
@@ -189,15 +263,26 @@ class Explorer:
         fields = {"truncated": len(ids) > max_len, "source_length": len(ids), "max_len": max_len}
         return ids[:max_len], fields
 
-    def _generate(self, source: list[int], beam_size: int) -> list[int]:
-        """Generated ids of one source, EOS kept; BOS + output fit ``max_len`` positions."""
-        limit = max(1, min(len(source) + EXTRA_LENGTH, self.config.max_len - 1))
-        src = torch.tensor([source], device=self.device)
-        if beam_size == 1:
-            out = greedy_search(self.model, src, max_new_tokens=limit)
-        else:
-            out = beam_search(self.model, src, beam_size=beam_size, max_new_tokens=limit)
-        return out.tolist(keep_eos=True)[0]
+    def _limit(self, source: list[int]) -> int:
+        """The longest output of ``source``: BOS + output fit ``max_len`` positions."""
+        return max(1, min(len(source) + EXTRA_LENGTH, self.config.max_len - 1))
+
+    def _generate(self, job: TranslateJob) -> Generation:
+        """The best translation of one source, with its token scores."""
+        src = torch.tensor([job.source], device=self.device)
+        limit = self._limit(job.source)
+        prefixes = [job.prefix] if job.prefix else None
+        if job.beam_size == 1 and not job.phrases:
+            return greedy_search(self.model, src, max_new_tokens=limit, prefixes=prefixes)
+        return beam_search(
+            self.model,
+            src,
+            beam_size=job.beam_size,
+            alpha=ALPHA,
+            max_new_tokens=limit,
+            prefixes=prefixes,
+            constraints=[job.phrases] if job.phrases else None,
+        )
 
     # -- /api/attention ------------------------------------------------------------------------
 
@@ -210,12 +295,14 @@ class Explorer:
         layers: list[int] | None = None,
         heads: list[int] | None = None,
         max_elements: int = MAX_ATTENTION_ELEMENTS,
+        constraints: list[str] | None = None,
+        prefix: str | None = None,
     ) -> dict:
         """:meth:`translate`'s answer and the attention weights of the decoder's inputs: the
         model's own output, or ``target`` teacher-forced (docs/serve.md). The three steps that
         the server runs apart: :meth:`prepare_attention`, :meth:`run_attention` (under the
         lock), :meth:`attention_answer`."""
-        job = self.prepare_attention(text, beam_size, target, layers, heads)
+        job = self.prepare_attention(text, beam_size, target, layers, heads, constraints, prefix)
         return self.attention_answer(self.run_attention(job), job, max_elements)
 
     def prepare_attention(
@@ -225,10 +312,12 @@ class Explorer:
         target: str | None = None,
         layers: list[int] | None = None,
         heads: list[int] | None = None,
+        constraints: list[str] | None = None,
+        prefix: str | None = None,
     ) -> AttentionJob:
         """Check and tokenize an attention request; an :class:`InputError` for any bad value,
         before the model runs (an over-long target costs no beam search)."""
-        source, fields = self._source(text)
+        translate = self.prepare_translate(text, beam_size, constraints, prefix)
         words = None
         if target is not None and target.strip() != "":
             _check_text(target, "target")
@@ -243,9 +332,7 @@ class Explorer:
         depth = max(c.num_encoder_layers, c.num_decoder_layers)
         return AttentionJob(
             text=text,
-            source=source,
-            fields=fields,
-            beam_size=beam_size or self.beam_size,
+            translate=translate,
             words=words,
             layers=_indices(layers, depth, "layers"),
             heads=_indices(heads, c.num_heads, "heads"),
@@ -255,11 +342,23 @@ class Explorer:
         """The model's part of an attention request, under the lock: the translation, and
         every layer's and head's weights as CPU tensors ``(L, H, T_q, T_k)`` under ``maps``."""
         with self.lock, torch.no_grad():
-            answer, output = self._translate(job.source, job.fields, job.beam_size)
+            answer, output = self._translate(job.translate)
             if job.words is not None:
                 output = [*job.words, self.config.eos_id]
                 answer["output_tokens"] = self.tgt_tokenizer.labels(output)
             inputs = [self.config.bos_id, *output[:-1]]  # row i predicts output[i]
+            if job.words is not None:  # the forced target's own scores (teacher forcing)
+                logits = self.model(
+                    torch.tensor([job.source], device=self.device),
+                    torch.tensor([inputs], device=self.device),
+                )
+                chosen = torch.tensor(output, device=self.device)[:, None]
+                scores = torch.log_softmax(logits[0].float(), dim=-1).gather(1, chosen)[:, 0]
+                log_prob = float(scores.sum())
+                answer["token_log_probs"] = rounded(scores)
+                answer["log_prob"] = round(log_prob, DECIMALS)
+                score = log_prob / float(length_penalty(len(output), ALPHA))
+                answer["score"] = round(score, DECIMALS)
             maps = self.model.attention(
                 torch.tensor([job.source], device=self.device),
                 torch.tensor([inputs], device=self.device),

@@ -816,11 +816,55 @@ function renderTokensLine(host, tokens) {
   host.replaceChildren(...tokens.map((t) => tokenSpan(t, "tok chip")));
 }
 
+// Confidence: a token's probability under the model, exp(log-probability). Low probabilities
+// are warm and saturated, high ones pale, so the doubtful tokens are the ones that stand out.
+const CONF = makeLut((t) => oklchToRgb(0.62 + 0.355 * t, 0.19 * (1 - t) ** 1.5 + 0.01, 30 + 110 * t));
+const LOW_CONFIDENCE = 0.2;
+
+function confidenceScale() {
+  return {
+    lut: CONF,
+    index: (p) => Math.round(clamp(p, 0, 1) * (LUT_SIZE - 1)),
+    ticks: [0, 0.5, 1],
+  };
+}
+
+function renderScoredTokens(host, tokens, logProbs) {
+  const scale = confidenceScale();
+  const spans = tokens.map((t, i) => {
+    const span = tokenSpan(t, "tok chip scored");
+    const lp = logProbs[i];
+    if (lp === undefined) return span;
+    const p = Math.exp(lp);
+    const rgb = CONF.rgb[scale.index(p)];
+    span.style.background = CONF.css[scale.index(p)];
+    span.style.color = textColourFor(rgb);
+    if (p < LOW_CONFIDENCE) span.classList.add("low");
+    span.dataset.prob = p.toFixed(4);
+    span.title = `${JSON.stringify(t)}: P = ${p.toFixed(3)}, log P = ${lp.toFixed(3)}`;
+    return span;
+  });
+  host.replaceChildren(...spans);
+  drawLegend($("#confidence-legend"), scale, "P(token)");
+  const low = spans.filter((s) => s.classList.contains("low")).length;
+  $("#confidence-summary").textContent =
+    `log P = ${logProbs.reduce((a, b) => a + b, 0).toFixed(3)}; ` +
+    `${low} token${low === 1 ? "" : "s"} below P = ${LOW_CONFIDENCE} (outlined)`;
+}
+
+function guideFields(body) {
+  const phrases = $("#constraints").value.split("\n").map((p) => p.trim()).filter((p) => p);
+  if (phrases.length) body.constraints = phrases;
+  const prefix = $("#prefix").value;
+  if (prefix.trim()) body.prefix = prefix;
+  return body;
+}
+
 async function translate() {
   clearError();
   const text = $("#text").value;
   const target = $("#target").value;
-  const body = { text, beam_size: Number($("#beam").value) };
+  const body = guideFields({ text, beam_size: Number($("#beam").value) });
   if (target.trim()) body.target = target;
   const button = $("#translate");
   button.disabled = true;
@@ -856,7 +900,7 @@ async function translate() {
       notice.textContent = "";
     }
     renderTokensLine($("#source-tokens"), data.source_tokens);
-    renderTokensLine($("#output-tokens"), data.output_tokens);
+    renderScoredTokens($("#output-tokens"), data.output_tokens, data.token_log_probs);
     $("#attention-view").hidden = false;
     syncSelectors();
     renderAttention();
