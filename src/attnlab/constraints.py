@@ -120,12 +120,16 @@ def check_request(
             )
     need = len(prefix) + sum(p.longest for p in phrases)
     if need > limit:
-        what = "the prefix" if not phrases else "the phrases" if not prefix else (
-            "the prefix and the phrases"
+        what = (
+            "the prefix"
+            if not phrases
+            else "the phrases"
+            if not prefix
+            else ("the prefix and the phrases")
         )
         raise GuideError(
             index,
-            f"{what} need up to {need} tokens, more than the translation's limit of {limit} "
+            f"{what} need{'s' if what == 'the prefix' else ''} up to {need} tokens, more than the translation's limit of {limit} "
             f"tokens",
         )
 

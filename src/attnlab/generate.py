@@ -136,9 +136,7 @@ def _decode_rows(
         limit = session.max_new_tokens(max_new_tokens)
         guide = None
         if prefixes is not None:
-            guide = Guide(
-                prefixes, None, beam=1, limit=limit, eos_id=eos, banned=session.banned()
-            )
+            guide = Guide(prefixes, None, beam=1, limit=limit, eos_id=eos, banned=session.banned())
         batch, width = limit.shape[0], int(limit.max())
         device = limit.device
         log_probs = torch.zeros(batch, device=device)
@@ -450,9 +448,7 @@ class _BeamSearch:
                 ],
                 2,
             )
-            self._finish(
-                sentences, top, extended, extended_log_probs, ended, token == eos, length
-            )
+            self._finish(sentences, top, extended, extended_log_probs, ended, token == eos, length)
 
             # The best K extensions that did not end live on (EOS past rank K is dropped);
             # under constraints, K chosen round-robin over the banks (Post & Vilar 2018).

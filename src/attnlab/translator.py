@@ -40,14 +40,15 @@ __all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
 class Hypothesis:
     """One translation with its scores.
 
-    ``text``: the translation; ``tokens``: the generated tokens' labels (EOS's included where it
-    ended); ``token_log_probs``: each token's log-probability under the model, in order;
+    ``text``: the translation; ``ids``: the generated target ids and ``tokens`` their labels
+    (EOS included where it ended); ``token_log_probs``: each token's log-probability under the model, in order;
     ``log_prob``: their sum, ``log P(translation | source)``; ``score``: ``log_prob / lp``,
     with beam search's length penalty ``lp = ((5 + len(tokens)) / 6) ** alpha`` (what the beam
     ranks by, for greedy search and sampling too); ``finished``: it ended with EOS (False: it
     reached its length limit)."""
 
     text: str
+    ids: list[int]
     tokens: list[str]
     token_log_probs: list[float]
     log_prob: float
@@ -275,7 +276,7 @@ class Translator:
         refused: set[int] = set()
         config = self.model.config
         forbidden = {config.eos_id, config.pad_id, config.bos_id}
-        for i in order:
+        for i in sorted(order):  # reported in the texts' order
             try:
                 prefix = None if prefixes is None else prefixes[i]
                 if prefix is not None:
@@ -386,10 +387,8 @@ class Translator:
         )
         refused |= unmet
         order = [i for i in order if i not in unmet]
-        empty = Hypothesis("", [], [], 0.0, 0.0, True)
-        out: list[list[Hypothesis]] = [
-            [] if i in refused else [empty] for i in range(len(encoded))
-        ]
+        empty = Hypothesis("", [], [], [], 0.0, 0.0, True)
+        out: list[list[Hypothesis]] = [[] if i in refused else [empty] for i in range(len(encoded))]
         for batch in self._batches(order, encoded, phrases):
             generated = self._decode(
                 [encoded[i] for i in batch],
@@ -428,6 +427,7 @@ class Translator:
             out.append(
                 Hypothesis(
                     text=self.tgt_tokenizer.decode(words),
+                    ids=ids,
                     tokens=self.tgt_tokenizer.labels(ids),
                     token_log_probs=row_scores,
                     log_prob=log_prob,
