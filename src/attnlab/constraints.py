@@ -129,8 +129,8 @@ def check_request(
         )
         raise GuideError(
             index,
-            f"{what} need{'s' if what == 'the prefix' else ''} up to {need} tokens, more than the translation's limit of {limit} "
-            f"tokens",
+            f"{what} need{'s' if what == 'the prefix' else ''} up to {need} tokens, more than "
+            f"the translation's limit of {limit} tokens",
         )
 
 

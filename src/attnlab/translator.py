@@ -41,7 +41,8 @@ class Hypothesis:
     """One translation with its scores.
 
     ``text``: the translation; ``ids``: the generated target ids and ``tokens`` their labels
-    (EOS included where it ended); ``token_log_probs``: each token's log-probability under the model, in order;
+    (EOS included where it ended); ``token_log_probs``: each token's log-probability under the
+    model, in order;
     ``log_prob``: their sum, ``log P(translation | source)``; ``score``: ``log_prob / lp``,
     with beam search's length penalty ``lp = ((5 + len(tokens)) / 6) ** alpha`` (what the beam
     ranks by, for greedy search and sampling too); ``finished``: it ended with EOS (False: it

@@ -39,8 +39,8 @@ __all__ = [
     "POSITIONAL_MAX_LENGTH",
     "AttentionJob",
     "Explorer",
-    "TranslateJob",
     "InputError",
+    "TranslateJob",
     "attention_answer",
 ]
 
