@@ -225,7 +225,8 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
 API_ORDER = (
     "masks", "attention", "positional", "feedforward", "layers", "cache", "embeddings",
     "config", "model", "pretrained", "modeldir", "vision", "torch_interop", "interop",
-    "generate", "decoding", "fastdecode", "export", "data", "train", "jobs", "evaluate", "bounds",
+    "generate", "constraints", "decoding", "fastdecode", "export", "data", "train", "jobs",
+    "translator", "evaluate", "bounds",
     "schedule", "flops", "viz", "explain", "serve",
 )  # fmt: skip
 #: Public modules without a page here: the command line has its own (cli.md).

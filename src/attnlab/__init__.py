@@ -15,7 +15,6 @@ matplotlib), :mod:`attnlab.explain` (the tutorial's claims, run), :mod:`attnlab.
 from . import generate, layers, masks, positional
 from ._version import __version__
 from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
-from .evaluate import Translator, load_translator
 from .generate import Generation, beam_search, greedy_search, sample
 from .layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
@@ -34,6 +33,7 @@ from .positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
+from .translator import Translator, load_translator
 from .vision import VisionConfig, VisionTransformer
 
 __all__ = [

@@ -2,7 +2,7 @@
 longer. A source over the model's ``max_len`` tokens, or over ``CHARS_PER_TOKEN * max_len``
 characters (checked before tokenizing, so that tokenizing is bounded too), is cut to its first
 ``max_len`` tokens or refused (:data:`TOO_LONG_CHOICES`), and reported as a :class:`TooLong`.
-:class:`attnlab.evaluate.Translator` applies them (:func:`bound_sources`); the CLI and the
+:class:`attnlab.translator.Translator` applies them (:func:`bound_sources`); the CLI and the
 explorer report them."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["CHARS_PER_TOKEN", "TOO_LONG_CHOICES", "TooLong", "bound_sources"]
 #: few characters (a byte-fallback token is a quarter of a character or more), so text this
 #: long is well over ``max_len`` tokens with any ordinary vocabulary.
 CHARS_PER_TOKEN = 20
-#: What :class:`~attnlab.evaluate.Translator` does with a source over the model's
+#: What :class:`~attnlab.translator.Translator` does with a source over the model's
 #: ``max_len``: ``"cut"`` keeps its first ``max_len`` tokens, ``"refuse"`` does not translate it.
 TOO_LONG_CHOICES = ("cut", "refuse")
 
@@ -27,7 +27,7 @@ TOO_LONG_CHOICES = ("cut", "refuse")
 @dataclass(frozen=True)
 class TooLong:
     """A source over the model's ``max_len``, as
-    :meth:`Translator.translate <attnlab.evaluate.Translator.translate>` reports it.
+    :meth:`Translator.translate <attnlab.translator.Translator.translate>` reports it.
 
     ``index``: its position in the texts; ``length``: its length in ``unit``, ``"tokens"``, or
     ``"characters"`` when it is over ``CHARS_PER_TOKEN * limit`` characters and was never

@@ -18,15 +18,14 @@ Perplexity of a language model comes with training's validation loss (``exp(loss
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
 from ._checks import check_positive_int
 from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong
+from .modeldir import load_with_tokenizers
 from .translator import Translator, load_translator
 
 __all__ = [
@@ -153,55 +152,6 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
         short_references=lead.short_references,
         note=lead.note,
     )
-
-
-def load_with_tokenizers(
-    model_dir: str | os.PathLike, *, device: str | torch.device | None = None
-) -> tuple:
-    """``(model, src_tokenizer, tgt_tokenizer)`` of a model directory written by training (the
-    same tokenizer twice for a joint vocabulary), checked to belong together: a tokenizer with
-    more tokens than the model's vocabulary on its side, or other special ids, is refused here
-    (ValueError naming both files) rather than failing at the first sentence."""
-    from .data.tokenizer import (
-        SRC_TOKENIZER_FILE,
-        TGT_TOKENIZER_FILE,
-        TOKENIZER_FILE,
-        load_tokenizers,
-    )
-    from .model import Transformer, load_pretrained
-    from .pretrained import CONFIG_FILE
-
-    model = load_pretrained(model_dir, device=device)
-    directory, config = Path(model_dir), model.config
-    if not hasattr(config, "vocab_size"):
-        raise ValueError(f"model_dir: {directory} holds a {model.model_type!r} model, not text")
-    src, tgt = load_tokenizers(model_dir)
-    joint = directory / TOKENIZER_FILE
-    if joint.is_file():
-        files = (joint, joint)
-    else:
-        files = (directory / SRC_TOKENIZER_FILE, directory / TGT_TOKENIZER_FILE)
-    sides = [("source ", src, files[0], "vocab_size", config.vocab_size)]
-    if isinstance(model, Transformer):
-        field = "vocab_size" if config.tgt_vocab_size is None else "tgt_vocab_size"
-        sides.append(("target ", tgt, files[1], field, config.target_vocab_size))
-    else:
-        sides[0] = ("", *sides[0][1:])
-    for side, tokenizer, path, field, size in sides:
-        if tokenizer.vocab_size > size:
-            raise ValueError(
-                f"{path}: the tokenizer has {tokenizer.vocab_size:,} tokens, more than the "
-                f"model's {side}vocabulary ({directory / CONFIG_FILE}: {field}={size:,}); the "
-                f"tokenizer and the model do not belong together"
-            )
-        for name in ("pad_id", "bos_id", "eos_id"):
-            if getattr(tokenizer, name) != getattr(config, name):
-                raise ValueError(
-                    f"{directory / CONFIG_FILE}: {name}={getattr(config, name)}, but {path} "
-                    f"uses {getattr(tokenizer, name)}; the tokenizer and the model do not "
-                    f"belong together"
-                )
-    return model, src, tgt
 
 
 @torch.no_grad()

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ._checks import check_positive_int
-from .bounds import TOO_LONG_CHOICES, TooLong, bound_sources
+from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
 from .constraints import GuideError, Phrase, check_request
 from .decoding import EXTRA_LENGTH
 from .generate import Generation, beam_search, greedy_search, length_penalty, sample
@@ -171,8 +171,7 @@ class Translator:
         (default: CUDA when available, else CPU); ``options`` as the constructor's. A checkpoint
         ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's tokenizers
         (:func:`attnlab.modeldir.resolve_model_dir`)."""
-        from .evaluate import load_with_tokenizers
-        from .modeldir import resolve_model_dir
+        from .modeldir import load_with_tokenizers, resolve_model_dir
 
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -204,102 +203,14 @@ class Translator:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _encode_sources(
-        self, texts: Sequence[str], on_too_long: Callable[[TooLong], object] | None
-    ) -> tuple[list[list[int]], list[int], set[int]]:
-        """The source ids of ``texts``, each at most ``max_len`` tokens (a refused one empty);
-        the indices of the non-empty ones, shortest first (the order batches are made in); the
-        indices of the refused ones. Every text over the bounds is reported before any is
-        decoded (see :meth:`translate`)."""
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
-        refuse = self.too_long == "refuse"
-        encoded, found = bound_sources(self.src_tokenizer, texts, self.max_len, refuse, on_too_long)
-        # An empty text translates to an empty text, also where the tokenizer frames it.
-        kept = (i for i in range(len(texts)) if encoded[i] and texts[i])
-        order = sorted(kept, key=lambda i: len(encoded[i]))
-        return encoded, order, {report.index for report in found if report.refused}
-
-    def _target_ids(self, text: str) -> list[int]:
-        """``text`` in target ids, without the framing EOS a tokenizer may append."""
-        tokenizer = self.tgt_tokenizer
-        ids = list(tokenizer.encode(text))
-        if getattr(tokenizer, "add_eos", False) and ids and ids[-1] == tokenizer.eos_id:
-            ids.pop()
-        return ids
+    def target(self, text: str) -> list[int]:
+        """``text`` in target ids (no framing EOS)."""
+        return target_ids(self.tgt_tokenizer, text)
 
     def phrase(self, text: str) -> Phrase:
-        """``text`` as a constraint :class:`Phrase`: its target tokenisations alone and after a
-        space (a subword vocabulary spells a word differently at the start of a sentence and
-        inside it), surrounding white space dropped. ValueError for an empty phrase or one the
-        target vocabulary can only spell with ``<unk>``."""
-        if not isinstance(text, str):
-            raise TypeError(f"expected a str phrase, got {type(text).__name__}")
-        stripped = text.strip()
-        if not stripped:
-            raise ValueError("empty phrase")
-        variants = dict.fromkeys(tuple(self._target_ids(t)) for t in (stripped, " " + stripped))
-        unk = getattr(self.tgt_tokenizer, "unk_id", None)
-        if unk is not None and all(unk in v for v in variants):
-            raise ValueError("the target vocabulary has no spelling for it (<unk>)")
-        return Phrase(tuple(v for v in variants if v), stripped)
-
-    def _requests(
-        self,
-        encoded: list[list[int]],
-        order: list[int],
-        constraints: Sequence[Sequence[str]] | None,
-        prefixes: str | Sequence[str | None] | None,
-        on_refused: Callable[[Refused], object] | None,
-    ) -> tuple[list[list[int]], list[list[Phrase]], set[int]]:
-        """Each line's prefix ids and constraint phrases, checked (:func:`check_request`) for
-        the lines in ``order``; the indices of the lines refused (reported to ``on_refused``,
-        or a ValueError naming the first without it)."""
-        count = len(encoded)
-        if constraints is not None:
-            if isinstance(constraints, str) or not isinstance(constraints, Sequence):
-                raise TypeError("constraints: expected one list of phrases per text")
-            if len(constraints) != count:
-                raise ValueError(f"constraints: {len(constraints)} lists for {count} texts")
-            if self.sample and any(constraints):
-                raise ValueError(
-                    "constraints: lexically constrained decoding is a beam search; not with "
-                    "sample=True"
-                )
-        if isinstance(prefixes, str):
-            prefixes = [prefixes] * count
-        if prefixes is not None and len(prefixes) != count:
-            raise ValueError(f"prefixes: {len(prefixes)} for {count} texts; one each")
-        prefix_ids: list[list[int]] = [[] for _ in range(count)]
-        phrases: list[list[Phrase]] = [[] for _ in range(count)]
-        refused: set[int] = set()
-        config = self.model.config
-        forbidden = {config.eos_id, config.pad_id, config.bos_id}
-        for i in sorted(order):  # reported in the texts' order
-            try:
-                prefix = None if prefixes is None else prefixes[i]
-                if prefix is not None:
-                    if not isinstance(prefix, str):
-                        raise TypeError(f"prefixes[{i}]: expected a str or None, got {prefix!r}")
-                    prefix_ids[i] = self._target_ids(prefix)
-                for j, text in enumerate(constraints[i] if constraints is not None else []):
-                    try:
-                        phrases[i].append(self.phrase(text))
-                    except ValueError as e:
-                        raise GuideError(i, str(e), text) from None
-                    except TypeError as e:
-                        raise TypeError(f"constraints[{i}][{j}]: {e}") from None
-                limit = self._limit(encoded[i])
-                check_request(i, prefix_ids[i], phrases[i], self.beam_size, limit, forbidden)
-            except GuideError as e:
-                report = Refused(i, e.phrase, e.reason)
-                if on_refused is None:
-                    raise ValueError(str(report)) from None
-                on_refused(report)
-                refused.add(i)
-        return prefix_ids, phrases, refused
+        """``text`` as a constraint :class:`~attnlab.constraints.Phrase` (see
+        :func:`text_phrase`)."""
+        return text_phrase(self.tgt_tokenizer, text, CHARS_PER_TOKEN * self.max_len)
 
     # -- translating ----------------------------------------------------------------------------
 
@@ -382,22 +293,45 @@ class Translator:
             raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
         if n > 1 and self.sample:
             raise ValueError("n: n-best lists come from beam search, not from sampling")
-        encoded, order, refused = self._encode_sources(texts, on_too_long)
-        prefix_ids, phrases, unmet = self._requests(
-            encoded, order, constraints, prefixes, on_refused
+        encoded, order, refused = encode_sources(
+            self.src_tokenizer, texts, self.max_len, self.too_long, on_too_long
+        )
+        if self.sample and constraints is not None and any(constraints):
+            raise ValueError(
+                "constraints: lexically constrained decoding is a beam search; not with sample=True"
+            )
+        config = self.model.config
+        prefix_ids, phrases, unmet = guide_requests(
+            encoded,
+            order,
+            constraints,
+            prefixes,
+            phrase=self.phrase,
+            target=self.target,
+            limit=self._limit,
+            beam=self.beam_size,
+            forbidden={config.eos_id, config.pad_id, config.bos_id},
+            on_refused=on_refused,
         )
         refused |= unmet
         order = [i for i in order if i not in unmet]
         empty = Hypothesis("", [], [], [], 0.0, 0.0, True)
         out: list[list[Hypothesis]] = [[] if i in refused else [empty] for i in range(len(encoded))]
-        for batch in self._batches(order, encoded, phrases):
-            generated = self._decode(
+
+        def kind(i: int) -> tuple[bool, bool]:
+            # A batch is all below the output cap or all over it (every row gets the budget it
+            # would get alone), and all constrained or none (plain lines decode as today).
+            return self._capped(encoded[i]), bool(phrases[i])
+
+        for batch in length_batches(order, encoded, kind, self.max_tokens):
+            generated = search(
+                self,
                 [encoded[i] for i in batch],
                 n,
                 [prefix_ids[i] for i in batch],
                 [phrases[i] for i in batch] if phrases[batch[0]] else None,
             )
-            rows = self._hypotheses(generated)
+            rows = as_hypotheses(generated, self.tgt_tokenizer, self.alpha)
             for j, i in enumerate(batch):
                 out[i] = [h for h in rows[j * n : (j + 1) * n] if h is not None]
                 if not out[i] and phrases[i]:  # not expected: check_request bounds the search
@@ -408,112 +342,218 @@ class Translator:
                     on_refused(report)
         return out
 
-    def _hypotheses(self, generated: Generation) -> list[Hypothesis | None]:
-        """The rows of ``generated`` as :class:`Hypothesis` (None for a row that found
-        nothing: score ``-inf``)."""
-        out: list[Hypothesis | None] = []
-        eos = generated.eos_id
-        scores = generated.token_scores()
-        for ids, row_scores, log_prob, done in zip(
-            generated.tolist(keep_eos=True),
-            scores,
-            generated.log_probs.tolist(),
-            generated.finished.tolist(),
-            strict=True,
-        ):
-            if not ids:  # nothing finished here (an n-best row past what the beam found)
-                out.append(None)
-                continue
-            words = ids[:-1] if done and ids[-1] == eos else ids
-            out.append(
-                Hypothesis(
-                    text=self.tgt_tokenizer.decode(words),
-                    ids=ids,
-                    tokens=self.tgt_tokenizer.labels(ids),
-                    token_log_probs=row_scores,
-                    log_prob=log_prob,
-                    score=log_prob / float(length_penalty(len(ids), self.alpha)),
-                    finished=bool(done),
-                )
-            )
-        return out
-
     def _limit(self, source: list[int]) -> int:
-        """The longest translation of ``source``, in tokens."""
-        if self.max_new_tokens is not None:
-            return min(self.max_new_tokens, self.max_len)
-        return min(len(source) + EXTRA_LENGTH, self.max_len)
+        """The longest translation of ``source``, in tokens: ``max_new_tokens`` or the source
+        + 50, at most ``max_len``."""
+        return min(self.max_new_tokens or len(source) + EXTRA_LENGTH, self.max_len)
 
     def _capped(self, source: list[int]) -> bool:
         """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
         return self.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
 
     def _output_limit(self, sources: list[list[int]]) -> int | None:
-        """``max_new_tokens`` for one batch: the asked one, at most ``max_len``; by default
-        None (each row's own source + 50) or, for a batch over the cap, ``max_len``."""
-        if self.max_new_tokens is not None:
-            return min(self.max_new_tokens, self.max_len)
-        return self.max_len if self._capped(sources[0]) else None
+        """``max_new_tokens`` for one batch: by default None (each row's own source + 50)
+        unless the batch is over the cap (:meth:`_limit` of its first row then)."""
+        capped = self.max_new_tokens is not None or self._capped(sources[0])
+        return self._limit(sources[0]) if capped else None
 
-    def _batches(
-        self, order: list[int], encoded: list[list[int]], phrases: list[list[Phrase]]
-    ) -> list[list[int]]:
-        """Length-sorted batches of at most ``max_tokens`` source tokens; a batch is all
-        constrained lines or none (lines without constraints decode as they would alone)."""
-        batches, current, longest = [], [], 0
 
-        def kind(i: int) -> tuple[bool, bool]:
-            return self._capped(encoded[i]), bool(phrases[i])
+# -- what the Translator is made of ------------------------------------------------------------
 
-        for i in order:  # ascending length: the last sentence of a batch is its longest
-            longest = max(longest, len(encoded[i]))
-            # A batch is all below the output cap or all over it, so that every row gets
-            # the budget it would get alone (a budget is one number per batch).
-            crosses = bool(current) and kind(i) != kind(current[0])
-            if current and (crosses or longest * (len(current) + 1) > self.max_tokens):
-                batches.append(current)
-                current, longest = [], len(encoded[i])
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
 
-    def _decode(
-        self,
-        sources: list[list[int]],
-        n: int,
-        prefixes: list[list[int]],
-        constraints: list[list[Phrase]] | None,
-    ) -> Generation:
-        limit = self._output_limit(sources)
-        guided = prefixes if any(prefixes) else None
-        if self.sample:
-            return sample(
-                self.model,
-                sources,
-                temperature=self.temperature,
-                top_k=self.top_k,
-                top_p=self.top_p,
-                generator=self.generator,
-                max_new_tokens=limit,
-                quantize=self.quantize,
-                prefixes=guided,
-            )
-        if self.beam_size == 1 and constraints is None:
-            return greedy_search(
-                self.model, sources, max_new_tokens=limit, quantize=self.quantize, prefixes=guided
-            )
-        return beam_search(
-            self.model,
+def search(
+    t: Translator,
+    sources: list[list[int]],
+    n: int,
+    prefixes: list[list[int]],
+    constraints: list[list[Phrase]] | None,
+) -> Generation:
+    """One batch of :meth:`Translator.hypotheses`: ``n`` hypotheses per source, with the
+    translator's decoding (sampling, greedy search, beam search; constrained where
+    ``constraints`` is given)."""
+    limit = t._output_limit(sources)
+    guided = prefixes if any(prefixes) else None
+    if t.sample:
+        return sample(
+            t.model,
             sources,
-            beam_size=self.beam_size,
-            alpha=self.alpha,
+            temperature=t.temperature,
+            top_k=t.top_k,
+            top_p=t.top_p,
+            generator=t.generator,
             max_new_tokens=limit,
-            quantize=self.quantize,
-            n_best=n,
+            quantize=t.quantize,
             prefixes=guided,
-            constraints=constraints,
         )
+    if t.beam_size == 1 and constraints is None:
+        return greedy_search(
+            t.model, sources, max_new_tokens=limit, quantize=t.quantize, prefixes=guided
+        )
+    return beam_search(
+        t.model,
+        sources,
+        beam_size=t.beam_size,
+        alpha=t.alpha,
+        max_new_tokens=limit,
+        quantize=t.quantize,
+        n_best=n,
+        prefixes=guided,
+        constraints=constraints,
+    )
+
+
+def encode_sources(
+    tokenizer,
+    texts: Sequence[str],
+    max_len: int,
+    too_long: str,
+    on_too_long: Callable[[TooLong], object] | None,
+) -> tuple[list[list[int]], list[int], set[int]]:
+    """The source ids of ``texts``, each at most ``max_len`` tokens (a refused one empty);
+    the indices of the non-empty ones, shortest first (the order batches are made in); the
+    indices of the refused ones. Every text over the bounds is reported before any is decoded
+    (see :meth:`Translator.translate`)."""
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
+    encoded, found = bound_sources(tokenizer, texts, max_len, too_long == "refuse", on_too_long)
+    # An empty text translates to an empty text, also where the tokenizer frames it.
+    kept = (i for i in range(len(texts)) if encoded[i] and texts[i])
+    order = sorted(kept, key=lambda i: len(encoded[i]))
+    return encoded, order, {report.index for report in found if report.refused}
+
+
+def target_ids(tokenizer, text: str) -> list[int]:
+    """``text`` in ``tokenizer``'s ids, without the framing EOS a tokenizer may append."""
+    ids = list(tokenizer.encode(text))
+    if getattr(tokenizer, "add_eos", False) and ids and ids[-1] == tokenizer.eos_id:
+        ids.pop()
+    return ids
+
+
+def text_phrase(tokenizer, text: str, most_chars: int) -> Phrase:
+    """``text`` as a constraint :class:`~attnlab.constraints.Phrase` of target ``tokenizer``:
+    its tokenisations alone and after a space (a subword vocabulary spells a word differently
+    at the start of a sentence and inside it), surrounding white space dropped. ValueError for
+    an empty phrase, one over ``most_chars`` characters (checked before tokenizing), or one the
+    vocabulary can only spell with ``<unk>``."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected a str phrase, got {type(text).__name__}")
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("empty phrase")
+    if len(stripped) > most_chars:
+        raise ValueError(f"{len(stripped):,} characters, more than {most_chars:,}")
+    variants = dict.fromkeys(tuple(target_ids(tokenizer, t)) for t in (stripped, " " + stripped))
+    unk = getattr(tokenizer, "unk_id", None)
+    if unk is not None and all(unk in v for v in variants):
+        raise ValueError("the target vocabulary has no spelling for it (<unk>)")
+    return Phrase(tuple(v for v in variants if v), stripped)
+
+
+def guide_requests(
+    encoded: list[list[int]],
+    order: list[int],
+    constraints: Sequence[Sequence[str]] | None,
+    prefixes: str | Sequence[str | None] | None,
+    *,
+    phrase: Callable[[str], Phrase],
+    target: Callable[[str], list[int]],
+    limit: Callable[[list[int]], int],
+    beam: int,
+    forbidden: set[int],
+    on_refused: Callable[[Refused], object] | None,
+) -> tuple[list[list[int]], list[list[Phrase]], set[int]]:
+    """Each line's prefix ids and constraint phrases (``phrase``, ``target``), checked
+    (:func:`~attnlab.constraints.check_request`, with ``limit(source)`` tokens) for the lines
+    in ``order``; the indices of the lines refused, reported to ``on_refused`` in the texts'
+    order (without it, a ValueError naming the first)."""
+    count = len(encoded)
+    if constraints is not None:
+        if isinstance(constraints, str) or not isinstance(constraints, Sequence):
+            raise TypeError("constraints: expected one list of phrases per text")
+        if len(constraints) != count:
+            raise ValueError(f"constraints: {len(constraints)} lists for {count} texts")
+    if isinstance(prefixes, str):
+        prefixes = [prefixes] * count
+    if prefixes is not None and len(prefixes) != count:
+        raise ValueError(f"prefixes: {len(prefixes)} for {count} texts; one each")
+    prefix_ids: list[list[int]] = [[] for _ in range(count)]
+    phrases: list[list[Phrase]] = [[] for _ in range(count)]
+    refused: set[int] = set()
+    for i in sorted(order):
+        try:
+            prefix = None if prefixes is None else prefixes[i]
+            if prefix is not None:
+                if not isinstance(prefix, str):
+                    raise TypeError(f"prefixes[{i}]: expected a str or None, got {prefix!r}")
+                prefix_ids[i] = target(prefix)
+            for j, text in enumerate(constraints[i] if constraints is not None else []):
+                try:
+                    phrases[i].append(phrase(text))
+                except ValueError as e:
+                    raise GuideError(i, str(e), text) from None
+                except TypeError as e:
+                    raise TypeError(f"constraints[{i}][{j}]: {e}") from None
+            check_request(i, prefix_ids[i], phrases[i], beam, limit(encoded[i]), forbidden)
+        except GuideError as e:
+            report = Refused(i, e.phrase, e.reason)
+            if on_refused is None:
+                raise ValueError(str(report)) from None
+            on_refused(report)
+            refused.add(i)
+    return prefix_ids, phrases, refused
+
+
+def as_hypotheses(generated: Generation, tokenizer, alpha: float) -> list[Hypothesis | None]:
+    """The rows of ``generated`` as :class:`Hypothesis` (None for a row that found nothing:
+    an n-best row past what the beam finished), texts and labels from ``tokenizer``."""
+    out: list[Hypothesis | None] = []
+    eos = generated.eos_id
+    for ids, row_scores, log_prob, done in zip(
+        generated.tolist(keep_eos=True),
+        generated.token_scores(),
+        generated.log_probs.tolist(),
+        generated.finished.tolist(),
+        strict=True,
+    ):
+        if not ids:
+            out.append(None)
+            continue
+        words = ids[:-1] if done and ids[-1] == eos else ids
+        out.append(
+            Hypothesis(
+                text=tokenizer.decode(words),
+                ids=ids,
+                tokens=tokenizer.labels(ids),
+                token_log_probs=row_scores,
+                log_prob=log_prob,
+                score=log_prob / float(length_penalty(len(ids), alpha)),
+                finished=bool(done),
+            )
+        )
+    return out
+
+
+def length_batches(
+    order: list[int], encoded: list[list[int]], kind: Callable[[int], object], max_tokens: int
+) -> list[list[int]]:
+    """``order`` (indices, shortest source first) cut into batches of at most ``max_tokens``
+    source tokens (padded: the longest times the rows), each of one ``kind(i)``."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:  # ascending length: the last sentence of a batch is its longest
+        longest = max(longest, len(encoded[i]))
+        crosses = bool(current) and kind(i) != kind(current[0])
+        if current and (crosses or longest * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current, longest = [], len(encoded[i])
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
 
 
 def load_translator(model_dir: str | os.PathLike, **options) -> Translator:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import export, imports, inference, jobs, models, pictures, tour, train
+from . import export, imports, inference, jobs, models, pictures, tour, train, translate
 from ._args import show_slots_required, take_deprecated_positionals
 from .train import build_job
 
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_parsers(sub)
     inference.add_parsers(sub)
     models.add_parsers(sub)
-    inference.extend(sub)  # options of translate and evaluate; checkpoints as models
+    translate.extend(sub)  # translate's options
+    inference.extend(sub)  # options of evaluate; checkpoints as models
     for each in _parsers(parser):
         each.allow_abbrev = False  # `--beam 4` is an error, not --beam-size 4
         show_slots_required(each)

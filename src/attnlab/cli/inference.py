@@ -1,9 +1,9 @@
-"""Using trained models: the decoding options of ``translate``, ``evaluate`` on any parallel
-text, ``average`` of checkpoints, and one resolver for every command that takes a model.
+"""Using trained models: ``evaluate`` on any parallel text, ``average`` of checkpoints, one
+resolver for every command that takes a model, and what ``translate`` (:mod:`attnlab.cli.
+translate`) shares with them.
 
-`extend` runs after the other groups have added their parsers: it adds options to
-``translate`` and ``evaluate`` (defined in `jobs`) and routes every command's model argument
-(``--model``) through
+`extend` runs after the other groups have added their parsers: it adds options to ``evaluate``
+(defined in `jobs`) and routes every command's model argument (``--model``) through
 :func:`attnlab.modeldir.resolve_model_dir`, so that each also takes a checkpoint
 ``OUT/checkpoints/step-N`` or a run ``OUT``. `add_parsers` adds ``average``.
 """
@@ -69,11 +69,8 @@ def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 
 
 def extend(sub) -> None:
-    """Add the inference options to ``translate`` and ``evaluate`` and resolve every command's
-    model argument (see the module's docstring)."""
-    from .translate import extend_translate
-
-    extend_translate(sub.choices["translate"])
+    """Add the inference options to ``evaluate`` and resolve every command's model argument
+    (see the module's docstring; ``translate``'s are :mod:`attnlab.cli.translate`'s)."""
     _extend_evaluate(sub.choices["evaluate"])
     for name, parser in sub.choices.items():
         func = parser.get_default("func")
@@ -100,7 +97,7 @@ def probability(text: str) -> float:
     return _number(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def _non_negative(text: str) -> float:
+def non_negative(text: str) -> float:
     return _number(text, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
 
 
@@ -166,7 +163,7 @@ def _extend_evaluate(evaluate: argparse.ArgumentParser) -> None:
     add_input_bound_flags(evaluate)
     evaluate.add_argument(
         "--alpha",
-        type=_non_negative,
+        type=non_negative,
         default=None,
         help="beam search's length penalty (the job's [eval] alpha; 0.6 with --src)",
     )

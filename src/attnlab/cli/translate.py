@@ -24,15 +24,17 @@ from ._args import (
 from .inference import (
     EXIT_REFUSED,
     TooLongLines,
-    _non_negative,
     check_kind,
+    non_negative,
     positive_number,
     probability,
     resolving,
 )
 
 
-def extend_translate(translate: argparse.ArgumentParser) -> None:
+def extend(sub) -> None:
+    """Add translate's options to the parser :mod:`attnlab.cli.jobs` defined."""
+    translate = sub.choices["translate"]
     translate.description = (
         "Translate TEXT arguments, standard input line by line (no TEXT, or '-'), or a file "
         "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
@@ -47,7 +49,7 @@ def extend_translate(translate: argparse.ArgumentParser) -> None:
         "is of each token."
     )
     translate.add_argument(
-        "--alpha", type=_non_negative, default=0.6, help="beam search's length penalty (0.6)"
+        "--alpha", type=non_negative, default=0.6, help="beam search's length penalty (0.6)"
     )
     add_max_new_tokens_flag(translate)
     # The old --max-len had the same unit (tokens after the start token): it maps as it is.

@@ -204,31 +204,9 @@ class Explorer:
         meet (:func:`attnlab.constraints.check_request`). No model work."""
         source, fields = self._source(text)
         beam = beam_size or self.beam_size
-        most = CHARS_PER_TOKEN * self.config.max_len
-        prefix_ids: list[int] = []
-        if prefix is not None and prefix.strip():
-            _check_text(prefix, "prefix")
-            if len(prefix) > most:
-                raise InputError(f"prefix: {len(prefix):,} characters; at most {most:,}")
-            prefix_ids = self.translator._target_ids(prefix)
-        phrases = []
-        for j, phrase in enumerate(constraints or []):
-            if len(phrase) > most:
-                raise InputError(f"constraints[{j}]: {len(phrase):,} characters; at most {most:,}")
-            try:
-                _check_text(phrase, f"constraints[{j}]")
-                phrases.append(self.translator.phrase(phrase))
-            except ValueError as e:
-                message = str(e) if isinstance(e, InputError) else f"constraints[{j}]: {e}"
-                raise InputError(message) from None
-        c = self.config
-        try:
-            check_request(
-                0, prefix_ids, phrases, beam, self._limit(source), {c.eos_id, c.pad_id, c.bos_id}
-            )
-        except GuideError as e:
-            field = "constraints" if phrases else "prefix"
-            raise InputError(f"{field}: {e.reason}") from None
+        prefix_ids, phrases = _guidance(
+            self.translator, constraints, prefix, beam, self._limit(source)
+        )
         return TranslateJob(source, fields, beam, prefix_ids, phrases)
 
     def run_translate(self, job: TranslateJob) -> dict:
@@ -521,6 +499,35 @@ def _positional_tables(model: Transformer, length: int) -> dict:
             "a permuted sentence gives permuted encoder outputs."
         )
     return answer
+
+
+def _guidance(
+    translator, constraints: list[str] | None, prefix: str | None, beam: int, limit: int
+) -> tuple[list[int], list[Phrase]]:
+    """A request's prefix ids and constraint phrases, checked against a ``beam`` and an output
+    of at most ``limit`` tokens (:func:`attnlab.constraints.check_request`); an
+    :class:`InputError` naming the field otherwise."""
+    most = CHARS_PER_TOKEN * translator.max_len
+    prefix_ids: list[int] = []
+    if prefix is not None and prefix.strip():
+        _check_text(prefix, "prefix")
+        if len(prefix) > most:
+            raise InputError(f"prefix: {len(prefix):,} characters; at most {most:,}")
+        prefix_ids = translator.target(prefix)
+    phrases = []
+    for j, phrase in enumerate(constraints or []):
+        try:
+            _check_text(phrase, f"constraints[{j}]")
+            phrases.append(translator.phrase(phrase))
+        except ValueError as e:
+            message = str(e) if isinstance(e, InputError) else f"constraints[{j}]: {e}"
+            raise InputError(message) from None
+    c = translator.model.config
+    try:
+        check_request(0, prefix_ids, phrases, beam, limit, {c.eos_id, c.pad_id, c.bos_id})
+    except GuideError as e:
+        raise InputError(f"{'constraints' if phrases else 'prefix'}: {e.reason}") from None
+    return prefix_ids, phrases
 
 
 def _check_text(text: str, name: str) -> None:
