@@ -210,8 +210,10 @@ def _walk(guide: Guide, tokens: list[int]) -> tuple[list[list[int]], list[bool]]
     states, met = [], []
     inputs = torch.tensor([0])
     for token in tokens:
-        kmp, groups = guide.advance(inputs, torch.tensor([[0]]), torch.tensor([[token]]))
-        guide.update(kmp, groups, torch.tensor([[0]]))
+        kmp, groups, just = guide.advance(
+            inputs, torch.tensor([[0]]), torch.tensor([[token]]), len(states) + 1
+        )
+        guide.update(kmp, groups, just, torch.tensor([[0]]))
         states.append(guide.kmp[0, 0].tolist())
         met.append(bool(guide.met.all()))
     return states, met
@@ -237,7 +239,7 @@ def test_two_phrases_in_either_order_and_banks():
     assert met == [False, False, False, True]
     guide.start(1)
     inputs, origin = torch.tensor([0]), torch.tensor([[0, 0, 0]])
-    kmp, groups = guide.advance(inputs, origin, torch.tensor([[10, 12, 9]]))
+    kmp, groups, _ = guide.advance(inputs, origin, torch.tensor([[10, 12, 9]]), 1)
     # bank: the longest alternative of each met phrase plus the best partial match
     assert guide.bank(inputs, kmp, groups).tolist() == [[1, 1, 0]]
 
@@ -250,3 +252,30 @@ def test_allocate_is_round_robin_over_banks_highest_first():
     assert allocate(scores, bank, 2).tolist() == [[4, 2]]
     # one bank: the k best by score, as the ordinary beam
     assert allocate(scores, torch.zeros_like(bank), 3).tolist() == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 5])
+def test_where_an_alternative_may_match_and_whole_word_ends(seed: int):
+    """A word spelled without its leading space (the "start" alternative) only at the output's
+    start, with it ("inside") anywhere else; and after a completed phrase no token that
+    continues a word (here ids 100-199, standing in for subwords without a leading space)."""
+    m = model(seed)
+    with torch.no_grad():  # make the glued spelling and word continuations attractive
+        m.lm_head.weight[40] *= 3.0
+        m.lm_head.weight[100:200] *= 2.0
+    phrase = Phrase(((40, 41), (42, 43)), "word", ("start", "inside"))
+    continuations = torch.zeros(m.config.vocab_size, dtype=torch.bool)
+    continuations[100:200] = True
+    prefixes = [[], [7], []]
+    found = beam_search(m, SOURCES, beam_size=4, n_best=3, constraints=[[phrase]] * 3,
+                        prefixes=prefixes, continuations=continuations)  # fmt: skip
+    for r, row in enumerate(found.tolist(keep_eos=True)):
+        if not row:
+            continue
+        starts = [j for j in range(1, len(row) - 1) if row[j : j + 2] == [42, 43]]
+        at_start = row[:2] == [40, 41]
+        assert at_start or starts, row
+        if prefixes[r // 3]:
+            assert not at_start  # after a prefix the phrase is inside the output
+        ends = ([2] if at_start else []) + [j + 2 for j in starts]
+        assert any(j == len(row) or not 100 <= row[j] < 200 for j in ends), row

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -353,6 +354,48 @@ def test_positional_and_masks_tabs(page: Page, server: str) -> None:
     allowed += sum(sum(map(sum, m)) for m in masks["combined"])
     expect(page.locator("#masks .cell.on")).to_have_count(allowed)
     expect(page.locator(".mask-legend")).to_contain_text("may attend")
+
+
+def test_terminology_prefix_and_confidence(page: Page, server: str, tmp_path: Path) -> None:
+    """The page's "Terminology and completion" fields reach the API, and the output tokens are
+    coloured by the API's probabilities, the doubtful ones outlined, with a legend."""
+    body = {"text": SENTENCE, "beam_size": 4, "constraints": ["neun"], "prefix": "drei"}
+    expected = _api(server + "/api/attention", body)
+    assert expected["translation"].startswith("drei") and "neun" in expected["translation"]
+
+    page.fill("#text", SENTENCE)
+    page.click("#guide summary")
+    page.fill("#constraints", "neun\n\n")  # blank lines are no phrases
+    page.fill("#prefix", "drei")
+    page.click("#translate")
+    page.wait_for_function("document.querySelector('#translation').textContent.trim() !== ''")
+    assert page.text_content("#translation") == expected["translation"]
+    expect(page.locator("#error")).to_be_hidden()
+    chips = page.locator("#output-tokens .tok")
+    expect(chips).to_have_count(len(expected["output_tokens"]))
+    probs = chips.evaluate_all("cs => cs.map(c => Number(c.dataset.prob))")
+    low = chips.evaluate_all("cs => cs.map(c => c.classList.contains('low'))")
+    colours = set(chips.evaluate_all("cs => cs.map(c => getComputedStyle(c).backgroundColor)"))
+    for p, lp, is_low in zip(probs, expected["token_log_probs"], low, strict=True):
+        assert abs(p - math.exp(lp)) < 1e-3
+        assert is_low == (p < 0.2)
+    assert len(colours) > 1 or len(set(round(p, 2) for p in probs)) == 1
+    expect(page.locator("#confidence-legend .legend-bar")).to_be_visible()
+    expect(page.locator("#confidence-legend")).to_contain_text("P(token)")
+    expect(page.locator("#confidence-summary")).to_contain_text("log P =")
+    page.screenshot(path=str(tmp_path / "confidence.png"))
+    assert (tmp_path / "confidence.png").read_bytes().startswith(PNG_MAGIC)
+
+    # A request that cannot be met: the API's message in the error box.
+    page.select_option("#beam", "1")
+    page.fill("#constraints", "neun\nacht")
+    status, answer = _request(
+        server + "/api/attention", {**body, "beam_size": 1, "constraints": ["neun", "acht"]}
+    )
+    assert status == 422
+    page.click("#translate")
+    expect(page.locator("#error")).to_be_visible()
+    expect(page.locator("#error")).to_contain_text(answer["error"])
 
 
 def test_errors_and_truncation(page: Page, server: str) -> None:

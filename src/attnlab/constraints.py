@@ -57,13 +57,26 @@ class GuideError(ValueError):
         self.index, self.reason, self.phrase = index, reason, phrase
 
 
+#: Where an alternative of a :class:`Phrase` may match: anywhere, only at the output's start
+#: (a word spelled without its leading space), or anywhere but the start (spelled with it).
+WHERE = ("any", "start", "inside")
+
+
 @dataclass(frozen=True)
 class Phrase:
     """A target phrase that an output must contain: ``alternatives`` are its token sequences
-    (met when any one appears contiguously); ``text`` names it in errors."""
+    (met when any one appears contiguously); ``where`` says, per alternative, where it may
+    match (:data:`WHERE`; None: anywhere); ``text`` names it in errors."""
 
     alternatives: tuple[tuple[int, ...], ...]
     text: str = ""
+    where: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.where is not None and (
+            len(self.where) != len(self.alternatives) or not set(self.where) <= set(WHERE)
+        ):
+            raise ValueError(f"where: expected one of {WHERE} per alternative, got {self.where!r}")
 
     @property
     def longest(self) -> int:
@@ -134,6 +147,12 @@ def check_request(
         )
 
 
+def _placed(phrase: Phrase) -> list[tuple[tuple[int, ...], str]]:
+    """``phrase``'s alternatives with where each may match."""
+    where = phrase.where or ("any",) * len(phrase.alternatives)
+    return list(zip(phrase.alternatives, where, strict=True))
+
+
 def _failure(seq: Sequence[int]) -> list[int]:
     """KMP failure function: ``f[i]`` is the length of the longest proper prefix of ``seq[:i]``
     that is also its suffix (``f[0] = f[1] = 0``)."""
@@ -167,6 +186,9 @@ class Guide:
         limit: ``(B,)`` each input's maximum output length.
         eos_id, banned: EOS and the ids never generated (pad, BOS): neither may be in a prefix
             or a phrase.
+        continuations: ``(V,)`` bool, the tokens that continue the word before them (a
+            subword without a leading space); none may follow a completed phrase, so that a
+            phrase ends where a word does. None: no such rule.
 
     Raises :class:`GuideError` (a ValueError) for a request no output can satisfy.
     """
@@ -180,9 +202,15 @@ class Guide:
         limit: Tensor,
         eos_id: int,
         banned: Sequence[int],
+        continuations: Tensor | None = None,
     ) -> None:
         batch, device = limit.shape[0], limit.device
         self.device, self.eos = device, eos_id
+        self.continuations = None
+        if continuations is not None:
+            if continuations.dtype != torch.bool or continuations.dim() != 1:
+                raise ValueError("continuations: expected a (V,) bool tensor")
+            self.continuations = continuations.to(device)
         forbidden = {eos_id, *banned}
         prefix_rows = self._prefix_rows(prefixes, batch)
         phrase_rows = self._phrase_rows(constraints, batch)
@@ -241,17 +269,21 @@ class Guide:
         """Per input: its alternatives' KMP transition tables over the input's own alphabet
         (the tokens of its phrases; every other token sends each automaton to state 0)."""
         batch = len(rows)
-        alts = [[(g, a) for g, p in enumerate(ph) for a in dict.fromkeys(p.alternatives) if a]
-                for ph in rows]  # fmt: skip
+        alts = [
+            list({a: (g, a, w) for g, p in enumerate(ph) for a, w in _placed(p) if a}.values())
+            for ph in rows
+        ]
         n_alt = max(len(a) for a in alts)
         n_groups = max(len(ph) for ph in rows)
-        longest = max(len(a) for row in alts for _, a in row)
-        alphabets = [sorted({t for _, a in row for t in a}) for row in alts]
+        longest = max(len(a) for row in alts for _, a, _ in row)
+        alphabets = [sorted({t for _, a, _ in row for t in a}) for row in alts]
         size = max(len(a) for a in alphabets)
         table = torch.zeros(batch, n_alt, longest + 1, size + 1, dtype=torch.long)
         nxt = torch.full((batch, n_alt, longest + 1), -1, dtype=torch.long)
         group = torch.full((batch, n_alt), -1, dtype=torch.long)
         length = torch.zeros(batch, n_alt, dtype=torch.long)
+        where = torch.zeros(batch, n_alt, dtype=torch.long)
+        failure = torch.zeros(batch, n_alt, longest + 1, dtype=torch.long)
         alphabet = torch.full((batch, size), -2, dtype=torch.long)  # -2 matches no token
         group_length = torch.zeros(batch, n_groups, dtype=torch.long)
         group_real = torch.zeros(batch, n_groups, dtype=torch.bool)
@@ -259,16 +291,19 @@ class Guide:
             alphabet[i, : len(alphabets[i])] = torch.tensor(alphabets[i])
             for g, phrase in enumerate(rows[i]):
                 group_length[i, g], group_real[i, g] = phrase.longest, True
-            for v, (g, seq) in enumerate(row):
+            for v, (g, seq, place) in enumerate(row):
                 group[i, v], length[i, v] = g, len(seq)
+                where[i, v] = WHERE.index(place)
                 nxt[i, v, : len(seq)] = torch.tensor(seq)
                 fail = _failure(seq)
+                failure[i, v, : len(fail)] = torch.tensor(fail)
                 for state in range(len(seq) + 1):
                     for a, token in enumerate(alphabets[i]):
                         table[i, v, state, a] = _transition(seq, fail, state, token)
         d = self.device
         self.table, self.next_token = table.to(d), nxt.to(d)
         self.alt_group, self.alt_length = group.to(d), length.to(d)
+        self.alt_where, self.failure = where.to(d), failure.to(d)
         self.alphabet, self.group_length = alphabet.to(d), group_length.to(d)
         self.group_real = group_real.to(d)
         self.n_alt, self.n_groups = n_alt, n_groups
@@ -284,11 +319,13 @@ class Guide:
         self.kmp = torch.zeros(batch, beam, self.n_alt, dtype=torch.long, device=self.device)
         met = ~self.group_real
         self.met = met[:, None, :].expand(batch, beam, self.n_groups).clone()
+        #: (n, K): the hypothesis's last token completed a phrase (a word must end there).
+        self.just = torch.zeros(batch, beam, dtype=torch.bool, device=self.device)
 
     def keep(self, index: Tensor) -> None:
         """Keep the state of the inputs ``index`` (sentences leaving the search)."""
         if self.constrained:
-            self.kmp, self.met = self.kmp[index], self.met[index]
+            self.kmp, self.met, self.just = self.kmp[index], self.met[index], self.just[index]
 
     def mask(self, scores: Tensor, step: int, inputs: Tensor, beam: int = 1) -> Tensor:
         """In place on ``scores`` ``(N, V)`` (rows ``inputs.repeat_interleave(beam)``): the
@@ -304,9 +341,15 @@ class Guide:
         if self.constrained:
             unmet = ~self.met.all(dim=2).view(-1)
             scores[:, self.eos].masked_fill_(unmet, -math.inf)
+            if self.continuations is not None:
+                ended = self.just.view(-1).nonzero().squeeze(1)
+                if ended.numel():
+                    rows = scores[ended]
+                    rows[:, self.continuations] = -math.inf
+                    scores[ended] = rows
         return scores
 
-    def extra_candidates(self, inputs: Tensor, scores: Tensor) -> Tensor:
+    def extra_candidates(self, inputs: Tensor, scores: Tensor, step: int) -> Tensor:
         """Flat indices ``origin * V + token`` ``(n, E)`` of the candidates DBA adds to the
         beam's best: each hypothesis's best token, and the next token of each of its unmet
         alternatives (-1 where there is none). ``scores`` ``(n, K, V)``."""
@@ -318,13 +361,18 @@ class Guide:
         token = nxt[:, None].expand(n, k, *nxt.shape[1:]).gather(3, state[..., None])[..., 0]
         group = self.alt_group[inputs][:, None].expand(n, k, self.n_alt)
         met = self.met.gather(2, group.clamp(min=0))
-        token = token.masked_fill(met | (group < 0), -1)
+        where = self.alt_where[inputs][:, None, :]
+        misplaced = ((where == 1) & (self.kmp != step)) | ((where == 2) & (step == 0))
+        token = token.masked_fill(met | (group < 0) | misplaced, -1)
         advance = torch.where(token >= 0, token + origin[None, :, None] * vocab, -1)
         return torch.cat([best, advance.view(n, k * self.n_alt)], dim=1)
 
-    def advance(self, inputs: Tensor, origin: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:
-        """The state of each candidate ``(origin, token)`` ``(n, C)``: ``(kmp (n, C, A), met
-        (n, C, G))``, and ``bank`` ``(n, C)``, its constraint tokens produced."""
+    def advance(
+        self, inputs: Tensor, origin: Tensor, token: Tensor, length: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The state of each candidate ``(origin, token)`` ``(n, C)`` of an output now
+        ``length`` tokens long: ``(kmp (n, C, A), met (n, C, G), just (n, C))``, ``just`` where
+        this token completed a phrase."""
         n, c = token.shape
         kmp = self.kmp.gather(1, origin[..., None].expand(n, c, self.n_alt))
         met = self.met.gather(1, origin[..., None].expand(n, c, self.n_groups))
@@ -340,14 +388,25 @@ class Guide:
             + letter[..., None]
         )  # (n, C, A)
         kmp = table.reshape(n, -1).gather(1, flat.view(n, -1)).view(n, c, self.n_alt)
-        length = self.alt_length[inputs][:, None, :]
-        done = (kmp == length) & (length > 0)
+        # A match that began at the output's start: void for an "inside" alternative (fall
+        # back to its longest border, which begins later), the only valid one for a "start"
+        # alternative.
+        where = self.alt_where[inputs][:, None, :]
+        from_start = kmp == length
+        border = self.failure[inputs][:, None].expand(n, c, -1, -1)
+        border = border.gather(3, kmp[..., None].clamp(max=border.shape[3] - 1))[..., 0]
+        kmp = torch.where((where == 2) & from_start, border, kmp)
+        kmp = kmp.masked_fill((where == 1) & ~from_start, 0)
+        size = self.alt_length[inputs][:, None, :]
+        done = (kmp == size) & (size > 0)
+        before = met
         group = self.alt_group[inputs].clamp(min=0)[:, None, :].expand(n, c, self.n_alt)
         met = met.to(torch.uint8).scatter_reduce(2, group, done.to(torch.uint8), reduce="amax")
         met = met.bool()
         alt_met = met.gather(2, group) | (self.alt_group[inputs] < 0)[:, None, :]
         kmp = kmp.masked_fill(alt_met, 0)
-        return kmp, met
+        just = (met & ~before).any(dim=2)
+        return kmp, met, just
 
     def bank(self, inputs: Tensor, kmp: Tensor, met: Tensor) -> Tensor:
         """Constraint tokens a state has produced: the longest alternative of each met phrase,
@@ -359,11 +418,12 @@ class Guide:
     def all_met(self, met: Tensor) -> Tensor:
         return met.all(dim=-1)
 
-    def update(self, kmp: Tensor, met: Tensor, pick: Tensor) -> None:
+    def update(self, kmp: Tensor, met: Tensor, just: Tensor, pick: Tensor) -> None:
         """The live hypotheses' state: candidates ``pick`` ``(n, K)`` of :meth:`advance`'s."""
         n, k = pick.shape
         self.kmp = kmp.gather(1, pick[..., None].expand(n, k, self.n_alt))
         self.met = met.gather(1, pick[..., None].expand(n, k, self.n_groups))
+        self.just = just.gather(1, pick)
 
 
 def allocate(scores: Tensor, bank: Tensor, k: int) -> Tensor:

@@ -317,6 +317,7 @@ def beam_search(
     n_best: int = 1,
     prefixes: Sequence[Sequence[int]] | None = None,
     constraints: Sequence[Sequence[object]] | None = None,
+    continuations: Tensor | None = None,
 ) -> Generation:
     """Beam search with the length penalty of Wu et al. (2016), as the paper (sec. 6.1).
 
@@ -352,6 +353,9 @@ def beam_search(
             most ``beam_size`` per input; None or ``[]``: none. A request no output can meet
             (an empty phrase, EOS in a phrase, phrases longer than the length limit) raises
             :class:`attnlab.constraints.GuideError`, a ValueError naming the input.
+        continuations: with ``constraints``, ``(V,)`` bool: the tokens that continue the word
+            before them; none may follow a completed phrase, so a phrase ends where a word does
+            (the Translator derives it from its tokenizer). None: any token may.
 
     Returns: a :class:`Generation` with the best finished hypothesis of each sentence;
     ``scores`` are ``log_probs / lp(lengths)``. With ``n_best = n`` it has ``B n`` rows, the
@@ -373,7 +377,13 @@ def beam_search(
         if prefixes is not None or constraints is not None:
             eos, banned = session.config.eos_id, session.banned()
             guide = Guide(
-                prefixes, constraints, beam=beam_size, limit=limit, eos_id=eos, banned=banned
+                prefixes,
+                constraints,
+                beam=beam_size,
+                limit=limit,
+                eos_id=eos,
+                banned=banned,
+                continuations=continuations,
             )
         search = _BeamSearch(session, limit, beam_size, float(alpha), min_new_tokens, guide)
         return search.run(n_best)
@@ -430,7 +440,7 @@ class _BeamSearch:
             top, index = total.topk(min(2 * k, k * vocab), dim=1)  # (n, 2K), best first
             counts = rank < k  # an EOS among these finishes its hypothesis
             if constrained:
-                top, index, counts = self._widen(sentences, scores, live, top, index, counts)
+                top, index, counts = self._widen(sentences, scores, live, top, index, counts, step)
             origin, token = index // vocab, index % vocab
             token_log_probs = scores.view(n, k * vocab).gather(1, index)
             length = step + 1
@@ -438,7 +448,7 @@ class _BeamSearch:
             ended = ((token == eos) & counts) | last[:, None]  # EOS counts in the top K
             ended &= torch.isfinite(top)
             if constrained:
-                state = guide.advance(sentences, origin, token)
+                state = guide.advance(sentences, origin, token, length)
                 ended &= (token == eos) | guide.all_met(state[1])
             extended = torch.cat([history.gather(1, _expand(origin, history)), token[..., None]], 2)
             extended_log_probs = torch.cat(
@@ -454,7 +464,7 @@ class _BeamSearch:
             # under constraints, K chosen round-robin over the banks (Post & Vilar 2018).
             live_top = top.masked_fill(ended | (token == eos), -math.inf)
             if constrained:
-                pick = allocate(live_top, guide.bank(sentences, *state), k)
+                pick = allocate(live_top, guide.bank(sentences, state[0], state[1]), k)
                 live = live_top.gather(1, pick)
                 guide.update(*state, pick)
             else:
@@ -492,13 +502,14 @@ class _BeamSearch:
         top: Tensor,
         index: Tensor,
         counts: Tensor,
+        step: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The beam's best extensions ``(top, index)`` ``(n, 2K)`` and the candidates dynamic
         beam allocation adds (:meth:`attnlab.constraints.Guide.extra_candidates`), each once:
         a repeated or impossible one scores ``-inf``. An EOS among the added ones finishes."""
         n, k = live.shape
         vocab = scores.shape[1]
-        extra = self.guide.extra_candidates(sentences, scores.view(n, k, vocab))  # (n, E)
+        extra = self.guide.extra_candidates(sentences, scores.view(n, k, vocab), step)  # (n, E)
         valid = extra >= 0
         extra = extra.clamp(min=0)
         extra_top = live.gather(1, extra // vocab) + scores.view(n, k * vocab).gather(1, extra)

@@ -157,6 +157,7 @@ class Translator:
         #: for every kind of position (learned ones have no more; the others would take more,
         #: at a cost that grows with the input, so a hostile line could take the machine).
         self.max_len: int = model.config.max_len
+        self._continuations: torch.Tensor | None = None
 
     @classmethod
     def load(
@@ -202,6 +203,12 @@ class Translator:
         return self.translate(texts, constraints=constraints, prefixes=prefix)  # type: ignore[arg-type]
 
     # -- requests -------------------------------------------------------------------------------
+
+    def continuations(self) -> torch.Tensor:
+        """The target tokens that continue a word (:func:`continuations`), computed once."""
+        if self._continuations is None:
+            self._continuations = continuations(self.tgt_tokenizer)
+        return self._continuations
 
     def target(self, text: str) -> list[int]:
         """``text`` in target ids (no framing EOS)."""
@@ -399,6 +406,7 @@ def search(
         n_best=n,
         prefixes=guided,
         constraints=constraints,
+        continuations=t.continuations() if constraints is not None else None,
     )
 
 
@@ -445,11 +453,22 @@ def text_phrase(tokenizer, text: str, most_chars: int) -> Phrase:
         raise ValueError("empty phrase")
     if len(stripped) > most_chars:
         raise ValueError(f"{len(stripped):,} characters, more than {most_chars:,}")
-    variants = dict.fromkeys(tuple(target_ids(tokenizer, t)) for t in (stripped, " " + stripped))
+    alone, inside = (tuple(target_ids(tokenizer, t)) for t in (stripped, " " + stripped))
     unk = getattr(tokenizer, "unk_id", None)
-    if unk is not None and all(unk in v for v in variants):
+    if unk is not None and unk in alone and unk in inside:
         raise ValueError("the target vocabulary has no spelling for it (<unk>)")
-    return Phrase(tuple(v for v in variants if v), stripped)
+    if alone == inside:  # a tokenizer that marks word starts itself (SentencePiece's ▁)
+        return Phrase((alone,), stripped)
+    # Spelled alone, the phrase glues onto the word before it: only at the output's start.
+    return Phrase((alone, inside), stripped, ("start", "inside"))
+
+
+def continuations(tokenizer) -> torch.Tensor:
+    """``(V,)`` bool: the tokens of ``tokenizer`` that continue the word before them, a piece
+    that starts with a letter or a digit (no leading space, no SentencePiece ``▁``); no such
+    token may follow a completed constraint phrase (see :func:`attnlab.generate.beam_search`)."""
+    labels = tokenizer.labels(list(range(tokenizer.vocab_size)))
+    return torch.tensor([bool(label) and label[0].isalnum() for label in labels])
 
 
 def guide_requests(

@@ -260,6 +260,7 @@ class Explorer:
             max_new_tokens=limit,
             prefixes=prefixes,
             constraints=[job.phrases] if job.phrases else None,
+            continuations=self.translator.continuations() if job.phrases else None,
         )
 
     # -- /api/attention ------------------------------------------------------------------------
