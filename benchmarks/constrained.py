@@ -64,9 +64,9 @@ def build_constraints(hypotheses: list[str], references: list[str]) -> list[list
         have = set(words(hyp))
         missing = []
         for word in words(ref):
-            if word.isalpha() and len(word) >= MIN_LETTERS and word not in have:
-                if word not in missing:
-                    missing.append(word)
+            wanted = word.isalpha() and len(word) >= MIN_LETTERS and word not in have
+            if wanted and word not in missing:
+                missing.append(word)
         ranked = sorted(range(len(missing)), key=lambda i: (-len(missing[i]), i))
         out.append([missing[i] for i in sorted(ranked[:PER_SENTENCE])])
     return out
@@ -108,7 +108,7 @@ def speed(translator, sources: list[str], phrases: list[list[str]], batch: int, 
         seconds: dict[str, list[float]] = {"plain": [], "constrained": []}
         with gc_paused():
             for rep in range(reps):
-                for name in (("plain", "constrained") if rep % 2 == 0 else ("constrained", "plain")):
+                for name in ("plain", "constrained") if rep % 2 == 0 else ("constrained", "plain"):
                     start = time.perf_counter()
                     run(name == "constrained")
                     seconds[name].append(time.perf_counter() - start)
@@ -132,10 +132,17 @@ def speed(translator, sources: list[str], phrases: list[list[str]], batch: int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a translation model directory")
-    parser.add_argument("--multi30k", type=Path, help="Multi30K's directory: its val split")
+    parser.add_argument(
+        "--multi30k",
+        type=Path,
+        help="Multi30K's directory: its val split (default: $ATTNLAB_MULTI30K, or the cache "
+        "attnlab train downloads to)",
+    )
     parser.add_argument("--src", type=Path, help="source sentences (instead of --multi30k)")
     parser.add_argument("--ref", type=Path, help="their references")
     parser.add_argument("--limit", type=int, default=None, help="the first N sentences")
+    parser.add_argument("--beam-size", type=int, default=None, help="default: the recipe's")
+    parser.add_argument("--alpha", type=float, default=None, help="default: the recipe's")
     parser.add_argument("--speed-sentences", type=int, default=64,
                         help="constrained sentences timed (64)")  # fmt: skip
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions (5)")
@@ -146,18 +153,23 @@ def main(argv: list[str] | None = None) -> int:
     from attnlab.evaluate import score
     from attnlab.translator import Translator
 
-    if args.multi30k is not None:
-        src_path, ref_path = args.multi30k / "val.en.gz", args.multi30k / "val.de.gz"
-    elif args.src is not None and args.ref is not None:
+    if args.src is not None or args.ref is not None:
+        if args.src is None or args.ref is None:
+            parser.error("--src and --ref go together")
         src_path, ref_path = args.src, args.ref
     else:
-        parser.error("give --multi30k DIR, or --src FILE and --ref FILE")
+        from attnlab.data.corpora import default_multi30k_dir
+
+        directory = args.multi30k or default_multi30k_dir()
+        src_path, ref_path = directory / "val.en.gz", directory / "val.de.gz"
     sources, references = read_lines(src_path), read_lines(ref_path)
     if len(sources) != len(references):
         parser.error(f"--ref: {len(references)} lines for {len(sources)} sources")
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     beam, alpha = decoding_settings(args.model)
+    beam = args.beam_size or beam
+    alpha = alpha if args.alpha is None else args.alpha
     translator = Translator.load(args.model, beam_size=beam, alpha=alpha, device="cpu")
     print(f"{len(sources):,} sentences of {src_path.name}; beam {beam}, alpha {alpha}", flush=True)
 
@@ -186,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         "subset_unconstrained": scores([plain[i] for i in constrained_rows], subset_refs),
         "subset_constrained": scores([guided[i] for i in constrained_rows], subset_refs),
     }
-    timed = [sources[i] for i in constrained_rows[: args.speed_sentences]]
-    timed_phrases = [phrases[i] for i in constrained_rows[: args.speed_sentences]]
+    refused_rows = {r.index for r in refused}
+    timed_rows = [i for i in constrained_rows if i not in refused_rows][: args.speed_sentences]
+    timed = [sources[i] for i in timed_rows]
+    timed_phrases = [phrases[i] for i in timed_rows]
     runs = [
         speed(translator, timed, timed_phrases, batch, threads, args.reps)
         for batch in (1, 32)
@@ -229,8 +243,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{'(min-max)':>12}")  # fmt: skip
     for r in runs:
         low, high = r["ratio_range"]
-        print(f"{r['batch']:>5} {r['threads']:>7} {r['plain_tok_s']:>12.0f} "
-              f"{r['constrained_tok_s']:>14.0f} {r['ratio']:>6.2f} {low:>5.2f}-{high:.2f}")  # fmt: skip
+        rates = f"{r['plain_tok_s']:>12.0f} {r['constrained_tok_s']:>14.0f}"
+        print(
+            f"{r['batch']:>5} {r['threads']:>7} {rates} {r['ratio']:>6.2f} {low:>5.2f}-{high:.2f}"
+        )
     print(f"report: {args.out}")
     return 0
 

@@ -97,3 +97,35 @@ def test_decode_benchmark_quick_run(tmp_path: Path) -> None:
         assert profile["aten_calls_per_step"] > 0, case
     assert report["markdown"].startswith("| row | threads |")
     assert "attnlab / CT2 fp32" in printed
+
+
+def test_constrained_benchmark_small_run(numbers_model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/constrained.py on the session's numbers model: references that add a word the
+    model never says ("Katzen"), so every sentence gets constraints; all are met, and the speed
+    rows are self-consistent."""
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    numbers = ["twelve", "forty-two", "seven", "three hundred and one", "ninety", "eight"]
+    src.write_text("\n".join(numbers) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(["zwölf Katzen"] * len(numbers)) + "\n", encoding="utf-8")
+    out = tmp_path / "constrained.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "constrained.py"), "--model",
+         str(numbers_model_dir), "--src", str(src), "--ref", str(ref), "--speed-sentences", "4",
+         "--beam-size", "4",
+         "--reps", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["constrained_sentences"] == len(numbers)
+    assert report["met"] == report["constraints"] >= len(numbers)
+    assert report["refused"] == []
+    for key in ("unconstrained", "constrained", "subset_unconstrained", "subset_constrained"):
+        assert 0 <= report["quality"][key]["chrf"] <= 100
+    assert {(r["batch"], r["threads"]) for r in report["speed"]} == {(1, 1), (1, 2), (32, 1),
+                                                                     (32, 2)}  # fmt: skip
+    for row in report["speed"]:
+        assert row["plain_tok_s"] > 0 and row["constrained_tok_s"] > 0
+        ratio = row["constrained_tok_s"] / row["plain_tok_s"]
+        assert abs(ratio - row["ratio"]) < 1e-9
+    assert "constraints met" in done.stdout

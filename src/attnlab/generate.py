@@ -426,9 +426,9 @@ class _BeamSearch:
         history_log_probs = torch.zeros(batch, k, 0, device=device)
         ids = session.begin(k, self.width)
         mask = Masker(session, self.min_new_tokens)
-        constrained = guide is not None and guide.constrained
-        if constrained:
-            guide.start(k)
+        constrained = guide if guide is not None and guide.constrained else None
+        if constrained is not None:
+            constrained.start(k)
         vocab = session.vocab_size
         rank = torch.arange(min(2 * k, k * vocab), device=device)[None, :]
         for step in range(self.width):
@@ -439,7 +439,7 @@ class _BeamSearch:
             total = (live.view(n * k, 1) + scores).view(n, k * vocab)
             top, index = total.topk(min(2 * k, k * vocab), dim=1)  # (n, 2K), best first
             counts = rank < k  # an EOS among these finishes its hypothesis
-            if constrained:
+            if constrained is not None:
                 top, index, counts = self._widen(sentences, scores, live, top, index, counts, step)
             origin, token = index // vocab, index % vocab
             token_log_probs = scores.view(n, k * vocab).gather(1, index)
@@ -447,9 +447,9 @@ class _BeamSearch:
             last = length >= self.limit[sentences]  # (n,): this step ends these sentences
             ended = ((token == eos) & counts) | last[:, None]  # EOS counts in the top K
             ended &= torch.isfinite(top)
-            if constrained:
-                state = guide.advance(sentences, origin, token, length)
-                ended &= (token == eos) | guide.all_met(state[1])
+            if constrained is not None:
+                kmp, met, just = constrained.advance(sentences, origin, token, length)
+                ended &= (token == eos) | constrained.all_met(met)
             extended = torch.cat([history.gather(1, _expand(origin, history)), token[..., None]], 2)
             extended_log_probs = torch.cat(
                 [
@@ -463,10 +463,10 @@ class _BeamSearch:
             # The best K extensions that did not end live on (EOS past rank K is dropped);
             # under constraints, K chosen round-robin over the banks (Post & Vilar 2018).
             live_top = top.masked_fill(ended | (token == eos), -math.inf)
-            if constrained:
-                pick = allocate(live_top, guide.bank(sentences, state[0], state[1]), k)
+            if constrained is not None:
+                pick = allocate(live_top, constrained.bank(sentences, kmp, met), k)
                 live = live_top.gather(1, pick)
-                guide.update(*state, pick)
+                constrained.update(kmp, met, just, pick)
             else:
                 live, pick = live_top.topk(k, dim=1)  # (n, K)
             origin = origin.gather(1, pick)
@@ -489,8 +489,8 @@ class _BeamSearch:
                     history_log_probs[keep],
                     token[keep],
                 )
-                if constrained:
-                    guide.keep(keep)
+                if constrained is not None:
+                    constrained.keep(keep)
             ids = token.reshape(-1, 1)
         return self._result(n_best)
 
@@ -509,6 +509,7 @@ class _BeamSearch:
         a repeated or impossible one scores ``-inf``. An EOS among the added ones finishes."""
         n, k = live.shape
         vocab = scores.shape[1]
+        assert self.guide is not None
         extra = self.guide.extra_candidates(sentences, scores.view(n, k, vocab), step)  # (n, E)
         valid = extra >= 0
         extra = extra.clamp(min=0)
