@@ -23,6 +23,7 @@ from _marian import have_multi30k, write_marian_tokenizer_dir
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
 from attnlab.evaluate import Translator
+from attnlab.translator import encode_sources
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
@@ -268,7 +269,13 @@ def test_empty_and_overlong_sources_keep_marians_frame(imported):
     translator = Translator.load(out, beam_size=1, max_new_tokens=4)
     long_text = " ".join(TEXTS * 20)
     reports: list = []
-    encoded, order, _ = translator._encode_sources([long_text, "", TEXTS[1]], reports.append)
+    encoded, order, _ = encode_sources(
+        translator.src_tokenizer,
+        [long_text, "", TEXTS[1]],
+        translator.max_len,
+        "cut",
+        reports.append,
+    )
     limit = translator.model.config.max_len
     assert len(encoded[0]) == limit and encoded[0][-1] == translator.src_tokenizer.eos_id
     assert encoded[0][:-1] == translator.src_tokenizer.encode(long_text)[: limit - 1]
