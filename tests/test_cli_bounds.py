@@ -121,7 +121,8 @@ def test_refuse_leaves_the_line_empty_with_an_error_and_translates_the_others(
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out_file = tmp_path / "out.txt"
-    argv = ["translate", "--model", str(model_dir), "--beam-size", "2", "-i", str(source)]
+    argv = ["translate", "--model", str(model_dir), "--beam-size", "2", "--alpha", "0.6"]
+    argv += ["-i", str(source)]
     status, out, err = _run([*argv, "--too-long", "refuse", "--out", str(out_file)], capsys)
     assert status == 2 and out == ""
     beam = Translator.load(model_dir, beam_size=2, device="cpu")
@@ -135,7 +136,8 @@ def test_refuse_leaves_the_line_empty_with_an_error_and_translates_the_others(
 
 
 def test_text_arguments_and_n_best_are_bounded_too(model_dir, work, capsys):
-    argv = ["translate", "--model", str(model_dir), "--beam-size", "2", "--n-best", "2"]
+    argv = ["translate", "--model", str(model_dir), "--beam-size", "2", "--alpha", "0.6"]
+    argv += ["--n-best", "2"]
     status, out, err = _run([*argv, "--too-long", "refuse", "seven", LONG], capsys)
     assert status == 2
     assert out.split("\n")[2:] == ["", ""]  # two n-best lines, then an empty one

@@ -203,9 +203,10 @@ SAME_NAME_EXCEPTIONS = {
     "PNG, a report); its help says which; metavar PATH everywhere",
     "--overwrite": "train removes only an earlier run (its checkpoints); the others replace "
     "their output; the help says which",
-    "--beam-size": "the beam everywhere; train and evaluate default to the job's [eval] "
-    "beam_size, translate and serve to 4",
-    "--alpha": "the length penalty everywhere; evaluate defaults to the job's [eval] alpha",
+    "--beam-size": "the beam everywhere; every command defaults to the [eval] beam_size of "
+    "the job (train) or of the model directory's job.json, else 4",
+    "--alpha": "the length penalty everywhere; the default is the job's or the model's [eval] "
+    "alpha, else 0.6",
     "--max-tokens": "a batch's token budget; train's default is the task's recipe, "
     "translate's 4096 source tokens",
     "--seed": "a random seed everywhere; train's default is the job's, translate's none "

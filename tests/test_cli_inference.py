@@ -263,14 +263,15 @@ def test_n_best_rows_are_distinct_ranked_and_scored_by_the_model(numbers_model_d
 
 def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
     texts = ["seven", "", "ninety-one"]
-    expected = Translator.load(numbers_model_dir, device="cpu").n_best(texts, 3)
-    argv = ["translate", "--model", str(numbers_model_dir), "--n-best", "3", *texts]
+    expected = Translator.load(numbers_model_dir, device="cpu", beam_size=4).n_best(texts, 3)
+    argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "4", "--n-best", "3"]
+    argv += texts
     status, out, _ = _run(argv, capsys)
     assert status == 0
     lines = out.splitlines()
     assert lines == [f"{s:.4f}\t{t}" for found in expected for s, t in found]
     assert len(expected[0]) == 3 and expected[1] == [(0.0, "")]
-    status, _, err = _run([*argv[:3], "--n-best", "5", "seven"], capsys)
+    status, _, err = _run([*argv[:5], "--n-best", "5", "seven"], capsys)
     assert status == 2 and "--n-best: expected at most --beam-size (4)" in err
 
 
@@ -307,3 +308,26 @@ def test_translate_a_file_shows_a_progress_bar_on_a_terminal(
     status, out, err = _run(argv, capsys)
     assert status == 0 and len(out.splitlines()) == 2
     assert "translate: 100%" in err  # tqdm's bar, complete: every byte of the file read
+
+
+def test_translate_decodes_as_the_models_recipe_chose_and_says_so(numbers_model_dir, capsys):
+    """The numbers recipe chose greedy search on validation ([eval] beam_size = 1, alpha 0.6 in
+    the model's job.json): translate uses it unless told, with one line naming where it came
+    from; flags win; --n-best N raises a carried beam to N."""
+    from attnlab.evaluate import Translator as Plain
+
+    texts = ["seven", "ninety-one", "three hundred and twelve"]
+    loaded = Plain.load(numbers_model_dir, device="cpu")
+    assert (loaded.beam_size, loaded.alpha) == (1, 0.6)  # the library carries it too
+    greedy = Plain(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, beam_size=1)
+    argv = ["translate", "--model", str(numbers_model_dir), "--device", "cpu", *texts]
+    status, out, err = _run(argv, capsys)
+    assert status == 0 and out.splitlines() == greedy.translate(texts)
+    job = numbers_model_dir / "job.json"
+    assert err == f"attnlab translate: beam 1, alpha 0.6: the model's recipe ({job} [eval])\n"
+    status, out, err = _run([*argv, "--beam-size", "3", "--alpha", "1"], capsys)
+    beam = Plain(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, beam_size=3, alpha=1.0)
+    assert status == 0 and err == "" and out.splitlines() == beam.translate(texts)
+    status, out, err = _run([*argv, "--n-best", "2"], capsys)
+    assert status == 0 and "beam 2, alpha 0.6" in err and "raised to 2 for --n-best" in err
+    assert len(out.splitlines()) == 2 * len(texts)

@@ -105,8 +105,9 @@ def test_an_impossible_line_is_refused_alone_and_named(translator):
 
 
 def _translate(numbers_model_dir, capsys, *flags: str, texts=TEXTS) -> tuple[int, str, str]:
-    status = main(["translate", "--model", str(numbers_model_dir), "--device", "cpu", *flags,
-                   *texts])  # fmt: skip
+    argv = ["translate", "--model", str(numbers_model_dir), "--device", "cpu"]
+    argv += ["--beam-size", "4", "--alpha", "0.6"]  # not the numbers recipe's greedy search
+    status = main([*argv, *flags, *texts])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -194,7 +195,8 @@ def test_cli_constraints_follow_standard_input(numbers_model_dir, tmp_path, caps
 
 @pytest.fixture(scope="module")
 def client(numbers_model_dir):
-    with TestClient(create_app(numbers_model_dir, device="cpu"), base_url="http://localhost") as c:
+    app = create_app(numbers_model_dir, beam_size=4, device="cpu")
+    with TestClient(app, base_url="http://localhost") as c:
         yield c
 
 

@@ -49,7 +49,9 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def app(numbers_model_dir):
-    return create_app(numbers_model_dir, device="cpu")
+    # beam 4 (the paper's), not the numbers recipe's greedy search, which the model carries
+    # (test_the_server_decodes_as_the_models_recipe_chose)
+    return create_app(numbers_model_dir, beam_size=4, device="cpu")
 
 
 def local_client(app) -> TestClient:
@@ -651,3 +653,17 @@ def test_run_prints_the_real_url_and_warns_beyond_loopback(monkeypatch, capsys, 
     assert "warning" in err and "no authentication" in err and "http://0.0.0.0:" in out
     with pytest.raises(ValueError, match="port"):
         serve_app.run(tmp_path, port=70000)
+
+
+def test_the_server_decodes_as_the_models_recipe_chose(numbers_model_dir):
+    """Without a beam, the explorer takes the [eval] of the model's job.json (the numbers
+    recipe chose greedy search, alpha 0.6), as translate does; a given beam wins."""
+    from attnlab.serve.explorer import Explorer
+
+    with local_client(create_app(numbers_model_dir, device="cpu")) as carried:
+        assert carried.get("/api/model").json()["beam_size"] == 1
+        answer = post(carried, "/api/translate", {"text": SENTENCES[0]})
+    greedy = Translator.load(numbers_model_dir, device="cpu", beam_size=1)
+    assert answer["translation"] == greedy.translate([SENTENCES[0]])[0]
+    explorer = Explorer(numbers_model_dir, beam_size=3, alpha=1.0, device="cpu")
+    assert (explorer.beam_size, explorer.alpha) == (3, 1.0)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TOKENIZER_NAMES",
+    "decoding_settings",
     "find_run_files",
     "kind_of",
     "load_with_tokenizers",
@@ -103,6 +104,35 @@ def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
         except OSError:  # a filesystem without links
             shutil.copyfile(source, view / source.name)
     return view
+
+
+#: The decoding a model directory that carries none gets: the paper's (sec. 6.1).
+DEFAULT_DECODING = {"beam_size": 4, "alpha": 0.6}
+
+
+def decoding_settings(directory: str | os.PathLike) -> tuple[dict[str, float | int], str]:
+    """The beam size and length penalty to decode the model in ``directory`` with, and where
+    they come from: the ``[eval]`` section of its ``job.json`` (what its recipe chose on
+    validation; ``attnlab train`` writes it beside the model, as a generation config), else
+    :data:`DEFAULT_DECODING`. A value of the wrong type in the file is ignored."""
+    import json
+
+    path = Path(directory) / _JOB
+    try:
+        section = json.loads(path.read_text(encoding="utf-8")).get("eval", {})
+    except (OSError, ValueError, AttributeError):
+        section = None
+    if not isinstance(section, dict):
+        return dict(DEFAULT_DECODING), "the paper's defaults (the model carries no [eval])"
+    found: dict[str, float | int] = {}
+    beam, alpha = section.get("beam_size"), section.get("alpha")
+    if isinstance(beam, int) and not isinstance(beam, bool) and beam >= 1:
+        found["beam_size"] = beam
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 <= alpha < 1e6:
+        found["alpha"] = float(alpha)
+    if not found:
+        return dict(DEFAULT_DECODING), "the paper's defaults (the model carries no [eval])"
+    return {**DEFAULT_DECODING, **found}, f"the model's recipe ({path} [eval])"
 
 
 def kind_of(directory: str | os.PathLike) -> str:

@@ -169,15 +169,19 @@ class Translator:
     ) -> Translator:
         """The model and tokenizers of ``model_dir`` (``config.json``, ``model.safetensors``,
         ``tokenizer.json`` or ``src_tokenizer.json`` + ``tgt_tokenizer.json``), on ``device``
-        (default: CUDA when available, else CPU); ``options`` as the constructor's. A checkpoint
-        ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's tokenizers
-        (:func:`attnlab.modeldir.resolve_model_dir`)."""
-        from .modeldir import load_with_tokenizers, resolve_model_dir
+        (default: CUDA when available, else CPU); ``options`` as the constructor's, where
+        ``beam_size`` and ``alpha`` default to what the directory carries (the ``[eval]`` its
+        recipe chose on validation, :func:`attnlab.modeldir.decoding_settings`), else 4 and
+        0.6. A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's
+        tokenizers (:func:`attnlab.modeldir.resolve_model_dir`)."""
+        from .modeldir import decoding_settings, load_with_tokenizers, resolve_model_dir
 
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         model_dir = resolve_model_dir(model_dir, name="model_dir")
         model, src, tgt = load_with_tokenizers(model_dir, device=device)
+        carried, _ = decoding_settings(model_dir)
+        options = {**carried, **options}
         try:
             return cls(model, src, tgt, **options)
         except TypeError as e:

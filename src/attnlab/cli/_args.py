@@ -142,6 +142,33 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def decoding_of(
+    args: argparse.Namespace, command: str, least_beam: tuple[int, str] | None = None
+) -> tuple[dict[str, float | int], str | None]:
+    """``beam_size`` and ``alpha`` for ``command`` on ``args.model``: ``--beam-size`` and
+    ``--alpha`` where given, else what the model directory carries
+    (:func:`attnlab.modeldir.decoding_settings`), a carried beam raised to ``least_beam`` =
+    ``(beam, the flag that needs it)``. With them, the line for stderr that says which were
+    used and where they came from (to print once the model has loaded), where a carried value
+    decides the search: None when both were given, or for an alpha under a given beam of 1
+    (greedy search has no length penalty)."""
+    from ..modeldir import decoding_settings
+
+    settings, source = decoding_settings(args.model)
+    given = {k: getattr(args, k, None) for k in ("beam_size", "alpha")}
+    chosen = {k: v if v is not None else settings[k] for k, v in given.items()}
+    if given["beam_size"] is None and least_beam and least_beam[0] > chosen["beam_size"]:
+        chosen["beam_size"] = least_beam[0]
+        source += f", the beam raised to {least_beam[0]} for {least_beam[1]}"
+    carried = given["beam_size"] is None or (given["alpha"] is None and given["beam_size"] > 1)
+    if not carried:
+        return chosen, None
+    origin = source if all(v is None for v in given.values()) else "the flags and " + source
+    return chosen, (
+        f"attnlab {command}: beam {chosen['beam_size']}, alpha {chosen['alpha']:g}: {origin}"
+    )
+
+
 def add_guide_flags(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` what guides and explains a translation: ``--constraints FILE`` (target
     phrases that must appear), ``--prefix TEXT`` (the start the translation must have) and

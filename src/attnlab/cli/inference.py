@@ -22,6 +22,7 @@ from ._args import (
     add_input_bound_flags,
     add_out_flag,
     add_overwrite_flag,
+    decoding_of,
     device_of,
 )
 
@@ -240,8 +241,8 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
         sources, references = sources[: args.limit], references[: args.limit]
     if not sources:
         raise ValueError(f"--src: {args.src}: no lines to score")
-    beam = args.beam_size or 4
-    alpha = 0.6 if args.alpha is None else args.alpha
+    decoding, notice = decoding_of(args, "evaluate")
+    beam, alpha = decoding["beam_size"], decoding["alpha"]
     translator = Translator.load(
         args.model,
         beam_size=beam,
@@ -249,6 +250,8 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
         device=device_of(args.device),
         too_long=args.too_long,
     )
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     too_long = TooLongLines("evaluate", f"--src {args.src} line")
     hypotheses = translator.translate(sources, on_too_long=too_long)
     status = EXIT_REFUSED if too_long.refused else 0

@@ -126,14 +126,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
         attention_elements=args.max_weights,
     )
+    from ._args import decoding_of
+
+    device = device_of(args.device)  # --device cuda without CUDA: before anything is said
+    decoding, notice = decoding_of(args, "serve")
     run(
         args.model,
         host=args.host,
         port=args.port,
-        beam_size=args.beam_size,
+        beam_size=decoding["beam_size"],
+        alpha=float(decoding["alpha"]),
         limits=limits,
         allow_hosts=args.allow_host or (),
-        device=device_of(args.device),
+        device=device,
+        notice=notice,
     )
     return 0
 
@@ -149,7 +155,12 @@ def add_parsers(sub) -> None:
     )
     add_model_flag(translate)
     translate.add_argument("text", nargs="*", help="sentences; none or '-' reads stdin")
-    translate.add_argument("--beam-size", type=positive_int, default=4, help="beam (4)")
+    translate.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        help="beam; default: the model's recipe ([eval] of its job.json), else 4",
+    )
     translate.add_argument(
         "--max-tokens", type=positive_int, default=4096, help="source tokens per batch (4096)"
     )
@@ -214,7 +225,12 @@ def add_serve_parser(sub) -> None:
     add_model_flag(serve)
     serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
-    serve.add_argument("--beam-size", type=positive_int, default=4, help="default beam, 1-16 (4)")
+    serve.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        help="default beam, 1-16; default: the model's recipe ([eval] of its job.json), else 4",
+    )
     add_device_flag(serve)
     serve.add_argument(
         "--allow-host",

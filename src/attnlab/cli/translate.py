@@ -18,6 +18,7 @@ from ._args import (
     add_max_new_tokens_flag,
     add_out_flag,
     add_sampling_flags,
+    decoding_of,
     device_of,
     positive_int,
 )
@@ -49,7 +50,10 @@ def extend(sub) -> None:
         "is of each token."
     )
     translate.add_argument(
-        "--alpha", type=non_negative, default=0.6, help="beam search's length penalty (0.6)"
+        "--alpha",
+        type=non_negative,
+        default=None,
+        help="beam search's length penalty; default: the model's recipe, else 0.6",
     )
     add_max_new_tokens_flag(translate)
     # The old --max-len had the same unit (tokens after the start token): it maps as it is.
@@ -101,10 +105,6 @@ def _check_translate_flags(args: argparse.Namespace) -> None:
         raise ValueError("--n-best: n-best lists come from beam search; not with --sample")
     if args.constraints is not None and args.sample:
         raise ValueError("--constraints: constrained decoding is a beam search; not with --sample")
-    if args.n_best is not None and args.n_best > args.beam_size:
-        raise ValueError(
-            f"--n-best: expected at most --beam-size ({args.beam_size}), got {args.n_best}"
-        )
     if args.input and args.text:
         raise ValueError("--input: give either a FILE or TEXT arguments, not both")
     for flag, path in (("--input", args.input), ("--constraints", args.constraints)):
@@ -179,9 +179,21 @@ def cmd_translate(args: argparse.Namespace) -> int:
         check_utf8(args.input, "--input")  # every line, before any model work
     device = device_of(args.device)
     check_kind(args.model, {"transformer"}, "translate", "--model")
+    notice = None
+    if not args.sample:  # the beam and its length penalty: given, or the model's own
+        # --n-best N needs a beam of N; constraints a beam at all (the paper's 4 at least,
+        # where the model's recipe chose greedy search for plain translation).
+        least = max(args.n_best or 1, 4 if args.constraints else 1)
+        reason = "--constraints" if args.constraints and least == 4 else "--n-best"
+        decoding, notice = decoding_of(args, "translate", (least, reason))
+        args.beam_size, args.alpha = decoding["beam_size"], decoding["alpha"]
+    if args.n_best is not None and args.n_best > (args.beam_size or 4):
+        raise ValueError(
+            f"--n-best: expected at most --beam-size ({args.beam_size}), got {args.n_best}"
+        )
     options = {
-        "beam_size": args.beam_size,
-        "alpha": args.alpha,
+        "beam_size": args.beam_size or 4,
+        "alpha": 0.6 if args.alpha is None else args.alpha,
         "max_tokens": args.max_tokens,
         "max_new_tokens": args.max_new_tokens,
         "sample": args.sample,
@@ -201,6 +213,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         name = "TEXT" if from_text else f"--input {args.input}"
         constraints = _Constraints(args.constraints, args.errors, inputs, name)
     loaded = Translator.load(args.model, device=device, **options)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     too_long = TooLongLines("translate", source or "standard input line")
     n = args.n_best or 1
 

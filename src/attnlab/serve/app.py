@@ -205,14 +205,17 @@ _MEDIA_TYPES = {
 def create_app(
     model_dir: str | os.PathLike,
     *,
-    beam_size: int = 4,
+    beam_size: int | None = None,
+    alpha: float | None = None,
     device: str | torch.device | None = None,
     static_dir: str | os.PathLike | None = None,
     limits: Limits | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
 ) -> FastAPI:
     """The explorer's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
-    once). ``beam_size``: the default beam (1-16); ``device``: default CUDA when available;
+    once). ``beam_size``: the default beam (1-16) and ``alpha`` the length penalty (None: what
+    the model directory carries, :func:`attnlab.modeldir.decoding_settings`); ``device``:
+    default CUDA when available;
     ``static_dir``: the page's files (default the package's ``static/``); ``limits``: queue,
     timeouts, connection and answer sizes (:class:`Limits`' defaults); ``allowed_hosts``: the
     names the Host header may carry (default the loopback names; ``"*"``: any).
@@ -221,12 +224,17 @@ def create_app(
         FileNotFoundError: ``model_dir`` is not a directory.
         ValueError: it holds no encoder-decoder Transformer; ``beam_size`` out of range.
     """
-    if not is_int(beam_size):
+    if beam_size is not None and not is_int(beam_size):
         raise TypeError(f"beam_size: expected an int, got {type(beam_size).__name__}")
-    if not 1 <= beam_size <= MAX_BEAM:
+    if beam_size is not None and not 1 <= beam_size <= MAX_BEAM:
         raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {beam_size}")
     limits = limits if limits is not None else Limits()
-    explorer = Explorer(model_dir, beam_size=beam_size, device=device)
+    explorer = Explorer(model_dir, beam_size=beam_size, alpha=alpha, device=device)
+    if explorer.beam_size > MAX_BEAM:
+        raise ValueError(
+            f"beam_size: the model carries {explorer.beam_size}; the explorer takes 1 to "
+            f"{MAX_BEAM}: pass one"
+        )
     queue = ModelQueue(waiting=limits.queue, timeout=limits.request_timeout)
     static = Path(static_dir) if static_dir is not None else STATIC_DIR
     app = FastAPI(
@@ -394,25 +402,35 @@ def run(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    beam_size: int = 4,
+    beam_size: int | None = None,
+    alpha: float | None = None,
     log_level: str = "warning",
     limits: Limits | None = None,
     allow_hosts: Sequence[str] = (),
     device: str | torch.device | None = None,
+    notice: str | None = None,
 ) -> None:
     """Serve the explorer of ``model_dir`` until interrupted; prints its URL. ``port`` 0
     picks a free port (the printed URL has the real one). The Host header must be a loopback
     name, ``host``, or one of ``allow_hosts`` (``"*"``: any). ``device``: as
-    :func:`create_app`'s."""
+    :func:`create_app`'s. ``notice``: a line for stderr once the model has loaded (the
+    decoding it uses, say)."""
     sock = bind(host, port)  # first: a busy port fails before the model loads
     allowed = allowed_hosts_for(host, allow_hosts)
     try:
         app = create_app(
-            model_dir, beam_size=beam_size, device=device, limits=limits, allowed_hosts=allowed
+            model_dir,
+            beam_size=beam_size,
+            alpha=alpha,
+            device=device,
+            limits=limits,
+            allowed_hosts=allowed,
         )
     except BaseException:
         sock.close()
         raise
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     server = _server(app, log_level)
     if not _is_loopback(host):
         print(

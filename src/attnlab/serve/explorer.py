@@ -55,8 +55,6 @@ POSITIONAL_MAX_LENGTH = 256
 #: Mask answers cut each sentence to at most this many tokens (``B x S x S`` values).
 MASKS_MAX_TOKENS = 128
 KINDS = ("encoder", "decoder", "cross")
-#: Beam search's length penalty here (the paper's), and in each answer's ``score``.
-ALPHA = 0.6
 
 
 class InputError(ValueError):
@@ -120,7 +118,9 @@ class Explorer:
 
     Args:
         model_dir: a directory written by ``attnlab train`` (``OUT/model``).
-        beam_size: the default beam (1 decodes greedily).
+        beam_size: the default beam (1 decodes greedily), and ``alpha`` the length penalty;
+            None: what the model directory carries (:func:`attnlab.modeldir.
+            decoding_settings`), else the paper's 4 and 0.6.
         device: ``cpu`` or ``cuda``; default CUDA when available.
 
     Raises:
@@ -132,15 +132,22 @@ class Explorer:
         self,
         model_dir: str | os.PathLike,
         *,
-        beam_size: int = 4,
+        beam_size: int | None = None,
+        alpha: float | None = None,
         device: str | torch.device | None = None,
     ) -> None:
         from ..evaluate import Translator
+        from ..modeldir import decoding_settings
 
-        check_positive_int(beam_size, "beam_size")
+        if beam_size is not None:
+            check_positive_int(beam_size, "beam_size")
         path = Path(model_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
+        carried, _ = decoding_settings(path)
+        beam_size = int(carried["beam_size"]) if beam_size is None else beam_size
+        #: Beam search's length penalty here, and in each answer's ``score``.
+        self.alpha = float(carried["alpha"]) if alpha is None else float(alpha)
         translator = Translator.load(path, device=device)  # ValueError for an LM or encoder
         if not isinstance(translator.model, Transformer):  # pragma: no cover: Translator checks
             raise ValueError(
@@ -227,7 +234,7 @@ class Explorer:
             "output_tokens": self.tgt_tokenizer.labels(output),
             "token_log_probs": rounded(found.token_log_probs[0, : len(output)]),
             "log_prob": round(log_prob, DECIMALS),
-            "score": round(log_prob / float(length_penalty(len(output), ALPHA)), DECIMALS),
+            "score": round(log_prob / float(length_penalty(len(output), self.alpha)), DECIMALS),
             "constraints": [p.text for p in job.phrases],
             **job.fields,
         }
@@ -256,7 +263,7 @@ class Explorer:
             self.model,
             src,
             beam_size=job.beam_size,
-            alpha=ALPHA,
+            alpha=self.alpha,
             max_new_tokens=limit,
             prefixes=prefixes,
             constraints=[job.phrases] if job.phrases else None,
@@ -336,7 +343,7 @@ class Explorer:
                 log_prob = float(scores.sum())
                 answer["token_log_probs"] = rounded(scores)
                 answer["log_prob"] = round(log_prob, DECIMALS)
-                score = log_prob / float(length_penalty(len(output), ALPHA))
+                score = log_prob / float(length_penalty(len(output), self.alpha))
                 answer["score"] = round(score, DECIMALS)
             maps = self.model.attention(
                 torch.tensor([job.source], device=self.device),
