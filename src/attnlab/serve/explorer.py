@@ -118,9 +118,8 @@ class Explorer:
 
     Args:
         model_dir: a directory written by ``attnlab train`` (``OUT/model``).
-        beam_size: the default beam (1 decodes greedily), and ``alpha`` the length penalty;
-            None: what the model directory carries (:func:`attnlab.modeldir.
-            decoding_settings`), else the paper's 4 and 0.6.
+        beam_size, alpha: the default beam (1: greedy) and length penalty; None: what the
+            model carries (:func:`attnlab.modeldir.decoding_settings`), else 4 and 0.6.
         device: ``cpu`` or ``cuda``; default CUDA when available.
 
     Raises:
@@ -137,29 +136,22 @@ class Explorer:
         device: str | torch.device | None = None,
     ) -> None:
         from ..evaluate import Translator
-        from ..modeldir import decoding_settings
 
         if beam_size is not None:
             check_positive_int(beam_size, "beam_size")
         path = Path(model_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
-        carried, _ = decoding_settings(path)
-        beam_size = int(carried["beam_size"]) if beam_size is None else beam_size
+        given = {k: v for k, v in (("beam_size", beam_size), ("alpha", alpha)) if v is not None}
+        translator = Translator.load(path, device=device, **given)  # refuses a non-Transformer
         #: Beam search's length penalty here, and in each answer's ``score``.
-        self.alpha = float(carried["alpha"]) if alpha is None else float(alpha)
-        translator = Translator.load(path, device=device)  # ValueError for an LM or encoder
-        if not isinstance(translator.model, Transformer):  # pragma: no cover: Translator checks
-            raise ValueError(
-                f"model_dir: {model_dir}: holds a {type(translator.model).__name__}, not an "
-                f"encoder-decoder attnlab.Transformer"
-            )
+        self.alpha = float(translator.alpha)
         self.model_dir = path
         self.translator = translator
         self.model: Transformer = translator.model.eval()
         self.src_tokenizer = translator.src_tokenizer
         self.tgt_tokenizer = translator.tgt_tokenizer
-        self.beam_size = beam_size
+        self.beam_size: int = translator.beam_size
         self.config = self.model.config
         self.device = next(self.model.parameters()).device
         self.lock = threading.Lock()
