@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report = {
         "model": str(args.model),
-        "data": str(src_path),
+        "data": src_path.name,  # the file, not the machine's path to it
         "sentences": len(sources),
         "beam_size": beam,
         "alpha": alpha,
