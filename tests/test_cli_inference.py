@@ -331,3 +331,24 @@ def test_translate_decodes_as_the_models_recipe_chose_and_says_so(numbers_model_
     status, out, err = _run([*argv, "--n-best", "2"], capsys)
     assert status == 0 and "beam 2, alpha 0.6" in err and "raised to 2 for --n-best" in err
     assert len(out.splitlines()) == 2 * len(texts)
+
+
+def test_evaluate_reports_the_literatures_bleu_on_request(numbers_model_dir, tmp_path, capsys):
+    """results.json carries the lowercased, Moses-tokenised BLEU beside the headline;
+    ``evaluate --tokenized-bleu`` shows it, on the task's split and on files alike."""
+    results = json.loads((numbers_model_dir.parent / "results.json").read_text())
+    assert 0 <= results["bleu_tokenized"] <= 100
+    assert "moses:de" in results["bleu_tokenized_signature"]
+    argv = ["evaluate", "--model", str(numbers_model_dir), "--beam-size", "1", "--alpha", "0.6"]
+    status, out, _ = _run([*argv, "--json"], capsys)
+    assert status == 0 and "bleu_tokenized" not in json.loads(out)
+    status, out, _ = _run([*argv, "--json", "--tokenized-bleu"], capsys)
+    assert status == 0 and 0 <= json.loads(out)["bleu_tokenized"] <= 100
+    status, out, _ = _run([*argv, "--tokenized-bleu", "--limit", "5"], capsys)
+    assert status == 0 and "Moses-tokenised (the text-only literature's)" in out
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("seven\ntwelve\n", encoding="utf-8")
+    ref.write_text("Sieben\nzwölf\n", encoding="utf-8")
+    files = [*argv, "--src", str(src), "--ref", str(ref), "--json", "--tokenized-bleu"]
+    status, out, _ = _run(files, capsys)
+    assert status == 0 and "moses:de" in json.loads(out)["bleu_tokenized_signature"]

@@ -298,3 +298,28 @@ def test_the_same_seed_trains_the_same_model(tmp_path):
     first, second = weights
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_tokenized_bleu_is_bleu_of_lowercased_moses_tokens():
+    """The literature's variant (issue 28): lowercase, Moses-tokenise, BLEU over those tokens
+    with no further tokenisation and no smoothing; checked against that pipeline written out."""
+    from sacrebleu.metrics import BLEU
+
+    from attnlab.evaluate import tokenized_bleu
+
+    hyps = ["Ein Hund läuft, und springt.", "Zwei Männer sitzen auf einer Bank."]
+    refs = ["Ein hund läuft, und springt!", "Zwei Männer sitzen auf der Bank."]
+    got, signature = tokenized_bleu(hyps, refs, "de")
+    by_hand_h = ["ein hund läuft , und springt .", "zwei männer sitzen auf einer bank ."]
+    by_hand_r = ["ein hund läuft , und springt !", "zwei männer sitzen auf der bank ."]
+    bleu = BLEU(tokenize="none", smooth_method="none")
+    assert got == pytest.approx(bleu.corpus_score(by_hand_h, [by_hand_r]).score)
+    assert "lowercase|moses:de|escape:no" in signature and "tok:none" in signature
+    # Casing and punctuation spacing: 100 here, not for the cased, detokenised headline.
+    same = tokenized_bleu(["Zwei Männer sitzen auf der BANK."], [refs[1]], "de")[0]
+    assert same == pytest.approx(100.0)
+    assert score(["Zwei Männer sitzen auf der BANK."], [refs[1]]).bleu < 100
+    both = score(hyps, refs, tokenized_lang="de")
+    assert both.bleu_tokenized == pytest.approx(got)
+    assert both.bleu_tokenized_signature == signature
+    assert score(hyps, refs).bleu_tokenized is None

@@ -5,6 +5,8 @@
 * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
   and the fraction of exact matches; and which of them to read first (:func:`headline`).
+* :func:`tokenized_bleu`: BLEU as the text-only Multi30K literature reports it (lowercased,
+  Moses-tokenised, no further tokenisation), beside the headline so the two can be compared.
 * :func:`headline`: BLEU counts matching 1- to 4-grams (Papineni et al. 2002), so where most
   references are shorter than 4 tokens (single number words, say) it has next to nothing to
   count and reads 0 for good translations. There exact match and chrF are the headline and
@@ -43,6 +45,7 @@ __all__ = [
     "load_with_tokenizers",
     "perplexity",
     "score",
+    "tokenized_bleu",
 ]
 
 #: The longest n-gram that corpus BLEU counts (sacreBLEU's default, the paper's BLEU-4).
@@ -101,7 +104,8 @@ class Scores:
     ``bleu`` and ``chrf`` are sacreBLEU's (0..100), with their signatures; ``exact_match`` the
     fraction (0..1) of hypotheses equal to their reference; ``sentences`` how many.
     ``headline``, ``short_references`` and ``note``: :func:`headline` of the references (which
-    scores to read first, and why not BLEU where it says little).
+    scores to read first, and why not BLEU where it says little). ``bleu_tokenized`` and its
+    signature: :func:`tokenized_bleu`, where a target language was given (else None).
     """
 
     bleu: float
@@ -113,6 +117,8 @@ class Scores:
     headline: tuple[str, ...] = ("bleu", "chrf")
     short_references: float = 0.0
     note: str | None = None
+    bleu_tokenized: float | None = None
+    bleu_tokenized_signature: str | None = None
 
     def to_dict(self) -> dict:
         """The fields as JSON-ready values (``headline`` a list)."""
@@ -121,10 +127,37 @@ class Scores:
         return data
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+def tokenized_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], lang: str
+) -> tuple[float, str]:
+    """Corpus BLEU as the text-only Multi30K literature reports it: both sides lowercased, then
+    Moses-tokenised for ``lang`` (sacremoses' port of tokenizer.perl, without escaping), then
+    BLEU over those tokens with no further tokenisation and no smoothing (multi-bleu.perl's
+    way). Returns the score and a signature naming each step. The headline (:func:`score`) is
+    cased BLEU on detokenised text, the WMT convention: the two differ by a point or more, so
+    a number is comparable only with one of its own kind."""
+    import sacremoses
+    from sacrebleu.metrics import BLEU
+
+    tokenizer = sacremoses.MosesTokenizer(lang=lang)
+
+    def prepare(text: str) -> str:
+        return tokenizer.tokenize(text.lower(), escape=False, return_str=True)
+
+    bleu = BLEU(tokenize="none", smooth_method="none")
+    found = bleu.corpus_score([prepare(h) for h in hypotheses], [[prepare(r) for r in references]])
+    version = getattr(sacremoses, "__version__", "?")
+    signature = f"lowercase|moses:{lang}|escape:no|sacremoses:{version} + {bleu.get_signature()}"
+    return found.score, signature
+
+
+def score(
+    hypotheses: Sequence[str], references: Sequence[str], *, tokenized_lang: str | None = None
+) -> Scores:
     """sacreBLEU BLEU (13a tokenisation, cased) and chrF of ``hypotheses`` against one
-    reference each, plus exact match and the :func:`headline` of the references. Raises on
-    empty or mismatched inputs."""
+    reference each, plus exact match and the :func:`headline` of the references; with
+    ``tokenized_lang`` (the target language), :func:`tokenized_bleu` too. Raises on empty or
+    mismatched inputs."""
     from sacrebleu.metrics import BLEU, CHRF
 
     hyps, refs = list(hypotheses), list(references)
@@ -141,6 +174,9 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     bleu, chrf = BLEU(), CHRF()
     exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(hyps)
     lead = headline(refs)
+    tokenized: tuple[float | None, str | None] = (None, None)
+    if tokenized_lang is not None:
+        tokenized = tokenized_bleu(hyps, refs, tokenized_lang)
     return Scores(
         bleu=bleu.corpus_score(hyps, [refs]).score,
         chrf=chrf.corpus_score(hyps, [refs]).score,
@@ -151,6 +187,8 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
         headline=lead.metrics,
         short_references=lead.short_references,
         note=lead.note,
+        bleu_tokenized=tokenized[0],
+        bleu_tokenized_signature=tokenized[1],
     )
 
 

@@ -192,7 +192,8 @@ def _check_decoding_flags(args: argparse.Namespace, kind: str) -> None:
     reason = _SCORED_WITHOUT_DECODING.get(kind)
     if reason is None:
         return
-    for flag, value in (("--beam-size", args.beam_size), ("--alpha", args.alpha)):
+    given = (("--beam-size", args.beam_size), ("--alpha", args.alpha))
+    for flag, value in (*given, ("--tokenized-bleu", args.tokenized_bleu or None)):
         if value is not None:
             raise ValueError(
                 f"{flag}: {args.model} holds a {kind!r} model, and {reason}, without beam "
@@ -255,11 +256,14 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     too_long = TooLongLines("evaluate", f"--src {args.src} line")
     hypotheses = translator.translate(sources, on_too_long=too_long)
     status = EXIT_REFUSED if too_long.refused else 0
-    result = score(hypotheses, references).to_dict()
+    lang = _target_language(args.model) if args.tokenized_bleu else None
+    result = score(hypotheses, references, tokenized_lang=lang).to_dict()
     result.update(
         {"split": Path(args.src).name, "task": "files", "beam_size": beam, "alpha": alpha}
     )
     if args.json:
+        if not args.tokenized_bleu:
+            del result["bleu_tokenized"], result["bleu_tokenized_signature"]
         print(json.dumps(result))
         return status
     result["examples"] = [
@@ -267,8 +271,24 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
         for s, h, r in zip(sources, hypotheses, references, strict=True)
         if h != r
     ]
-    print_scores(result, show=args.show, beam_size=beam)
+    print_scores(result, show=args.show, beam_size=beam, tokenized=args.tokenized_bleu)
     return status
+
+
+def _target_language(model_dir: str) -> str:
+    """The target language of the task the model in ``model_dir`` was trained on (its
+    job.json), for ``--tokenized-bleu``; ValueError naming the flag without one."""
+    job = Path(model_dir) / "job.json"
+    try:
+        lang = json.loads(job.read_text(encoding="utf-8"))["task"]["tgt_lang"]
+    except (OSError, ValueError, KeyError, TypeError):
+        lang = None
+    if not isinstance(lang, str) or not lang:
+        raise ValueError(
+            f"--tokenized-bleu: {model_dir} names no target language (task.tgt_lang of a "
+            f"job.json), which Moses tokenisation needs"
+        )
+    return lang
 
 
 def _evaluate_lm_file(args: argparse.Namespace) -> int:

@@ -39,7 +39,9 @@ def _decoding(beam_size: object, alpha: object = None) -> str:
     return f", beam search ({beam_size}{penalty})"
 
 
-def print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> None:
+def print_scores(
+    result: dict, show: int = 3, beam_size: int | None = None, tokenized: bool = False
+) -> None:
     if "accuracy" in result:  # an image classifier
         print(
             f"{result['split']} ({result['images']:,} images): accuracy "
@@ -68,6 +70,11 @@ def print_scores(result: dict, show: int = 3, beam_size: int | None = None) -> N
         print(f"  note: {result['note']} (BLEU {result['bleu']:.2f})")
     print(f"  BLEU signature: {result['bleu_signature']}")
     print(f"  chrF signature: {result['chrf_signature']}")
+    if tokenized and result.get("bleu_tokenized") is not None:
+        print(
+            f"  BLEU lowercased and Moses-tokenised (the text-only literature's): "
+            f"{result['bleu_tokenized']:.2f}; signature: {result['bleu_tokenized_signature']}"
+        )
     for example in result.get("examples", [])[:show]:
         source, hypothesis = example["source"], example["hypothesis"]
         print(f"  {source!r} -> {hypothesis!r} (reference {example['reference']!r})")
@@ -91,12 +98,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         keys = ("accuracy", "correct", "images", "per_class", "split", "task")
         print(json.dumps({k: result[k] for k in keys}))
         return 0
+    if args.tokenized_bleu and "bleu" in result and result.get("bleu_tokenized") is None:
+        raise ValueError(
+            f"--tokenized-bleu: {args.model}'s task names no target language (task.tgt_lang "
+            f"of its job.json), which Moses tokenisation needs"
+        )
     if args.json:
         keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task", "beam_size", "alpha")
         keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
+        if args.tokenized_bleu:
+            keys += ("bleu_tokenized", "bleu_tokenized_signature")
         print(json.dumps({k: result[k] for k in keys}))
         return 0
-    print_scores(result, show=args.show, beam_size=args.beam_size)
+    print_scores(result, show=args.show, beam_size=args.beam_size, tokenized=args.tokenized_bleu)
     return 0
 
 
@@ -204,6 +218,12 @@ def add_parsers(sub) -> None:
         "--show", type=positive_int, default=3, help="held-out examples to print (3)"
     )
     add_json_flag(evaluate)
+    evaluate.add_argument(
+        "--tokenized-bleu",
+        action="store_true",
+        help="also BLEU as the text-only Multi30K literature reports it: lowercased, "
+        "Moses-tokenised (sacremoses) for the task's target language, no further tokenisation",
+    )
     add_device_flag(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 

@@ -413,7 +413,8 @@ def evaluate_model(
         device=device,
     )
     hyps = translator.translate([s for s, _ in pairs])
-    scores = score(hyps, [t for _, t in pairs])
+    # The literature's BLEU beside the headline (results.json, `evaluate --tokenized-bleu`).
+    scores = score(hyps, [t for _, t in pairs], tokenized_lang=job.task.tgt_lang)
     result = scores.to_dict()
     result["split"] = split
     result["task"] = job.task.name
