@@ -144,7 +144,8 @@ def tokenized_bleu(
     def prepare(text: str) -> str:
         return tokenizer.tokenize(text.lower(), escape=False, return_str=True)
 
-    bleu = BLEU(tokenize="none", smooth_method="none")
+    # force: the text is tokenised on purpose (sacreBLEU would warn that it looks so).
+    bleu = BLEU(tokenize="none", smooth_method="none", force=True)
     found = bleu.corpus_score([prepare(h) for h in hypotheses], [[prepare(r) for r in references]])
     version = getattr(sacremoses, "__version__", "?")
     signature = f"lowercase|moses:{lang}|escape:no|sacremoses:{version} + {bleu.get_signature()}"
