@@ -49,6 +49,7 @@ PAIRS = [
     ("docs/guide.md", "docs/guide.zh.md"),
     ("docs/serve.md", "docs/serve.zh.md"),
     ("docs/explain.md", "docs/explain.zh.md"),
+    ("docs/terminology.md", "docs/terminology.zh.md"),
 ]
 FENCE = re.compile(r"^\s*(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)\s*$")
 HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+\S")
