@@ -378,11 +378,16 @@ def search(
     n: int,
     prefixes: list[list[int]],
     constraints: list[list[Phrase]] | None,
+    *,
+    beam_size: int | None = None,
+    limit: int | None = None,
 ) -> Generation:
     """One batch of :meth:`Translator.hypotheses`: ``n`` hypotheses per source, with the
     translator's decoding (sampling, greedy search, beam search; constrained where
-    ``constraints`` is given)."""
-    limit = t._output_limit(sources)
+    ``constraints`` is given). ``beam_size`` and ``limit`` (the longest output) replace the
+    translator's for this batch (the explorer's per-request beam)."""
+    beam_size = t.beam_size if beam_size is None else beam_size
+    limit = t._output_limit(sources) if limit is None else limit
     guided = prefixes if any(prefixes) else None
     if t.sample:
         return sample(
@@ -396,14 +401,14 @@ def search(
             quantize=t.quantize,
             prefixes=guided,
         )
-    if t.beam_size == 1 and constraints is None:
+    if beam_size == 1 and constraints is None:
         return greedy_search(
             t.model, sources, max_new_tokens=limit, quantize=t.quantize, prefixes=guided
         )
     return beam_search(
         t.model,
         sources,
-        beam_size=t.beam_size,
+        beam_size=beam_size,
         alpha=t.alpha,
         max_new_tokens=limit,
         quantize=t.quantize,

@@ -21,7 +21,7 @@ from torch import Tensor
 from .._checks import check_positive_int, is_int
 from ..bounds import CHARS_PER_TOKEN
 from ..constraints import GuideError, Phrase, check_request
-from ..generate import EXTRA_LENGTH, Generation, beam_search, greedy_search, length_penalty
+from ..generate import EXTRA_LENGTH, Generation, length_penalty
 from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from ..model import Transformer
 from ..positional import (
@@ -30,6 +30,7 @@ from ..positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
+from ..translator import search
 
 __all__ = [
     "ATTENTION_DECIMALS",
@@ -246,20 +247,14 @@ class Explorer:
 
     def _generate(self, job: TranslateJob) -> Generation:
         """The best translation of one source, with its token scores."""
-        src = torch.tensor([job.source], device=self.device)
-        limit = self._limit(job.source)
-        prefixes = [job.prefix] if job.prefix else None
-        if job.beam_size == 1 and not job.phrases:
-            return greedy_search(self.model, src, max_new_tokens=limit, prefixes=prefixes)
-        return beam_search(
-            self.model,
-            src,
+        return search(
+            self.translator,
+            [job.source],
+            1,
+            [job.prefix],
+            [job.phrases] if job.phrases else None,
             beam_size=job.beam_size,
-            alpha=self.alpha,
-            max_new_tokens=limit,
-            prefixes=prefixes,
-            constraints=[job.phrases] if job.phrases else None,
-            continuations=self.translator.continuations() if job.phrases else None,
+            limit=self._limit(job.source),
         )
 
     # -- /api/attention ------------------------------------------------------------------------
