@@ -279,3 +279,15 @@ def test_where_an_alternative_may_match_and_whole_word_ends(seed: int):
             assert not at_start  # after a prefix the phrase is inside the output
         ends = ([2] if at_start else []) + [j + 2 for j in starts]
         assert any(j == len(row) or not 100 <= row[j] < 200 for j in ends), row
+
+
+def test_constraints_and_prefixes_hold_with_int8_weights():
+    """The int8 decoder step (quantize="int8") runs the same guided search: every phrase in
+    every output, the prefix first (int8 changes the scores, not the guarantees)."""
+    m = model(2)
+    prefixes = [[30], [], [9, 9]]
+    found = beam_search(m, SOURCES, beam_size=4, quantize="int8", constraints=CONSTRAINTS,
+                        prefixes=prefixes)  # fmt: skip
+    for row, phrases, prefix in zip(found.tolist(), CONSTRAINTS, prefixes, strict=True):
+        assert row[: len(prefix)] == prefix
+        assert all(contains(row, p) for p in phrases), row
