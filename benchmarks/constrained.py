@@ -72,16 +72,6 @@ def build_constraints(hypotheses: list[str], references: list[str]) -> list[list
     return out
 
 
-def decoding_settings(model_dir: Path) -> tuple[int, float]:
-    """The beam and length penalty the model's recipe chose on validation ([eval] of its
-    job.json beside the model or in its run), else the paper's 4 and 0.6."""
-    for job in (model_dir / "job.json", model_dir.parent / "job.json"):
-        if job.is_file():
-            settings = json.loads(job.read_text(encoding="utf-8")).get("eval", {})
-            return int(settings.get("beam_size", 4)), float(settings.get("alpha", 0.6))
-    return 4, 0.6
-
-
 def speed(translator, sources: list[str], phrases: list[list[str]], batch: int, threads: int,
           reps: int) -> dict:  # fmt: skip
     """Tokens per second of plain and constrained beam search over ``sources`` in batches of
@@ -167,10 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--ref: {len(references)} lines for {len(sources)} sources")
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
-    beam, alpha = decoding_settings(args.model)
-    beam = args.beam_size or beam
-    alpha = alpha if args.alpha is None else args.alpha
-    translator = Translator.load(args.model, beam_size=beam, alpha=alpha, device="cpu")
+    # The model's own decoding (its recipe's [eval]) unless the flags say otherwise.
+    given = {"beam_size": args.beam_size, "alpha": args.alpha}
+    options = {k: v for k, v in given.items() if v is not None}
+    translator = Translator.load(args.model, device="cpu", **options)
+    beam, alpha = translator.beam_size, translator.alpha
     print(f"{len(sources):,} sentences of {src_path.name}; beam {beam}, alpha {alpha}", flush=True)
 
     start = time.perf_counter()

@@ -30,7 +30,7 @@ from ..positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from ..translator import search
+from ..translator import as_hypotheses, search
 
 __all__ = [
     "ATTENTION_DECIMALS",
@@ -216,22 +216,19 @@ class Explorer:
 
     def _translate(self, job: TranslateJob) -> tuple[dict, list[int]]:
         """``(answer, generated ids with EOS)``; call under the lock."""
-        found = self._generate(job)
-        output = found.tolist(keep_eos=True)[0]
-        eos = self.config.eos_id
-        words = output[:-1] if output and output[-1] == eos else output
-        log_prob = float(found.log_probs[0])
+        found = as_hypotheses(self._generate(job), self.tgt_tokenizer, self.alpha)[0]
+        assert found is not None  # one beam always finishes: the length limit ends it
         answer = {
-            "translation": self.tgt_tokenizer.decode(words),
+            "translation": found.text,
             "source_tokens": self.src_tokenizer.labels(job.source),
-            "output_tokens": self.tgt_tokenizer.labels(output),
-            "token_log_probs": rounded(found.token_log_probs[0, : len(output)]),
-            "log_prob": round(log_prob, DECIMALS),
-            "score": round(log_prob / float(length_penalty(len(output), self.alpha)), DECIMALS),
+            "output_tokens": found.tokens,
+            "token_log_probs": [round(v, DECIMALS) for v in found.token_log_probs],
+            "log_prob": round(found.log_prob, DECIMALS),
+            "score": round(found.score, DECIMALS),
             "constraints": [p.text for p in job.phrases],
             **job.fields,
         }
-        return answer, output
+        return answer, found.ids
 
     def _source(self, text: str) -> tuple[list[int], dict]:
         """Source ids of ``text`` cut to ``max_len``, and the answer's truncation fields."""
