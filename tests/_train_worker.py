@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
 # -- distributed ---------------------------------------------------------------------------------
 
 
-def ddp_config(out: str) -> TrainConfig:
+def ddp_config(out: str, compile: bool = False) -> TrainConfig:
     # Adam's first updates are +-lr for every gradient entry, however small: an entry that is
     # zero up to rounding (the attention key biases get none: softmax ignores a shift of all
     # scores) would move by +-lr in one run and -+lr in the other. eps = 1e-3 keeps entries
@@ -144,6 +144,7 @@ def ddp_config(out: str) -> TrainConfig:
         average_last=1,
         log_every=1,
         device="cpu",
+        compile=compile,
     )
 
 
@@ -153,7 +154,7 @@ def ddp_examples() -> tuple[Examples, Examples]:
     return reversal_examples(48, seed=5, long_every=4), reversal_examples(10, seed=6)
 
 
-def ddp_worker(rank: int, world_size: int, port: int, out: str) -> None:
+def ddp_worker(rank: int, world_size: int, port: int, out: str, compile: bool = False) -> None:
     """One rank of the distributed test (``torch.multiprocessing.spawn`` passes ``rank``)."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -166,7 +167,8 @@ def ddp_worker(rank: int, world_size: int, port: int, out: str) -> None:
     assert init_distributed() == (rank, world_size)
     try:
         train, valid = ddp_examples()
-        Trainer(tiny_model(dropout=0.0), train, valid, ddp_config(out), progress=False).train()
+        config = ddp_config(out, compile)
+        Trainer(tiny_model(dropout=0.0), train, valid, config, progress=False).train()
     finally:
         destroy_distributed()
 

@@ -140,7 +140,9 @@ def _attention(
     if mask is not None:
         allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
         has_key = allowed.any(dim=-1, keepdim=True)  # (.., T_q, 1), as small as the mask
-        if not bool(has_key.all()):  # one host sync; skips all the extra work in the usual case
+        # One host sync, which skips all the extra work in the usual case; a compiled step
+        # cannot branch on values and always does it.
+        if torch.compiler.is_compiling() or not bool(has_key.all()):
             keep_rows = has_key
             mask = mask | ~has_key if mask.dtype == torch.bool else mask.masked_fill(~has_key, 0.0)
 

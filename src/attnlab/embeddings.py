@@ -99,7 +99,10 @@ class Embeddings(nn.Module):
 
     def _position_table(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
         """The encodings of ``positions`` ``(B, T)``: ``(B, T, d_model)``."""
-        length = int(positions.max()) + 1
+        if torch.compiler.is_compiling():  # no host read: positions without a cache are < T
+            length = positions.shape[-1]
+        else:
+            length = int(positions.max()) + 1
         if isinstance(self.position, SinusoidalPositionalEncoding):
             table = self.position.table(length, dtype=dtype).to(positions.device)
         else:
@@ -153,6 +156,8 @@ def check_ids(ids: object, vocab_size: int, name: str) -> None:
         raise TypeError(f"{name}: expected an integer dtype, got {ids.dtype}")
     if ids.numel() == 0:
         raise ValueError(f"{name}: empty batch or sequence, shape {tuple(ids.shape)}")
+    if torch.compiler.is_compiling():
+        return  # a compiled step reads no values on the host (the trainer checked the data)
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one pass, one sync
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
@@ -161,7 +166,10 @@ def check_ids(ids: object, vocab_size: int, name: str) -> None:
 
 def key_mask_or_none(real: Tensor) -> Tensor | None:
     """``(B, 1, 1, T)`` key mask of the real tokens ``real`` ``(B, T)``, or None when nothing is
-    padded (so that attention keeps its unmasked fast path)."""
+    padded (so that attention keeps its unmasked fast path). A compiled step cannot branch on
+    values: it always gets the mask."""
+    if torch.compiler.is_compiling():
+        return key_mask(real)
     return None if bool(real.all()) else key_mask(real)
 
 
@@ -170,5 +178,7 @@ def causal_key_mask(ids: Tensor, pad_id: int) -> Tensor | None:
     pad from every real token, i.e. when pads only trail (right padding) or are absent; then
     attention keeps its causal fast path. Pad positions' own outputs are never used."""
     real = ids != pad_id
+    if torch.compiler.is_compiling():
+        return key_mask(real)  # no branch on values in a compiled step
     pad_before_real = (~real[:, :-1] & real[:, 1:]).any()
     return key_mask(real) if bool(pad_before_real) else None

@@ -280,13 +280,13 @@ class Transformer(_TransformerModel):
 
     def _check_memory(self, memory: object, tgt_ids: Tensor | None) -> None:
         d_model = self.config.d_model
-        batch = "B" if tgt_ids is None else f"B={tgt_ids.shape[0]}"
         if not (
             isinstance(memory, Tensor)
             and memory.dim() == 3
             and (tgt_ids is None or memory.shape[0] == tgt_ids.shape[0])
             and memory.shape[2] == d_model
         ):
+            batch = "B" if tgt_ids is None else f"B={tgt_ids.shape[0]}"
             given = "" if tgt_ids is None else f" for tgt_ids of shape {tuple(tgt_ids.shape)}"
             raise ValueError(
                 f"memory: expected shape ({batch}, S, d_model={d_model}){given}, got "

@@ -86,7 +86,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         check_offset(offset)
         device = self._cache.device
         end = offset + length
-        if dtype == torch.float64 or end > self.max_cached:
+        # A compiled step computes it (a cache that grows would tie the graph to one length).
+        if dtype == torch.float64 or torch.compiler.is_compiling() or end > self.max_cached:
             return self._compute(offset, length, device).to(dtype)
         if end > self._cache.shape[0] or self._cache.dtype != torch.float32:
             size = max(1024, 1 << (end - 1).bit_length())

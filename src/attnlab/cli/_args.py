@@ -127,6 +127,16 @@ def add_causal_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_compile_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the training step through torch.compile (default: the job's [train] compile, "
+        "off: on a 2-core CPU it measured no faster; see benchmarks/model.py)",
+    )
+
+
 def add_seed_flag(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` the shared ``--seed N`` (default 0)."""
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (0)")

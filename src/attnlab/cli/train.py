@@ -15,6 +15,7 @@ from ..model import TransformerConfig
 from ..train.progress import TRAIN_LOG
 from ..vision import VisionConfig
 from ._args import (
+    add_compile_flag,
     add_device_flag,
     add_out_flag,
     add_overwrite_flag,
@@ -205,6 +206,8 @@ def build_job(args: argparse.Namespace, notes: list[str] | None = None):
     }
     if args.bf16:
         flags[("train", "bf16")] = True
+    if args.compile is not None:
+        flags[("train", "compile")] = args.compile
     for (table, name), value in flags.items():
         if value is not None:
             data[table][name] = value
@@ -449,6 +452,7 @@ def add_parsers(sub) -> None:
     )
     add_device_flag(train)  # None: the job's [train] device (auto unless it says otherwise)
     train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    add_compile_flag(train)
     train.add_argument(
         "--seed", type=int, default=None, metavar="N", help="random seed (default: [train] seed, 0)"
     )

@@ -79,6 +79,12 @@ class TrainConfig:
             score such as ``"val_bleu"``, ``"val_chrf"`` or ``"val_accuracy"`` (higher is
             better); None keeps none (:mod:`attnlab.train.best`).
         bf16: run the forward pass under bfloat16 autocast (CPU or CUDA); the loss stays float32.
+        compile: run the loss (forward and backward, not the optimizer) through
+            ``torch.compile`` (inductor, dynamic shapes: one graph for every batch shape),
+            drawing dropout from torch's own generator, so a compiled run follows the eager one
+            to float rounding and resumes alike (:mod:`attnlab.train.step`). It pays for itself
+            only where inductor fuses better than eager runs (measured in benchmarks/model.py);
+            without a C++ compiler, or if compiling fails, training goes on eagerly, saying so.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         seed: seeds dropout (and the batch order with the epoch).
         log_every: a metrics row every N steps.
@@ -108,6 +114,7 @@ class TrainConfig:
     patience: int | None = None
     keep_best: str | None = None
     bf16: bool = False
+    compile: bool = False
     device: str = "auto"
     seed: int = 0
     log_every: int = 10
@@ -169,7 +176,7 @@ class TrainConfig:
                     f"warmup: {self.warmup} warm-up steps, but training lasts {self.max_steps} "
                     f"steps (max_steps); the cosine schedule needs warmup < its last step"
                 )
-        for name in ("bf16", "augment"):
+        for name in ("bf16", "augment", "compile"):
             check_bool(getattr(self, name), name)
         if self.keep_best is not None and not (
             isinstance(self.keep_best, str) and self.keep_best.startswith("val_")

@@ -286,6 +286,7 @@ class Trainer:
             # A resumed run may have nothing left to do (it ended, or stopped early).
             stop_reason = self._stop_reason(evaluated=False) or self._stop_reason(evaluated=True)
             epoch_batches: tuple[int, list[list[int]]] = (-1, [])
+            compile_reported = not config.compile
             while stop_reason is None:
                 step_start = time.monotonic()
                 if epoch_batches[0] != position.epoch:  # this replica's shares, once an epoch
@@ -301,6 +302,9 @@ class Trainer:
                     out_of_time=self._out_of_time,
                 )
                 seconds = time.monotonic() - step_start
+                if not compile_reported:
+                    reporter.event(_compile_line(update), console=True)
+                    compile_reported = True
                 position.advance(len(micro), len(batches), loss_sum, count, seconds)
                 reporter.stepped(position.step)
                 stop_reason = self._stop_reason(evaluated=False)
@@ -372,6 +376,16 @@ def _open_reporter(trainer: Trainer, state: dict[str, Any] | None, total: int | 
     start = start_line(position.step, bounds, total, where, resumed_from is not None)
     reporter.event(start, console=True)
     return reporter
+
+
+def _compile_line(update: OptimizerStep) -> str:
+    """What config.compile did, once, after the first step."""
+    if update.why_eager:
+        return f"compile: training eagerly; {update.why_eager}"
+    return (
+        f"compile: the training step is compiled (torch.compile, inductor); the first step "
+        f"took {format_duration(update.first_compiled_s or 0.0)} with compiling"
+    )
 
 
 def _summary(

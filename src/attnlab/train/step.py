@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shutil
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +43,16 @@ class OptimizerStep:
         self.ddp = wrap_ddp(model, device) if world_size > 1 else None
         self.optimizer, self.scheduler, self.config = optimizer, scheduler, config
         self.device, self.world_size = device, world_size
+        #: The loss to differentiate: the objective's, or its compiled form (config.compile).
+        self.loss: Callable[[nn.Module, Batch], torch.Tensor] = objective.loss
+        #: Why the step runs eagerly although config.compile asked otherwise ("" if it doesn't).
+        self.why_eager = ""
+        #: Seconds of the first compiled step (compiling included), once it has run.
+        self.first_compiled_s: float | None = None
+        if config.compile:
+            self.why_eager = why_not_compile(device)
+            if not self.why_eager:
+                self.loss = compiled_loss(objective.loss)
 
     def __call__(
         self,
@@ -55,6 +68,18 @@ class OptimizerStep:
         the learning rate the update used, and whether any replica's ``out_of_time()``, asked
         after its backward passes, said True.
         """
+        if self.loss is not self.objective.loss and self.first_compiled_s is None:
+            return self._first_compiled(data, micro_batches, number=number, out_of_time=out_of_time)
+        return self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+
+    def _update(
+        self,
+        data: Any,
+        micro_batches: Sequence[list[int]],
+        *,
+        number: int,
+        out_of_time: Callable[[], bool],
+    ) -> tuple[float, int, float, bool]:
         objective, ddp = self.objective, self.ddp
         module = ddp if ddp is not None else self.model
         batches: list[Batch | None] = [
@@ -78,7 +103,7 @@ class OptimizerStep:
                 if batch is None:
                     objective.dummy_loss(module).backward()
                     continue
-                loss = objective.loss(module, batch)
+                loss = self.loss(module, batch)
                 (loss * scale).backward()
                 loss_sum += loss.detach().double()
         total_loss, votes = all_reduce_sum(
@@ -96,3 +121,49 @@ class OptimizerStep:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total_loss, int(global_count), lr, votes > 0
+
+    def _first_compiled(
+        self,
+        data: Any,
+        micro_batches: Sequence[list[int]],
+        *,
+        number: int,
+        out_of_time: Callable[[], bool],
+    ) -> tuple[float, int, float, bool]:
+        """The first step with the compiled loss, timed; if compiling fails, the step again
+        eagerly (its gradients discarded first), and eager from then on."""
+        start = time.perf_counter()
+        try:
+            result = self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+        except FloatingPointError:
+            raise
+        except Exception as error:  # inductor's BackendCompilerFailed, a missing toolchain...
+            self.optimizer.zero_grad(set_to_none=True)
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            self.why_eager = f"torch.compile failed ({type(error).__name__}: {reason[:200]})"
+            self.loss = self.objective.loss
+            return self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+        finally:
+            self.first_compiled_s = time.perf_counter() - start
+        return result
+
+
+def why_not_compile(device: torch.device) -> str:
+    """Why a training step on ``device`` cannot be compiled here: one line, ``""`` if it can.
+    Inductor turns a CPU graph into C++, so it needs a C++ compiler on the PATH."""
+    if device.type == "cpu":
+        compiler = os.environ.get("CXX", "g++")
+        if shutil.which(compiler) is None and shutil.which("clang++") is None:
+            return f"torch.compile needs a C++ compiler for the CPU, and {compiler!r} is not on PATH"
+    return ""
+
+
+def compiled_loss(loss: Callable[[nn.Module, Batch], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``loss`` through ``torch.compile``: inductor, dynamic shapes (batches vary in sentences
+    and length, and share one graph), and ``fallback_random`` so that dropout draws from torch's
+    generator exactly as the eager step does (inductor's own random numbers would differ, and a
+    compiled run would no longer follow the eager one, nor the same seed give the same model)."""
+    compiled: Callable[..., torch.Tensor] = torch.compile(
+        loss, dynamic=True, options={"fallback_random": True}
+    )
+    return compiled

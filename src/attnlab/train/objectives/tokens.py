@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.batching import Examples, TokenBatcher, collate
+from ...losses import cross_entropy
 from ..config import TrainConfig
 from ..metrics import METRICS_COLUMNS
 from .base import Batch, autocast
@@ -78,12 +79,12 @@ class TokenObjective:
         src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in batch)
         with autocast(self.device, self.config):
             logits = self.logits(module, src, tgt_in)  # (B, T, V)
+        flat, target = logits.float().flatten(0, 1), tgt_out.flatten()  # (B * T, V), (B * T,)
+        smoothing = self.config.label_smoothing
+        if flat.requires_grad:  # training: the fused loss (one pass each way; attnlab.losses)
+            return cross_entropy(flat, target, ignore_index=self.pad_id, label_smoothing=smoothing)
         return F.cross_entropy(
-            logits.float().flatten(0, 1),  # (B * T, V)
-            tgt_out.flatten(),  # (B * T,)
-            ignore_index=self.pad_id,
-            label_smoothing=self.config.label_smoothing,
-            reduction="sum",
+            flat, target, ignore_index=self.pad_id, label_smoothing=smoothing, reduction="sum"
         )
 
     def evaluate_batch(self, module: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, int]]:
