@@ -128,13 +128,22 @@ def test_one_step_matches_the_paper_recipe_by_hand(tmp_path: Path) -> None:
         reference.parameters(), lr=transformer_lr(1, 32, 10, 3.0), betas=(0.9, 0.98), eps=1e-9
     )
     optimizer.step()
+    lr = transformer_lr(1, 32, 10, 3.0)
     for (name, trained), expected in zip(
         model.named_parameters(), reference.parameters(), strict=True
     ):
+        if name.endswith("attn.in_proj.bias"):
+            # The key biases get no gradient (softmax ignores a shift of all scores), only
+            # rounding, whose sign Adam's first step (+-lr) turns into a move either way.
+            d = trained.shape[0] // 3
+            keys = slice(d, 2 * d)
+            torch.testing.assert_close(trained[keys], expected[keys], rtol=0, atol=2.01 * lr)
+            trained = torch.cat([trained[:d], trained[2 * d :]])
+            expected = torch.cat([expected[:d], expected[2 * d :]])
         torch.testing.assert_close(trained, expected, rtol=1e-5, atol=1e-6, msg=name)
     (row,) = read_rows(tmp_path / "run" / "metrics.csv")
     assert float(row["loss"]) == pytest.approx(loss.item(), rel=1e-6)
-    assert float(row["lr"]) == transformer_lr(1, 32, 10, 3.0)
+    assert float(row["lr"]) == lr
 
 
 # -- a whole run: files, averaging, learning -----------------------------------------------------
