@@ -13,9 +13,14 @@ the same weights and the same arithmetic, which the script checks (equal loss in
 
 A step: forward on a batch of 32 sentence pairs x 64 tokens (source and target), label-smoothed
 cross-entropy (0.1), backward, Adam(0.9, 0.98, 1e-9). torch gets ``tgt_mask`` (causal) with
-``tgt_is_causal=True``; attnlab's decoder is causal by construction. Rows:
+``tgt_is_causal=True`` and ``F.cross_entropy``; attnlab's decoder is causal by construction, and
+its loss is :func:`attnlab.losses.cross_entropy` (the fused loss its trainer uses; the same
+value). Rows:
 
-1. tokens/s (source + target tokens per second), unpadded batch. Target: attnlab / torch >= 1.0.
+1. tokens/s (source + target tokens per second), unpadded batch. Target: attnlab / torch >= 1.5.
+   Beside it (informational): attnlab's step against the same model with torch's loss (what
+   the fused loss gains) and, with ``--compile``, attnlab's step through ``torch.compile`` (as
+   ``attnlab train --compile``) against the eager one.
 2. the same with ~20% padding at the end of each sentence (informational): torch gets
    ``src_key_padding_mask``, ``tgt_key_padding_mask`` and ``memory_key_padding_mask``, attnlab
    builds its masks from the pad id.
@@ -58,6 +63,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import attnlab
 from attnlab.layers import Decoder, Encoder
+from attnlab.losses import cross_entropy
+from attnlab.train.step import compiled_loss
 from common import (
     Row,
     base_parser,
@@ -84,7 +91,22 @@ PAD_ID = 0
 SEED = 0
 GEMM_N = 2048
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "model.json"
-TARGET_TOKENS = 1.0  # attnlab / torch tokens per second, at least
+TARGET_TOKENS = 1.5  # attnlab / torch tokens per second, at least
+
+
+#: ``--shape multi30k``: the Multi30K recipe's model (configs/multi30k-en-de.toml: d_model 128,
+#: 4 + 4 layers, d_ff 512, dropout 0.3) on a batch of its size (4,096 tokens a side).
+SHAPES = {
+    "small": {},
+    "multi30k": {
+        "D_MODEL": 128, "NUM_LAYERS": 4, "D_FF": 512, "DROPOUT": 0.3, "BATCH": 128, "LENGTH": 32
+    },
+}
+
+
+def use_shape(name: str) -> None:
+    """Rebind the module's dimensions to the shape ``name`` (before any model is built)."""
+    globals().update(SHAPES[name])
 
 
 @dataclass(frozen=True)
@@ -181,20 +203,33 @@ def make_batch(padded: bool) -> tuple[Tensor, Tensor]:
     return src, tgt
 
 
-def loss_of(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
-    logits = model(src, tgt[:, :-1])  # (B, T, V), teacher forcing
-    return F.cross_entropy(
-        logits.reshape(-1, VOCAB),
-        tgt[:, 1:].reshape(-1),
-        ignore_index=PAD_ID,
-        label_smoothing=0.1,
-    )
+def loss_of(model: nn.Module, src: Tensor, tgt: Tensor, *, fused: bool = False) -> Tensor:
+    """Mean label-smoothed cross-entropy of the non-pad targets: torch's, or (``fused``)
+    :func:`attnlab.losses.cross_entropy`, the one attnlab's trainer uses."""
+    logits = model(src, tgt[:, :-1]).reshape(-1, VOCAB)  # (B T, V), teacher forcing
+    target = tgt[:, 1:].reshape(-1)
+    if fused:
+        total = cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=0.1)
+        return total / (target != PAD_ID).sum()
+    return F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=0.1)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, src: Tensor, tgt: Tensor):
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    src: Tensor,
+    tgt: Tensor,
+    *,
+    fused: bool = False,
+    compiled: bool = False,
+):
+    loss = loss_of
+    if compiled:  # as attnlab.train.step compiles the trainer's loss
+        loss = compiled_loss(loss_of)
+
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss_of(model, src, tgt).backward()
+        loss(model, src, tgt, fused=fused).backward()
         optimizer.step()
 
     return step
@@ -322,15 +357,28 @@ def print_breakdown(found: dict[str, dict[str, Any]]) -> None:
         print(f"  {name}: the largest {OTHER_OPS}: {ops}")
 
 
-def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, Any]]:
+def bench(
+    plan: Plan, padded: bool, show_profile: bool, compiled: bool = False
+) -> tuple[list[Row], dict[str, list[float]]]:
     ours, theirs = make_models()
     src, tgt = make_batch(padded)
     loss_diff = check_same_model(ours, theirs, src, tgt)
     steps = {
-        "attnlab": train_step(ours, adam(ours), src, tgt),
+        "attnlab": train_step(ours, adam(ours), src, tgt, fused=True),
         "torch": train_step(theirs, adam(theirs), src, tgt),
     }
-    samples = interleaved(steps, plan.reps, plan.warmup)
+    extra: dict[str, Callable[[], None]] = {}  # informational contenders (attnlab's own)
+    if not padded:  # the same model with torch's loss: what the fused loss gains
+        twin = make_models()[0]
+        extra["attnlab_torch_loss"] = train_step(twin, adam(twin), src, tgt)
+    if compiled:
+        twin = make_models()[0]
+        extra["attnlab_compiled"] = train_step(twin, adam(twin), src, tgt, fused=True, compiled=True)
+        print(f"compiling the training step ({'padded' if padded else 'unpadded'})...", flush=True)
+        start = time.perf_counter()
+        extra["attnlab_compiled"]()
+        print(f"  first compiled step {time.perf_counter() - start:.0f} s", flush=True)
+    samples = interleaved({**steps, **extra}, plan.reps, plan.warmup)
     tokens = src.numel() + tgt.numel() - BATCH  # the target's last token is only a label
     real = int((src != PAD_ID).sum() + (tgt[:, :-1] != PAD_ID).sum())
     rate = {name: tokens / statistics.median(s) for name, s in samples.items()}
@@ -368,7 +416,40 @@ def bench(plan: Plan, padded: bool, show_profile: bool) -> tuple[Row, dict[str, 
         passed=ok,
         details=details,
     )
-    return row, samples
+    rows = [row]
+    for name, label in (
+        ("attnlab_torch_loss", "fused loss: attnlab step / the same with torch's loss (info)"),
+        ("attnlab_compiled", "torch.compile: compiled / eager attnlab step (info)"),
+    ):
+        if name not in samples:
+            continue
+        fused_rate, fused_best = rate["attnlab"], best["attnlab"]
+        other = tokens / statistics.median(samples[name])
+        other_best = tokens / min(samples[name])
+        if name == "attnlab_torch_loss":
+            mine, mine_best, theirs_, theirs_best, base = (
+                fused_rate, fused_best, other, other_best, "attnlab, torch's loss"
+            )
+        else:
+            mine, mine_best, theirs_, theirs_best, base = (
+                other, other_best, fused_rate, fused_best, "attnlab, eager"
+            )
+        rows.append(
+            Row(
+                key=f"{row.key}_{name}",
+                label=label,
+                unit="tok/s",
+                attnlab=mine,
+                attnlab_best=mine_best,
+                baseline_name=base,
+                baseline=theirs_,
+                baseline_best=theirs_best,
+                ratio=mine / theirs_,
+                ratio_best=mine_best / theirs_best,
+                details={name: summary(samples[name])},
+            )
+        )
+    return rows, samples
 
 
 def utilisation_rows(samples: dict[str, list[float]], gemm: dict[str, Any]) -> list[Row]:
@@ -403,6 +484,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="print torch.profiler tables and where a step's time goes (also in the JSON)",
     )
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="small",
+        help="the models' dimensions: the small preset (default) or the Multi30K recipe's",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time attnlab's step through torch.compile (as `attnlab train --compile`)",
+    )
     return parser.parse_args(argv)
 
 
@@ -411,18 +503,19 @@ def main(argv: list[str] | None = None) -> int:
     # torch's notes about its nested-tensor fast path (taken by the eval-mode check) are noise.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.nn\.modules\.")
     torch.set_num_threads(args.threads)
+    use_shape(args.shape)
     plan = QUICK if args.quick else FULL
     started = time.perf_counter()
     print(
         f"attnlab {attnlab.__version__} vs torch {torch.__version__}; threads={args.threads}; "
-        f"cpu: {cpu_model()}; {'quick' if args.quick else 'full'} run",
+        f"cpu: {cpu_model()}; {'quick' if args.quick else 'full'} run, shape {args.shape}",
         flush=True,
     )
     before = gemm_times(GEMM_N, plan.gemm_reps, SEED)
-    row, samples = bench(plan, padded=False, show_profile=args.profile)
-    padded_row, _ = bench(plan, padded=True, show_profile=False)
+    main_rows, samples = bench(plan, padded=False, show_profile=args.profile, compiled=args.compile)
+    padded_rows, _ = bench(plan, padded=True, show_profile=False)
     gemm = gemm_summary(GEMM_N, before, gemm_times(GEMM_N, plan.gemm_reps, SEED))
-    rows = [row, padded_row, *utilisation_rows(samples, gemm)]
+    rows = [main_rows[0], padded_rows[0], *main_rows[1:], *utilisation_rows(samples, gemm)]
     wall = time.perf_counter() - started
 
     print()
@@ -439,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         f"GFLOP (analytic)"
     )
     dims = {
+        "shape": args.shape,
         "vocab": VOCAB,
         "d_model": D_MODEL,
         "num_heads": NUM_HEADS,

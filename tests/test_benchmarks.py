@@ -53,7 +53,12 @@ def test_model_benchmark_quick_run(tmp_path: Path) -> None:
     report, printed = run_quick("model", tmp_path)
     assert report["quick"] is True
     rows = {m["key"]: m for m in report["measurements"]}
-    assert set(rows) == {"train", "train_padded", "mfu_attnlab", "mfu_torch"}
+    assert set(rows) == {
+        "train", "train_padded", "train_attnlab_torch_loss", "mfu_attnlab", "mfu_torch"
+    }
+    # The fused loss against torch's, on the same model: both steps ran.
+    fused = rows["train_attnlab_torch_loss"]
+    assert fused["attnlab"] > 0 and fused["baseline"] > 0
     for key in ("train", "train_padded"):
         row = rows[key]
         assert row["attnlab"] > 0 and row["baseline"] > 0, key
