@@ -99,7 +99,12 @@ TARGET_TOKENS = 1.5  # attnlab / torch tokens per second, at least
 SHAPES = {
     "small": {},
     "multi30k": {
-        "D_MODEL": 128, "NUM_LAYERS": 4, "D_FF": 512, "DROPOUT": 0.3, "BATCH": 128, "LENGTH": 32
+        "D_MODEL": 128,
+        "NUM_LAYERS": 4,
+        "D_FF": 512,
+        "DROPOUT": 0.3,
+        "BATCH": 128,
+        "LENGTH": 32,
     },
 }
 
@@ -373,7 +378,9 @@ def bench(
         extra["attnlab_torch_loss"] = train_step(twin, adam(twin), src, tgt)
     if compiled:
         twin = make_models()[0]
-        extra["attnlab_compiled"] = train_step(twin, adam(twin), src, tgt, fused=True, compiled=True)
+        extra["attnlab_compiled"] = train_step(
+            twin, adam(twin), src, tgt, fused=True, compiled=True
+        )
         print(f"compiling the training step ({'padded' if padded else 'unpadded'})...", flush=True)
         start = time.perf_counter()
         extra["attnlab_compiled"]()
@@ -428,11 +435,19 @@ def bench(
         other_best = tokens / min(samples[name])
         if name == "attnlab_torch_loss":
             mine, mine_best, theirs_, theirs_best, base = (
-                fused_rate, fused_best, other, other_best, "attnlab, torch's loss"
+                fused_rate,
+                fused_best,
+                other,
+                other_best,
+                "attnlab, torch's loss",
             )
         else:
             mine, mine_best, theirs_, theirs_best, base = (
-                other, other_best, fused_rate, fused_best, "attnlab, eager"
+                other,
+                other_best,
+                fused_rate,
+                fused_best,
+                "attnlab, eager",
             )
         rows.append(
             Row(

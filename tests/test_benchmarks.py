@@ -54,7 +54,11 @@ def test_model_benchmark_quick_run(tmp_path: Path) -> None:
     assert report["quick"] is True
     rows = {m["key"]: m for m in report["measurements"]}
     assert set(rows) == {
-        "train", "train_padded", "train_attnlab_torch_loss", "mfu_attnlab", "mfu_torch"
+        "train",
+        "train_padded",
+        "train_attnlab_torch_loss",
+        "mfu_attnlab",
+        "mfu_torch",
     }
     # The fused loss against torch's, on the same model: both steps ran.
     fused = rows["train_attnlab_torch_loss"]

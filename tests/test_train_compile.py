@@ -70,10 +70,18 @@ def test_the_model_traces_to_one_graph_for_every_batch_shape() -> None:
 @pytest.mark.slow
 def test_compiled_training_follows_eager_and_resumes_exactly(tmp_path: Path) -> None:
     train = worker.reversal_examples(200, seed=0)
-    Trainer(small_model(dropout=0.1), train, None, _config(tmp_path / "eager", compile=False),
-            progress=False).train()
+    Trainer(
+        small_model(dropout=0.1),
+        train,
+        None,
+        _config(tmp_path / "eager", compile=False),
+        progress=False,
+    ).train()
     summary = Trainer(
-        small_model(dropout=0.1), train, None, _config(tmp_path / "compiled", compile=True),
+        small_model(dropout=0.1),
+        train,
+        None,
+        _config(tmp_path / "compiled", compile=True),
         progress=False,
     ).train()
     eager, compiled = _losses(tmp_path / "eager"), _losses(tmp_path / "compiled")
@@ -89,10 +97,16 @@ def test_compiled_training_follows_eager_and_resumes_exactly(tmp_path: Path) -> 
     # came first in the process (dynamo unifies equal sizes while tracing, and a later batch
     # with unequal ones compiles a second graph, whose sums may round differently).
     halves = tmp_path / "halves"
-    Trainer(small_model(dropout=0.1), train, None, _config(halves, compile=True, max_steps=6),
-            progress=False).train()
-    Trainer(small_model(dropout=0.1), train, None, _config(halves, compile=True),
-            progress=False).train(resume=True)
+    Trainer(
+        small_model(dropout=0.1),
+        train,
+        None,
+        _config(halves, compile=True, max_steps=6),
+        progress=False,
+    ).train()
+    Trainer(
+        small_model(dropout=0.1), train, None, _config(halves, compile=True), progress=False
+    ).train(resume=True)
     resumed = _losses(halves)
     assert len(resumed) == 12
     for a, b in zip(compiled, resumed, strict=True):
@@ -126,8 +140,13 @@ def test_a_failed_compile_redoes_the_step_eagerly(
 
     monkeypatch.setattr(step_module, "compiled_loss", broken)
     train = worker.reversal_examples(60, seed=0)
-    Trainer(small_model(), train, None, _config(tmp_path / "run", compile=True, max_steps=3),
-            progress=False).train()
+    Trainer(
+        small_model(),
+        train,
+        None,
+        _config(tmp_path / "run", compile=True, max_steps=3),
+        progress=False,
+    ).train()
     log = (tmp_path / "run" / "train.log").read_text()
     assert "torch.compile failed (RuntimeError: inductor could not build the kernel)" in log
     eager = _config(tmp_path / "eager", compile=False, max_steps=3)
@@ -150,8 +169,9 @@ def test_two_gloo_processes_with_the_compiled_step_match_one_eager_process(
 
     train, valid = worker.ddp_examples()
     single = tmp_path / "single"
-    Trainer(worker.tiny_model(0.0), train, valid, worker.ddp_config(str(single)),
-            progress=False).train()
+    Trainer(
+        worker.tiny_model(0.0), train, valid, worker.ddp_config(str(single)), progress=False
+    ).train()
     double = tmp_path / "double"
     mp.spawn(worker.ddp_worker, args=(2, _free_port(), str(double), True), nprocs=2, join=True)
     assert "the training step is compiled" in (double / "train.log").read_text()

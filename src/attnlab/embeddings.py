@@ -99,10 +99,9 @@ class Embeddings(nn.Module):
 
     def _position_table(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
         """The encodings of ``positions`` ``(B, T)``: ``(B, T, d_model)``."""
-        if torch.compiler.is_compiling():  # no host read: positions without a cache are < T
-            length = positions.shape[-1]
-        else:
-            length = int(positions.max()) + 1
+        # A compiled step reads no value on the host: positions without a cache are < T.
+        compiling = torch.compiler.is_compiling()
+        length = positions.shape[-1] if compiling else int(positions.max()) + 1
         if isinstance(self.position, SinusoidalPositionalEncoding):
             table = self.position.table(length, dtype=dtype).to(positions.device)
         else:

@@ -82,7 +82,9 @@ def cross_entropy(
     smoothing = float(label_smoothing)
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label_smoothing: expected a number in [0, 1), got {label_smoothing!r}")
-    result: Tensor = _SmoothedCrossEntropy.apply(logits, target.long(), int(ignore_index), smoothing)
+    result: Tensor = _SmoothedCrossEntropy.apply(
+        logits, target.long(), int(ignore_index), smoothing
+    )
     return result
 
 

@@ -154,7 +154,9 @@ def why_not_compile(device: torch.device) -> str:
     if device.type == "cpu":
         compiler = os.environ.get("CXX", "g++")
         if shutil.which(compiler) is None and shutil.which("clang++") is None:
-            return f"torch.compile needs a C++ compiler for the CPU, and {compiler!r} is not on PATH"
+            return (
+                f"torch.compile needs a C++ compiler for the CPU, and {compiler!r} is not on PATH"
+            )
     return ""
 
 
