@@ -16,6 +16,7 @@ import argparse
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -152,6 +153,13 @@ def ddp_examples() -> tuple[Examples, Examples]:
     # Every 4th pair is 20 tokens long: with max_tokens=40 such a pair is alone in its batch,
     # so one replica's share is empty (the replica must still join the gradient exchange).
     return reversal_examples(48, seed=5, long_every=4), reversal_examples(10, seed=6)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def ddp_worker(rank: int, world_size: int, port: int, out: str, compile: bool = False) -> None:

@@ -10,7 +10,6 @@ import math
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -438,12 +437,6 @@ def test_resume_after_sigkill_gives_the_uninterrupted_losses_bit_for_bit(tmp_pat
 # -- distributed: 2 gloo processes = 1 process on the same global batches --------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
@@ -457,7 +450,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     assert 1 in [len(b) for b in first.batcher.global_batches(0)[:6]]  # an empty share occurs
 
     double = tmp_path / "double"
-    mp.spawn(worker.ddp_worker, args=(2, _free_port(), str(double)), nprocs=2, join=True)
+    mp.spawn(worker.ddp_worker, args=(2, worker.free_port(), str(double)), nprocs=2, join=True)
 
     one, two = (
         load_file(single / "model" / "model.safetensors"),

@@ -5,7 +5,6 @@ DDP works with it, and without a C++ compiler training goes on eagerly, saying s
 from __future__ import annotations
 
 import csv
-import socket
 import sys
 from pathlib import Path
 
@@ -154,12 +153,6 @@ def test_a_failed_compile_redoes_the_step_eagerly(
     assert _losses(tmp_path / "run") == _losses(tmp_path / "eager")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_gloo_processes_with_the_compiled_step_match_one_eager_process(
     tmp_path: Path,
@@ -173,7 +166,8 @@ def test_two_gloo_processes_with_the_compiled_step_match_one_eager_process(
         worker.tiny_model(0.0), train, valid, worker.ddp_config(str(single)), progress=False
     ).train()
     double = tmp_path / "double"
-    mp.spawn(worker.ddp_worker, args=(2, _free_port(), str(double), True), nprocs=2, join=True)
+    port = worker.free_port()
+    mp.spawn(worker.ddp_worker, args=(2, port, str(double), True), nprocs=2, join=True)
     assert "the training step is compiled" in (double / "train.log").read_text()
     one = load_file(single / "model" / "model.safetensors")
     two = load_file(double / "model" / "model.safetensors")

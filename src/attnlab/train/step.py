@@ -68,9 +68,13 @@ class OptimizerStep:
         the learning rate the update used, and whether any replica's ``out_of_time()``, asked
         after its backward passes, said True.
         """
+
+        def update() -> tuple[float, int, float, bool]:
+            return self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+
         if self.loss is not self.objective.loss and self.first_compiled_s is None:
-            return self._first_compiled(data, micro_batches, number=number, out_of_time=out_of_time)
-        return self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+            return self._first_compiled(update)
+        return update()
 
     def _update(
         self,
@@ -123,18 +127,13 @@ class OptimizerStep:
         return total_loss, int(global_count), lr, votes > 0
 
     def _first_compiled(
-        self,
-        data: Any,
-        micro_batches: Sequence[list[int]],
-        *,
-        number: int,
-        out_of_time: Callable[[], bool],
+        self, update: Callable[[], tuple[float, int, float, bool]]
     ) -> tuple[float, int, float, bool]:
         """The first step with the compiled loss, timed; if compiling fails, the step again
         eagerly (its gradients discarded first), and eager from then on."""
         start = time.perf_counter()
         try:
-            result = self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+            result = update()
         except FloatingPointError:
             raise
         except Exception as error:  # inductor's BackendCompilerFailed, a missing toolchain...
@@ -142,7 +141,7 @@ class OptimizerStep:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             self.why_eager = f"torch.compile failed ({type(error).__name__}: {reason[:200]})"
             self.loss = self.objective.loss
-            return self._update(data, micro_batches, number=number, out_of_time=out_of_time)
+            return update()
         finally:
             self.first_compiled_s = time.perf_counter() - start
         return result
