@@ -49,10 +49,12 @@ class OptimizerStep:
         self.why_eager = ""
         #: Seconds of the first compiled step (compiling included), once it has run.
         self.first_compiled_s: float | None = None
+        #: Whether self.loss is the compiled one.
+        self.compiled = False
         if config.compile:
             self.why_eager = why_not_compile(device)
             if not self.why_eager:
-                self.loss = compiled_loss(objective.loss)
+                self.loss, self.compiled = compiled_loss(objective.loss), True
 
     def __call__(
         self,
@@ -72,7 +74,7 @@ class OptimizerStep:
         def update() -> tuple[float, int, float, bool]:
             return self._update(data, micro_batches, number=number, out_of_time=out_of_time)
 
-        if self.loss is not self.objective.loss and self.first_compiled_s is None:
+        if self.compiled and self.first_compiled_s is None:
             return self._first_compiled(update)
         return update()
 
@@ -140,7 +142,7 @@ class OptimizerStep:
             self.optimizer.zero_grad(set_to_none=True)
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             self.why_eager = f"torch.compile failed ({type(error).__name__}: {reason[:200]})"
-            self.loss = self.objective.loss
+            self.loss, self.compiled = self.objective.loss, False
             return update()
         finally:
             self.first_compiled_s = time.perf_counter() - start
