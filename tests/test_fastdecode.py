@@ -313,7 +313,10 @@ def test_int8_logits_stay_close_to_float32():
 
 def test_small_batches_decode_on_one_thread_and_restore_the_setting(monkeypatch):
     seen = []
+    import attnlab.decoding as decoding
     import attnlab.fastdecode as fd
+
+    monkeypatch.setattr(decoding, "separate_cores", lambda: 1)  # two hyperthreads of one core
 
     real_step = fd.FastDecoder.step
 
@@ -332,8 +335,34 @@ def test_small_batches_decode_on_one_thread_and_restore_the_setting(monkeypatch)
         big = padded_sources(batch=SINGLE_THREAD_ROWS)
         greedy_search(model, big, max_new_tokens=2)
         assert set(seen) == {2}
+        # On two separate cores a small batch keeps the caller's threads.
+        monkeypatch.setattr(decoding, "separate_cores", lambda: 2)
+        seen.clear()
+        greedy_search(model, padded_sources(batch=1), max_new_tokens=2)
+        assert set(seen) == {2}
     finally:
         torch.set_num_threads(before)
+
+
+def _topology(root, cpus: dict[int, tuple[int, int]]) -> None:
+    for cpu, (package, core) in cpus.items():
+        where = root / f"cpu{cpu}" / "topology"
+        where.mkdir(parents=True)
+        (where / "physical_package_id").write_text(f"{package}\n")
+        (where / "core_id").write_text(f"{core}\n")
+
+
+def test_cores_are_counted_from_the_topology(tmp_path, monkeypatch):
+    from attnlab.decoding import count_cores
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    _topology(tmp_path / "two", {0: (0, 0), 1: (0, 1)})
+    assert count_cores(tmp_path / "two") == 2
+    _topology(tmp_path / "siblings", {0: (0, 3), 1: (0, 3)})  # hyperthreads of one core
+    assert count_cores(tmp_path / "siblings") == 1
+    _topology(tmp_path / "sockets", {0: (0, 0), 1: (1, 0)})  # core 0 of two packages
+    assert count_cores(tmp_path / "sockets") == 2
+    assert count_cores(tmp_path / "missing") == 1  # unreadable: one thread, as before
 
 
 # -- int8 at the user's edges: the Python API and `attnlab translate --quantize` ------------

@@ -25,7 +25,8 @@ Speed: an encoder-decoder :class:`attnlab.Transformer` decodes on the lean step 
 :mod:`attnlab.fastdecode` (packed weights, one key/value store, beam search without reordering
 the cache), tested equal to the reference (``model.decode`` with its cache), which
 ``fast=False`` forces and which serves every other model (``why_not_fast_path`` says why).
-Fewer than :data:`SINGLE_THREAD_ROWS` rows per step decode on one CPU thread. The session,
+Fewer than :data:`SINGLE_THREAD_ROWS` rows per step decode on one CPU thread, unless the
+process may run on two physical cores (:func:`attnlab.decoding.separate_cores`). The session,
 input checks and guards that the three share are in :mod:`attnlab.decoding`.
 ``quantize="int8"`` trades exactness for speed: int8 weights, and activations quantized with
 one scale per call over the batch, so an int8 output can depend on the batch it is in.
