@@ -224,12 +224,13 @@ def pack(ids: Tensor, pad_id: int, *, real_first: bool) -> Tensor:
 
 
 #: Below this many rows per step (sentences x beams) decoding runs on one CPU thread unless
-#: this process may run on two physical cores (:func:`separate_cores`): on CPUs that are
-#: hyperthreads of one core the matrix products are too small to share, and waking a second
-#: thread for each of a step's ~100 ops costs more than it saves (batch-1 greedy at 2 threads ran
-#: at half its 1-thread speed there). On two separate cores a second thread streams half of
-#: the weights through its own caches: batch-1 greedy ran 1.46x faster on the small preset and
-#: 1.06x on the numbers model (2026-12-02, an Intel Xeon with 2 cores).
+#: this process may run on two physical cores (:func:`separate_cores`). On an earlier 2-vCPU AMD
+#: machine (topology not recorded) batch-1 greedy at 2 threads ran at half its 1-thread speed:
+#: the matrix products were too small to share, and waking a second thread for each of a step's
+#: ~100 ops cost more than it saved, as it must where the two CPUs are one core's hyperthreads.
+#: On two separate cores a second thread streams half of the weights through its own caches:
+#: batch-1 greedy ran 1.43x faster (benchmarks/decode.py, 2026-12-02, an Intel Xeon with 2
+#: cores; docs/benchmarks.md).
 SINGLE_THREAD_ROWS = 8
 
 
