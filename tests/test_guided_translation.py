@@ -82,6 +82,21 @@ def test_a_prefix_starts_the_translation_and_the_model_continues(translator):
     assert out[0].startswith("neun") and out[1] == translator.translate(TEXTS[1:2])[0]
 
 
+def test_a_huge_prefix_is_refused_before_it_is_tokenized(translator, monkeypatch):
+    tokenized: list[int] = []
+    real = translator.target
+    monkeypatch.setattr(
+        translator, "target", lambda text: tokenized.append(len(text)) or real(text)
+    )
+    reports: list[Refused] = []
+    huge = "neun" * 1_000_000  # 4 MB: far over what any translation's length limit holds
+    out = translator.translate(TEXTS[:2], prefixes=[huge, "neun"], on_refused=reports.append)
+    assert out[0] == "" and out[1].startswith("neun")
+    assert [r.index for r in reports] == [0] and reports[0].phrase is None
+    assert "the prefix has 4,000,000 characters, more than" in reports[0].reason
+    assert tokenized == [4]  # only the short prefix reached the tokenizer
+
+
 def test_an_impossible_line_is_refused_alone_and_named(translator):
     reports: list[Refused] = []
     constraints = [["neun"], ["", "drei"], ["a", "b", "c", "d", "e"], ["zwei " * 40]]

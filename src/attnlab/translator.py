@@ -516,6 +516,13 @@ def guide_requests(
             if prefix is not None:
                 if not isinstance(prefix, str):
                     raise TypeError(f"prefixes[{i}]: expected a str or None, got {prefix!r}")
+                most = CHARS_PER_TOKEN * limit(encoded[i])  # bounded before tokenizing
+                if len(prefix) > most:
+                    raise GuideError(
+                        i,
+                        f"the prefix has {len(prefix):,} characters, more than {most:,} "
+                        f"({CHARS_PER_TOKEN} a token of the translation's length limit)",
+                    )
                 prefix_ids[i] = target(prefix)
             for j, text in enumerate(constraints[i] if constraints is not None else []):
                 try:
