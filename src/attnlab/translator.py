@@ -518,11 +518,8 @@ def guide_requests(
                     raise TypeError(f"prefixes[{i}]: expected a str or None, got {prefix!r}")
                 most = CHARS_PER_TOKEN * limit(encoded[i])  # bounded before tokenizing
                 if len(prefix) > most:
-                    raise GuideError(
-                        i,
-                        f"the prefix has {len(prefix):,} characters, more than {most:,} "
-                        f"({CHARS_PER_TOKEN} a token of the translation's length limit)",
-                    )
+                    why = f"more than {most:,} ({CHARS_PER_TOKEN} a token of its length limit)"
+                    raise GuideError(i, f"the prefix has {len(prefix):,} characters, {why}")
                 prefix_ids[i] = target(prefix)
             for j, text in enumerate(constraints[i] if constraints is not None else []):
                 try:
