@@ -56,6 +56,49 @@ def test_a_retained_graph_runs_backward_twice_alike() -> None:
     torch.testing.assert_close(first, second, rtol=0, atol=0)
 
 
+def _through_a_layer(inplace: bool, eps: float):
+    """A loss over ``h @ W`` (a fresh tensor, as the trainer's logits): the loss, the logits
+    afterwards, and the gradients of ``h`` and ``W``."""
+    gen = torch.Generator().manual_seed(2)
+    h = torch.randn(48, 16, generator=gen).requires_grad_()
+    w = torch.randn(16, 301, generator=gen).requires_grad_()
+    target = torch.randint(0, 301, (48,), generator=gen)
+    target[::7] = 0
+    logits = h @ w
+    loss = cross_entropy(logits, target, ignore_index=0, label_smoothing=eps, inplace=inplace)
+    (loss * 0.3).backward()
+    return loss, logits.detach(), h.grad, w.grad, (h.detach() @ w.detach())
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_in_place_is_the_same_loss_and_gradient_bit_for_bit(eps: float) -> None:
+    loss, logits, gh, gw, original = _through_a_layer(True, eps)
+    loss_ref, logits_ref, gh_ref, gw_ref, _ = _through_a_layer(False, eps)
+    assert torch.equal(loss, loss_ref)
+    assert torch.equal(gh, gh_ref) and torch.equal(gw, gw_ref)
+    assert torch.equal(logits_ref, original)  # out of place: the logits are left alone
+    # in place: the logits tensor held the log-probabilities, then the gradient
+    assert not torch.equal(logits, original)
+    fresh = torch.randn(6, 11).requires_grad_()
+    x = fresh * 1.0
+    cross_entropy(x, torch.tensor([1, 2, 3, 4, 5, 6]), inplace=True)
+    torch.testing.assert_close(x.detach(), torch.log_softmax(fresh.detach(), -1), rtol=0, atol=0)
+
+
+def test_in_place_refuses_what_would_go_silently_wrong() -> None:
+    logits = torch.randn(5, 9).requires_grad_()
+    target = torch.tensor([1, 2, 3, 4, 5])
+    x = logits * 2.0
+    loss = cross_entropy(x, target, inplace=True)
+    torch.autograd.grad(loss, logits, retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, logits)  # the saved log-probabilities were overwritten
+    y = logits.exp()  # exp saves its output for its backward
+    loss = cross_entropy(y, target, inplace=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_all_rows_ignored_is_zero_with_zero_gradient() -> None:
     logits = torch.randn(3, 4).requires_grad_()
     loss = cross_entropy(logits, torch.zeros(3, dtype=torch.long), ignore_index=0)

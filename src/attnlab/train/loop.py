@@ -34,6 +34,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .distributed import all_gather_objects, barrier, resolve_device, world
+from .memory import keep_freed_memory
 from .metrics import Reporter, call_hook, hook_metrics
 from .objectives import objective_class
 from .optim import build_optimizer, lr_lambda, planned_steps
@@ -255,6 +256,7 @@ class Trainer:
             ``resumed_from_step`` (None for a fresh start) and ``world_size``.
         """
         config = self.config
+        keep_freed_memory()  # a step's large tensors reuse the last step's pages (train/memory.py)
         checkpoints = prepare_run_directory(
             self.out, resume=resume, rank=self.rank, world_size=self.world_size
         )

@@ -81,8 +81,10 @@ class TokenObjective:
             logits = self.logits(module, src, tgt_in)  # (B, T, V)
         flat, target = logits.float().flatten(0, 1), tgt_out.flatten()  # (B * T, V), (B * T,)
         smoothing = self.config.label_smoothing
-        if flat.requires_grad:  # training: the fused loss (one pass each way; attnlab.losses)
-            return cross_entropy(flat, target, ignore_index=self.pad_id, label_smoothing=smoothing)
+        if flat.requires_grad:  # training: the fused loss, over the logits (attnlab.losses)
+            return cross_entropy(
+                flat, target, ignore_index=self.pad_id, label_smoothing=smoothing, inplace=True
+            )
         return F.cross_entropy(
             flat, target, ignore_index=self.pad_id, label_smoothing=smoothing, reduction="sum"
         )
