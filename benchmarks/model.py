@@ -14,8 +14,10 @@ the same weights and the same arithmetic, which the script checks (equal loss in
 A step: forward on a batch of 32 sentence pairs x 64 tokens (source and target), label-smoothed
 cross-entropy (0.1), backward, Adam(0.9, 0.98, 1e-9). torch gets ``tgt_mask`` (causal) with
 ``tgt_is_causal=True`` and ``F.cross_entropy``; attnlab's decoder is causal by construction, and
-its loss is :func:`attnlab.losses.cross_entropy` (the fused loss its trainer uses; the same
-value). Rows:
+its loss is :func:`attnlab.losses.cross_entropy` as its trainer calls it (fused, written over
+the logits; the same value). The process keeps freed memory for reuse as ``attnlab train``
+does (:func:`attnlab.train.memory.keep_freed_memory`, for both models) unless
+``--system-allocator`` is given; the JSON says which. Rows:
 
 1. tokens/s (source + target tokens per second), unpadded batch. Target: attnlab / torch >= 1.5.
    Beside it (informational): attnlab's step against the same model with torch's loss (what
@@ -36,6 +38,8 @@ Run::
 
     .venv/bin/python benchmarks/model.py            # full run, about 2 minutes on 2 cores
     .venv/bin/python benchmarks/model.py --quick    # smoke run
+    .venv/bin/python benchmarks/model.py --system-allocator  # glibc's defaults (mmap per
+                                                             # large tensor), for comparison
     .venv/bin/python benchmarks/model.py --profile  # also print where the time goes: each
                                                     # op's self time by kind (matrix products,
                                                     # attention, norms, dropout, optimizer...)
@@ -64,6 +68,7 @@ from torch.profiler import ProfilerActivity, profile
 import attnlab
 from attnlab.layers import Decoder, Encoder
 from attnlab.losses import cross_entropy
+from attnlab.train.memory import keep_freed_memory
 from attnlab.train.step import compiled_loss
 from common import (
     Row,
@@ -210,11 +215,13 @@ def make_batch(padded: bool) -> tuple[Tensor, Tensor]:
 
 def loss_of(model: nn.Module, src: Tensor, tgt: Tensor, *, fused: bool = False) -> Tensor:
     """Mean label-smoothed cross-entropy of the non-pad targets: torch's, or (``fused``)
-    :func:`attnlab.losses.cross_entropy`, the one attnlab's trainer uses."""
+    :func:`attnlab.losses.cross_entropy` as attnlab's trainer calls it (over the logits)."""
     logits = model(src, tgt[:, :-1]).reshape(-1, VOCAB)  # (B T, V), teacher forcing
     target = tgt[:, 1:].reshape(-1)
     if fused:
-        total = cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=0.1)
+        total = cross_entropy(
+            logits, target, ignore_index=PAD_ID, label_smoothing=0.1, inplace=True
+        )
         return total / (target != PAD_ID).sum()
     return F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=0.1)
 
@@ -510,6 +517,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also time attnlab's step through torch.compile (as `attnlab train --compile`)",
     )
+    parser.add_argument(
+        "--system-allocator",
+        action="store_true",
+        help="leave glibc's allocator as it is (attnlab train keeps freed memory for reuse)",
+    )
     return parser.parse_args(argv)
 
 
@@ -520,10 +532,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     use_shape(args.shape)
     plan = QUICK if args.quick else FULL
+    allocator = "system"
+    if not args.system_allocator and keep_freed_memory():
+        allocator = "freed memory kept (glibc mallopt, as attnlab train)"
     started = time.perf_counter()
     print(
         f"attnlab {attnlab.__version__} vs torch {torch.__version__}; threads={args.threads}; "
-        f"cpu: {cpu_model()}; {'quick' if args.quick else 'full'} run, shape {args.shape}",
+        f"cpu: {cpu_model()}; {'quick' if args.quick else 'full'} run, shape {args.shape}; "
+        f"allocator: {allocator}",
         flush=True,
     )
     before = gemm_times(GEMM_N, plan.gemm_reps, SEED)
@@ -557,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         "batch": BATCH,
         "length": LENGTH,
     }
-    return finish("model", args, plan, rows, wall, {"dims": dims, "gemm": gemm})
+    extra = {"dims": dims, "gemm": gemm, "allocator": allocator}
+    return finish("model", args, plan, rows, wall, extra)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,12 @@ def test_attention_benchmark_quick_run(tmp_path: Path) -> None:
     assert "ratio" in printed
 
 
+def _glibc() -> bool:
+    import ctypes
+
+    return sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
+
+
 def test_model_benchmark_quick_run(tmp_path: Path) -> None:
     report, printed = run_quick("model", tmp_path)
     assert report["quick"] is True
@@ -70,6 +76,8 @@ def test_model_benchmark_quick_run(tmp_path: Path) -> None:
         # The two models hold the same weights and compute the same loss (dropout off).
         assert row["details"]["eval_loss_abs_diff"] < 1e-4, key
     assert rows["train"]["details"]["pad_fraction"] == 0.0
+    # As attnlab train runs on glibc: freed memory kept for the next step (the JSON says so).
+    assert report["allocator"].startswith("freed memory kept") or not _glibc()
     assert 0.1 < rows["train_padded"]["details"]["pad_fraction"] < 0.3
     # The analytic FLOPs of a step, recomputed here from the closed form by component.
     flops = rows["mfu_attnlab"]["details"]["step_flops"]
@@ -101,9 +109,15 @@ def test_decode_benchmark_quick_run(tmp_path: Path) -> None:
         assert checks[case]["identical_rows_attnlab_vs_ct2"] == rows_in, case
         assert checks[case]["identical_rows_attnlab_vs_torch"] == rows_in, case
         assert checks[case]["identical_rows_attnlab_vs_attnlab-reference"] == rows_in, case
+    # Both weight types profiled for every case; a step's time holds the time outside any op.
+    assert set(report["profiles"]) == set(rows)
     for case, profile in report["profiles"].items():
         assert abs(sum(profile["shares"].values()) - 1.0) < 1e-6, case
         assert profile["aten_calls_per_step"] > 0, case
+        assert 0 <= profile["outside_ops_us_per_step"] <= profile["profiled_wall_us_per_step"]
+        linear = "quantized::linear_dynamic" if case.endswith("int8") else "aten::addmm"
+        assert profile["linear_calls"][linear]["calls_per_step"] >= 1, case
+        assert "outside any op" in rows[case]["details"]["bound"], case
     assert report["markdown"].startswith("| row | threads |")
     assert "attnlab / CT2 fp32" in printed
 
