@@ -1,4 +1,5 @@
-"""attnlab's dropout (``attnlab._ops.dropout``): torch's distribution, drawn faster on CPU."""
+"""attnlab's dropout (``attnlab._ops.dropout``): the drop rate ``p`` at a 2^-16 resolution, drawn
+faster than torch's on CPU from torch's generator, unbiased."""
 
 from __future__ import annotations
 
@@ -26,12 +27,36 @@ def test_drop_rate_and_scale(p: float, dtype: torch.dtype) -> None:
     x = torch.rand(N, dtype=dtype) + 1.0  # no zeros of its own
     out = dropout(x, p, training=True)
     assert out.dtype == dtype and out.shape == x.shape
-    dropped = (out == 0).double().mean().item()
+    dropped = (out == 0).double()
     # Binomial(N, p): 6 standard deviations is a bound this test misses once in 10^8 runs.
-    assert abs(dropped - p) < 6 * math.sqrt(p * (1 - p) / N)
+    assert abs(dropped.mean().item() - p) < 6 * math.sqrt(p * (1 - p) / N)
+    # Each of the four 16-bit lanes of a 64-bit draw drops at the rate p, and two neighbouring
+    # lanes drop together at p^2 (independent).
+    lanes = dropped.view(-1, 4)
+    for lane in range(4):
+        assert abs(lanes[:, lane].mean().item() - p) < 6 * math.sqrt(p * (1 - p) / (N / 4))
+    both = (lanes[:, :3] * lanes[:, 1:]).mean().item()
+    assert abs(both - p * p) < 6 * math.sqrt(p * p * (1 - p * p) / (3 * N / 4))
     kept = out != 0
-    expected = x[kept] * torch.tensor(1.0 / (1.0 - p), dtype=dtype)
+    levels = 2**16
+    t = round(p * levels)  # the rate at the mask's resolution: t / 2^16, within 2^-17 of p
+    assert abs(t / levels - p) <= 2**-17
+    expected = x[kept] * torch.tensor(levels / (levels - t), dtype=dtype)
     assert torch.equal(out[kept], expected)
+
+
+def test_unbiased_in_expectation_and_tiny_rates() -> None:
+    torch.manual_seed(4)
+    x = torch.ones(N)
+    # The scale undoes the rate actually drawn (t / 2^16), so the mean is 1 in expectation.
+    for p in (0.1, 0.3):
+        mean = dropout(x, p, training=True).double().mean().item()
+        assert abs(mean - 1.0) < 6 * math.sqrt(p / (1 - p) / N)
+    # A rate below the resolution rounds to no dropout; one just above it drops.
+    assert dropout(x, 2**-18, training=True) is x
+    assert (dropout(x, 2**-15, training=True) == 0).any()
+    odd = torch.ones(3, 7, 5)  # not a multiple of four elements
+    assert dropout(odd, 0.5, training=True).shape == odd.shape
 
 
 def test_gradient_is_the_mask_times_the_scale() -> None:
