@@ -240,9 +240,15 @@ def test_api_constraints_prefix_and_scores(client, translator):
         ({"text": "seven", "constraints": ["a", "b"], "beam_size": 1}, "constraints: 2 phrases"),
         ({"text": "seven", "prefix": "neun " * 60}, "prefix: the prefix needs up to"),
         ({"text": "seven", "constraints": "neun"}, "constraints"),
+        # Found by the fuzzer (a 500 before): the search ends with no beam holding every phrase.
+        (
+            {"text": "Sö", "constraints": ["Sö", "Sö"], "prefix": "learned", "beam_size": 7},
+            "constraints: no translation within the length limit holds every phrase",
+        ),
     ],
 )
 def test_api_refuses_what_cannot_be_met(client, body, message):
-    response = client.post("/api/translate", json=body)
-    assert response.status_code == 422, response.text
-    assert message in response.json()["error"]
+    for route in ("/api/translate", "/api/attention"):
+        response = client.post(route, json=body)
+        assert response.status_code == 422, (route, response.text)
+        assert message in response.json()["error"]

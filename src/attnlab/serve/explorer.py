@@ -217,7 +217,11 @@ class Explorer:
     def _translate(self, job: TranslateJob) -> tuple[dict, list[int]]:
         """``(answer, generated ids with EOS)``; call under the lock."""
         found = as_hypotheses(self._generate(job), self.tgt_tokenizer, self.alpha)[0]
-        assert found is not None  # one beam always finishes: the length limit ends it
+        if found is None:  # only with constraints: a beam at the length limit must hold them all
+            raise InputError(
+                "constraints: no translation within the length limit holds every phrase "
+                "(with the prefix, if one is given)"
+            )
         answer = {
             "translation": found.text,
             "source_tokens": self.src_tokenizer.labels(job.source),
