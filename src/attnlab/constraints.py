@@ -43,7 +43,11 @@ from torch import Tensor
 
 from ._checks import is_int
 
-__all__ = ["Guide", "GuideError", "Phrase", "allocate", "as_phrase", "check_request"]
+__all__ = ["UNMET", "Guide", "GuideError", "Phrase", "allocate", "as_phrase", "check_request"]
+
+#: Why a constrained search returns nothing for an input: no beam that reached the length limit
+#: held every phrase (the Translator refuses that line; the explorer answers 422).
+UNMET = "no translation within the length limit holds every phrase"
 
 
 class GuideError(ValueError):

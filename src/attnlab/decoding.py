@@ -229,8 +229,8 @@ def pack(ids: Tensor, pad_id: int, *, real_first: bool) -> Tensor:
 #: the matrix products were too small to share, and waking a second thread for each of a step's
 #: ~100 ops cost more than it saved, as it must where the two CPUs are one core's hyperthreads.
 #: On two separate cores a second thread streams half of the weights through its own caches:
-#: batch-1 greedy ran 1.43x faster (benchmarks/decode.py, 2026-12-02, an Intel Xeon with 2
-#: cores; docs/benchmarks.md).
+#: batch-1 greedy ran 1.45x faster (benchmarks/decode.py, 2026-12-03, an Intel Xeon with 2
+#: cores; benchmarks/results/decode_2core_xeon.json).
 SINGLE_THREAD_ROWS = 8
 
 

@@ -29,7 +29,7 @@ import torch
 
 from ._checks import check_positive_int
 from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
-from .constraints import GuideError, Phrase, check_request
+from .constraints import UNMET, GuideError, Phrase, check_request
 from .decoding import EXTRA_LENGTH
 from .generate import Generation, beam_search, greedy_search, length_penalty, sample
 
@@ -346,8 +346,7 @@ class Translator:
             for j, i in enumerate(batch):
                 out[i] = [h for h in rows[j * n : (j + 1) * n] if h is not None]
                 if not out[i] and phrases[i]:  # not expected: check_request bounds the search
-                    reason = "no translation within the length limit holds every phrase"
-                    report = Refused(i, None, reason)
+                    report = Refused(i, None, UNMET)
                     if on_refused is None:
                         raise ValueError(str(report))
                     on_refused(report)

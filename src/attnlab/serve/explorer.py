@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .._checks import check_positive_int, is_int
 from ..bounds import CHARS_PER_TOKEN
-from ..constraints import GuideError, Phrase, check_request
+from ..constraints import UNMET, GuideError, Phrase, check_request
 from ..generate import EXTRA_LENGTH, Generation, length_penalty
 from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from ..model import Transformer
@@ -218,10 +218,7 @@ class Explorer:
         """``(answer, generated ids with EOS)``; call under the lock."""
         found = as_hypotheses(self._generate(job), self.tgt_tokenizer, self.alpha)[0]
         if found is None:  # only with constraints: a beam at the length limit must hold them all
-            raise InputError(
-                "constraints: no translation within the length limit holds every phrase "
-                "(with the prefix, if one is given)"
-            )
+            raise InputError(f"constraints: {UNMET} (with the prefix, if one is given)")
         answer = {
             "translation": found.text,
             "source_tokens": self.src_tokenizer.labels(job.source),
