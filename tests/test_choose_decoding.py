@@ -46,3 +46,16 @@ def test_a_directory_that_is_not_a_run_is_refused(
         choose_decoding.main([str(tmp_path)])
     assert exit_.value.code == 2
     assert f"runs: {tmp_path} holds no model/job.json" in capsys.readouterr().err
+
+
+def test_models_are_names_inside_a_run(
+    numbers_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = numbers_model_dir.parent
+    for bad in ("../model", "a/b", ".."):
+        with pytest.raises(SystemExit) as exit_:
+            choose_decoding.main([str(run), "--models", bad])
+        assert exit_.value.code == 2
+        assert f"--models: expected names of directories inside a run, got {bad!r}" in (
+            capsys.readouterr().err
+        )

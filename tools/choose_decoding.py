@@ -1,6 +1,7 @@
 """Choose a translation recipe's decoding on validation data: score each run's models (the
-averaged ``OUT/model`` and the ``OUT/best`` that ``train.keep_best`` kept) on a split with every
-beam size and length penalty asked for, and print the table with the best setting first.
+averaged ``OUT/model`` and the ``OUT/best`` that ``train.keep_best`` kept, or any other model
+directory in the run, such as ``OUT/avg10`` from ``attnlab average``) on a split with every beam
+size and length penalty asked for, and print the table with the best setting first.
 
 This is how configs/multi30k-en-de.toml's ``[eval]`` was chosen (docs/benchmarks.md, "Training
 on Multi30K"): on the validation split only; the test split is scored afterwards, once, with the
@@ -54,6 +55,9 @@ def score_run(
                     "alpha": alpha,
                     "bleu": result["bleu"],
                     "chrf": result["chrf"],
+                    # The literature's variant (lowercased, Moses-tokenised), where the task
+                    # names a target language.
+                    "bleu_tokenized": result.get("bleu_tokenized"),
                 }
                 print(
                     f"{run.name:>16} {name:>5} beam {beam} alpha {alpha:.2f}: BLEU "
@@ -82,12 +86,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="valid", choices=("valid", "test"), help="(valid)")
     parser.add_argument("--beams", type=int, nargs="+", default=[4], help="beam sizes (4)")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6], help="(0.6)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(MODELS),
+        help="model directories inside each run, by name (model best)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     for run in args.runs:
         if not (run / "model" / "job.json").is_file():
             parser.error(f"runs: {run} holds no model/job.json (not an `attnlab train` run)")
+    for name in args.models:
+        if not name or Path(name).name != name or name in (".", ".."):
+            parser.error(f"--models: expected names of directories inside a run, got {name!r}")
     if any(beam < 1 for beam in args.beams) or any(alpha < 0 for alpha in args.alphas):
         parser.error("--beams: expected sizes >= 1; --alphas: expected numbers >= 0")
     rows = []

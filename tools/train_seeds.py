@@ -37,8 +37,9 @@ from typing import Any
 from attnlab._io import write_json
 
 RESULTS = "results.json"
-# The scores a results.json may hold, in the order a table shows them.
-SCORES = ("bleu", "chrf", "exact_match", "accuracy", "perplexity")
+# The scores a results.json may hold, in the order a table shows them (bleu_tokenized: the
+# literature's variant, lowercased and Moses-tokenised, where the task names a target language).
+SCORES = ("bleu", "bleu_tokenized", "chrf", "exact_match", "accuracy", "perplexity")
 
 
 def command(config: Path, seed: int, out: Path, extra: list[str]) -> list[str]:
@@ -95,7 +96,7 @@ def row_of(seed: int, run: Path) -> dict[str, Any]:
     results = json.loads((run / RESULTS).read_text(encoding="utf-8"))
     training = results.get("training", {})
     row: dict[str, Any] = {"seed": seed, "run": str(run), "split": results.get("split")}
-    row.update({name: results[name] for name in SCORES if name in results})
+    row.update({name: results[name] for name in SCORES if results.get(name) is not None})
     row["steps"] = training.get("steps")
     row["epochs"] = training.get("epochs")
     row["training_minutes"] = training["elapsed_s"] / 60 if "elapsed_s" in training else None
