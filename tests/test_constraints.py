@@ -126,6 +126,25 @@ def test_a_phrase_with_alternatives_is_met_by_either():
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
+def test_phrases_that_share_a_spelling_are_met_by_one_occurrence(fast: bool):
+    """A phrase given twice, and two phrases with an alternative in common: each is met (one
+    occurrence holds both). Found by the explorer's fuzzer: the second copy took the first's
+    automaton, so the first phrase could never be met and the search ended with nothing."""
+    m = model(2)
+    shared = [Phrase(((40, 41), (42,)), "a"), Phrase(((42,), (43, 44)), "b")]
+    asked = [[[20, 21], [20, 21]], shared, [[7, 8], [9], [7, 8]]]
+    found = beam_search(m, SOURCES, beam_size=4, constraints=asked, fast=fast)
+    assert all(math.isfinite(float(s)) for s in found.scores)  # each input found its best
+    for row, phrases in zip(found.tolist(), asked, strict=True):
+        for phrase in phrases:
+            spellings = phrase.alternatives if isinstance(phrase, Phrase) else [phrase]
+            assert any(contains(row, list(a)) for a in spellings), (row, phrase)
+    guide = _guide([[20, 21], [20, 21]])
+    _, met = _walk(guide, [5, 20, 21])
+    assert met == [False, False, True]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
 def test_a_prefix_is_continued_as_greedy_search_from_it(fast: bool):
     m = model(2)
     prefixes = [[30, 31], [], [9]]

@@ -30,6 +30,9 @@ steps after the prefix some live hypothesis has met every phrase, and it can the
 with ``len(prefix) + L`` above the length limit, an empty phrase, a phrase holding EOS, pad or
 BOS, or more phrases than the beam has hypotheses is refused with a :class:`GuideError` naming
 the input and the phrase.
+
+A phrase says what the output must hold, not how often: a phrase given twice (or two phrases
+with a spelling in common) is met by one occurrence.
 """
 
 from __future__ import annotations
@@ -273,8 +276,10 @@ class Guide:
         """Per input: its alternatives' KMP transition tables over the input's own alphabet
         (the tokens of its phrases; every other token sends each automaton to state 0)."""
         batch = len(rows)
+        # One automaton per (phrase, alternative): two phrases that share a token sequence (a
+        # phrase given twice) each keep theirs, so one occurrence meets both.
         alts = [
-            list({a: (g, a, w) for g, p in enumerate(ph) for a, w in _placed(p) if a}.values())
+            list({(g, a): (g, a, w) for g, p in enumerate(ph) for a, w in _placed(p) if a}.values())
             for ph in rows
         ]
         n_alt = max(len(a) for a in alts)
