@@ -99,6 +99,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/attention.py
 	$(PY) benchmarks/model.py
 	$(PY) benchmarks/decode.py
+	$(PY) benchmarks/static_decode.py
 
 # Constrained decoding on Multi30K's validation split (README, "Terminology, completion and
 # confidence"): constraints met, BLEU/chrF, tokens/s against plain beam search. MODEL is a

@@ -122,6 +122,27 @@ def test_decode_benchmark_quick_run(tmp_path: Path) -> None:
     assert "attnlab / CT2 fp32" in printed
 
 
+def test_static_decode_benchmark_quick_run(tmp_path: Path) -> None:
+    """The shape-stable step (issue 28, section 1): compiled once per batch size, never per
+    position, and equal to the fast step on the timed model and on other shapes."""
+    report, printed = run_quick("static_decode", tmp_path)
+    assert report["quick"] is True
+    # Two batch sizes, 6 positions each, counted by dynamo: one graph per batch size.
+    assert report["compilations"] == 2
+    checks = {**report["checks"], **report["shape_checks"]}
+    assert {"B1_static", "B1_inductor", "B2_static", "B2_inductor"} <= set(checks)
+    assert len(report["shape_checks"]) == 4  # 2 shapes, eager and compiled
+    for name, check in checks.items():
+        assert check["same_tokens"], name
+        assert check["max_logit_diff"] <= 1e-5, name
+    rows = {m["key"]: m for m in report["measurements"]}
+    assert set(rows) == {f"greedy_B{b}_{v}" for b in (1, 2) for v in ("static", "inductor")}
+    for key, row in rows.items():
+        assert abs(row["attnlab"] / row["baseline"] - row["ratio"]) < 1e-9, key
+    assert report["compile_s"]["B1_inductor"] > 0
+    assert "compilations over 2 batch sizes: 2" in printed
+
+
 def test_constrained_benchmark_small_run(numbers_model_dir: Path, tmp_path: Path) -> None:
     """benchmarks/constrained.py on the session's numbers model: references that add a word the
     model never says ("Katzen"), so every sentence gets constraints; all are met, and the speed
