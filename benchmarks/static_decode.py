@@ -101,6 +101,8 @@ class StaticStep(nn.Module):
 
     :meth:`start` takes the encoder's output; :meth:`forward` ``(ids (rows,), position (1,))``
     feeds one token per row at ``position`` and returns the next-token logits ``(rows, V)``.
+    The weights are laid out as :mod:`attnlab.fastdecode` packs them, but held as parameters of
+    this module: inductor's freezing folds a module's parameters, not tensors in closures.
     """
 
     def __init__(
