@@ -129,17 +129,19 @@ def test_static_decode_benchmark_quick_run(tmp_path: Path) -> None:
     assert report["quick"] is True
     # Two batch sizes, 6 positions each, counted by dynamo: one graph per batch size.
     assert report["compilations"] == 2
+    kinds = ("static",) if report["why_not_compile"] else ("static", "inductor")
     checks = {**report["checks"], **report["shape_checks"]}
-    assert {"B1_static", "B1_inductor", "B2_static", "B2_inductor"} <= set(checks)
-    assert len(report["shape_checks"]) == 4  # 2 shapes, eager and compiled
+    assert set(report["checks"]) == {f"B{b}_{kind}" for b in (1, 2) for kind in kinds}
+    assert len(report["shape_checks"]) == 2 * len(kinds)  # 2 shapes
     for name, check in checks.items():
         assert check["same_tokens"], name
         assert check["max_logit_diff"] <= 1e-5, name
     rows = {m["key"]: m for m in report["measurements"]}
-    assert set(rows) == {f"greedy_B{b}_{v}" for b in (1, 2) for v in ("static", "inductor")}
+    assert set(rows) == {f"greedy_B{b}_{kind}" for b in (1, 2) for kind in kinds}
     for key, row in rows.items():
         assert abs(row["attnlab"] / row["baseline"] - row["ratio"]) < 1e-9, key
-    assert report["compile_s"]["B1_inductor"] > 0
+    assert set(report["compile_s"]) == {f"B{b}_inductor" for b in (1, 2) if "inductor" in kinds}
+    assert all(seconds > 0 for seconds in report["compile_s"].values())
     assert "compilations over 2 batch sizes: 2" in printed
 
 
