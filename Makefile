@@ -54,7 +54,7 @@ demo: $(CORE_STAMP)
 	$(VENV)/bin/attnlab translate --model runs/numbers/model --beam-size 1 "twelve" \
 		"three hundred and twelve" "five thousand, four hundred and ninety-seven"
 
-# The real benchmark: Multi30K en->de, 5,900 steps (42 minutes on 2 idle Xeon cores; a 60-minute
+# The real benchmark: Multi30K en->de, 6,600 steps (41 minutes on 2 idle Xeon cores; a 60-minute
 # cap says so if it fires), sacreBLEU on test_2016_flickr.
 train-multi30k: $(STAMP)
 	$(VENV)/bin/attnlab train --config configs/multi30k-en-de.toml --out runs/multi30k-en-de
