@@ -100,6 +100,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/model.py
 	$(PY) benchmarks/decode.py
 	$(PY) benchmarks/static_decode.py
+	$(PY) benchmarks/int8_linear.py --threads 1
+	$(PY) benchmarks/int8_linear.py --threads 2 --out benchmarks/results/int8_linear_2t.json
 
 # Constrained decoding on Multi30K's validation split (README, "Terminology, completion and
 # confidence"): constraints met, BLEU/chrF, tokens/s against plain beam search. MODEL is a

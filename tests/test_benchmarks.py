@@ -122,6 +122,21 @@ def test_decode_benchmark_quick_run(tmp_path: Path) -> None:
     assert "attnlab / CT2 fp32" in printed
 
 
+def test_int8_linear_benchmark_quick_run(tmp_path: Path) -> None:
+    report, printed = run_quick("int8_linear", tmp_path)
+    assert report["quick"] is True
+    rows = {m["key"]: m for m in report["measurements"]}
+    kinds = ("dynamic-int8", "weight-only-int8")
+    assert set(rows) == {f"{s}_R1_{k}" for s in ("qkv", "attention_out") for k in kinds}
+    for key, row in rows.items():
+        assert row["baseline_name"] == "fp32", key
+        assert abs(row["attnlab"] / row["baseline"] - row["ratio"]) < 1e-9, key
+        # Checked before timing: weight-only is the dequantized product to float rounding.
+        errors = row["details"]["relative_errors"]
+        assert errors["weight-only-int8"] < 1e-5 < errors["dynamic-int8"] < 0.05, key
+    assert "weight-only-int8" in printed
+
+
 def test_static_decode_benchmark_quick_run(tmp_path: Path) -> None:
     """The shape-stable step (issue 28, section 1): compiled once per batch size, never per
     position, and equal to the fast step on the timed model and on other shapes."""

@@ -40,7 +40,9 @@ AVX2 CPU took 217 s to compile, recompiled for every position (the in-place writ
 store specialises on it) until dynamo's recompile limit sent it back to eager, and ran 1.4-1.5x
 slower per step than eager. Pre-transposed weights beat ``F.linear`` by 1.3-2x on the output
 projection (MKL's transposed-B path); MKL-packed and oneDNN linear ops, SDPA for one query, and
-splitting the output projection into column blocks were no faster here.
+splitting the output projection into column blocks were no faster here. torch's weight-only int8
+product (``_weight_int8pack_mm``: int8 weights, float activations) took 4-13x the time of
+float32 ``addmm`` at one row (``benchmarks/int8_linear.py``), so int8 stays FBGEMM's.
 """
 
 from __future__ import annotations
