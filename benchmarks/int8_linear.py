@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 import attnlab
+from attnlab import fastdecode
 from common import Row, base_parser, cpu_model, finish, interleaved, print_table, time_row
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "int8_linear.json"
@@ -75,15 +76,12 @@ def contenders(weight: Tensor, bias: Tensor) -> tuple[dict[str, Any], Tensor]:
     with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated
         warnings.simplefilter("ignore")
         q = torch.quantize_per_channel(weight, scale.double(), zero, 0, torch.qint8)
-        packed = torch.ops.quantized.linear_prepack(q, bias)
     codes = q.int_repr().contiguous()
     weight_t = weight.t().contiguous()
     weight_only = partial(torch.ops.aten._weight_int8pack_mm, mat2=codes, scales=scale)
     ops = {
         "fp32": partial(torch.addmm, bias, mat2=weight_t),
-        "dynamic-int8": partial(
-            torch.ops.quantized.linear_dynamic, W_prepack=packed, reduce_range=True
-        ),
+        "dynamic-int8": fastdecode._int8(weight, bias),  # what quantize="int8" packs and runs
         "weight-only-int8": lambda x: weight_only(x).add_(bias),
     }
     return ops, codes.double() * scale.double()[:, None]
