@@ -70,18 +70,19 @@ QUICK = Plan(shapes=SHAPES[:2], rows=(1,), reps=6, block=2, warmup=1)
 
 
 def contenders(weight: Tensor, bias: Tensor) -> tuple[dict[str, Any], Tensor]:
-    """The three ops for ``weight`` ``(out, in)`` and ``bias``, and the dequantized weight."""
-    scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-    zero = torch.zeros(weight.shape[0], dtype=torch.long)
+    """The three ops for ``weight`` ``(out, in)`` and ``bias``, and the dequantized weight.
+    Weight-only int8 reads the codes and scales of the library's own packing (unpacked)."""
+    dynamic = fastdecode._int8(weight, bias)  # what quantize="int8" packs and runs
     with warnings.catch_warnings():  # torch 2.13 marks quantized tensors deprecated
         warnings.simplefilter("ignore")
-        q = torch.quantize_per_channel(weight, scale.double(), zero, 0, torch.qint8)
-    codes = q.int_repr().contiguous()
+        q, _ = torch.ops.quantized.linear_unpack(dynamic.keywords["W_prepack"])
+        codes = q.int_repr().contiguous()
+        scale = q.q_per_channel_scales().float()
     weight_t = weight.t().contiguous()
     weight_only = partial(torch.ops.aten._weight_int8pack_mm, mat2=codes, scales=scale)
     ops = {
         "fp32": partial(torch.addmm, bias, mat2=weight_t),
-        "dynamic-int8": fastdecode._int8(weight, bias),  # what quantize="int8" packs and runs
+        "dynamic-int8": dynamic,
         "weight-only-int8": lambda x: weight_only(x).add_(bias),
     }
     return ops, codes.double() * scale.double()[:, None]
