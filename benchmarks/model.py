@@ -22,7 +22,8 @@ does (:func:`attnlab.train.memory.keep_freed_memory`, for both models) unless
 1. tokens/s (source + target tokens per second), unpadded batch. Target: attnlab / torch >= 1.5.
    Beside it (informational): attnlab's step against the same model with torch's loss (what
    the fused loss gains) and, with ``--compile``, attnlab's step through ``torch.compile`` (as
-   ``attnlab train --compile``) against the eager one.
+   ``attnlab train --compile``) against the eager one, and the same with the loss left out of
+   the graph (run eagerly inside it): how much of the compiled step's loss is the loss's.
 2. the same with ~20% padding at the end of each sentence (informational): torch gets
    ``src_key_padding_mask``, ``tgt_key_padding_mask`` and ``memory_key_padding_mask``, attnlab
    builds its masks from the pad id.
@@ -205,15 +206,21 @@ def make_batch(padded: bool) -> tuple[Tensor, Tensor]:
     return src, tgt
 
 
-def loss_of(model: nn.Module, src: Tensor, tgt: Tensor, *, fused: bool = False) -> Tensor:
+def loss_of(
+    model: nn.Module,
+    src: Tensor,
+    tgt: Tensor,
+    *,
+    fused: bool = False,
+    fused_loss: Callable[..., Tensor] = cross_entropy,
+) -> Tensor:
     """Mean label-smoothed cross-entropy of the non-pad targets: torch's, or (``fused``)
-    :func:`attnlab.losses.cross_entropy` as attnlab's trainer calls it (over the logits)."""
+    :func:`attnlab.losses.cross_entropy` as attnlab's trainer calls it (over the logits);
+    ``fused_loss`` replaces that function (the same one kept out of a compiled graph)."""
     logits = model(src, tgt[:, :-1]).reshape(-1, VOCAB)  # (B T, V), teacher forcing
     target = tgt[:, 1:].reshape(-1)
     if fused:
-        total = cross_entropy(
-            logits, target, ignore_index=PAD_ID, label_smoothing=0.1, inplace=True
-        )
+        total = fused_loss(logits, target, ignore_index=PAD_ID, label_smoothing=0.1, inplace=True)
         return total / (target != PAD_ID).sum()
     return F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=0.1)
 
@@ -226,14 +233,18 @@ def train_step(
     *,
     fused: bool = False,
     compiled: bool = False,
+    loss_in_graph: bool = True,
 ):
     loss = loss_of
+    extra: dict[str, Any] = {}
+    if not loss_in_graph:  # dynamo calls this function eagerly, a break in the graph
+        extra["fused_loss"] = torch.compiler.disable(cross_entropy)
     if compiled:  # as attnlab.train.step compiles the trainer's loss
         loss = compiled_loss(loss_of)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss(model, src, tgt, fused=fused).backward()
+        loss(model, src, tgt, fused=fused, **extra).backward()
         optimizer.step()
 
     return step
@@ -376,14 +387,15 @@ def bench(
         twin = make_models()[0]
         extra["attnlab_torch_loss"] = train_step(twin, adam(twin), src, tgt)
     if compiled:
-        twin = make_models()[0]
-        extra["attnlab_compiled"] = train_step(
-            twin, adam(twin), src, tgt, fused=True, compiled=True
-        )
-        print(f"compiling the training step ({'padded' if padded else 'unpadded'})...", flush=True)
-        start = time.perf_counter()
-        extra["attnlab_compiled"]()
-        print(f"  first compiled step {time.perf_counter() - start:.0f} s", flush=True)
+        for name, in_graph in (("attnlab_compiled", True), ("attnlab_compiled_loss_eager", False)):
+            twin = make_models()[0]
+            extra[name] = train_step(
+                twin, adam(twin), src, tgt, fused=True, compiled=True, loss_in_graph=in_graph
+            )
+            print(f"compiling {name} ({'padded' if padded else 'unpadded'})...", flush=True)
+            start = time.perf_counter()
+            extra[name]()
+            print(f"  first compiled step {time.perf_counter() - start:.0f} s", flush=True)
     samples = interleaved({**steps, **extra}, plan.reps, plan.warmup)
     tokens = src.numel() + tgt.numel() - BATCH  # the target's last token is only a label
     real = int((src != PAD_ID).sum() + (tgt[:, :-1] != PAD_ID).sum())
@@ -426,6 +438,10 @@ def bench(
     for name, label in (
         ("attnlab_torch_loss", "fused loss: attnlab step / the same with torch's loss (info)"),
         ("attnlab_compiled", "torch.compile: compiled / eager attnlab step (info)"),
+        (
+            "attnlab_compiled_loss_eager",
+            "torch.compile, the loss eager: compiled / eager attnlab step (info)",
+        ),
     ):
         if name not in samples:
             continue
