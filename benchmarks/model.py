@@ -23,7 +23,8 @@ does (:func:`attnlab.train.memory.keep_freed_memory`, for both models) unless
    Beside it (informational): attnlab's step against the same model with torch's loss (what
    the fused loss gains) and, with ``--compile``, attnlab's step through ``torch.compile`` (as
    ``attnlab train --compile``) against the eager one, and the same with the loss left out of
-   the graph (run eagerly inside it): how much of the compiled step's loss is the loss's.
+   the graph (run eagerly between its parts): how much of the compiled step's slowdown is the
+   loss's.
 2. the same with ~20% padding at the end of each sentence (informational): torch gets
    ``src_key_padding_mask``, ``tgt_key_padding_mask`` and ``memory_key_padding_mask``, attnlab
    builds its masks from the pad id.
@@ -236,15 +237,15 @@ def train_step(
     loss_in_graph: bool = True,
 ):
     loss = loss_of
-    extra: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}
     if not loss_in_graph:  # dynamo calls this function eagerly, a break in the graph
-        extra["fused_loss"] = torch.compiler.disable(cross_entropy)
+        kwargs["fused_loss"] = torch.compiler.disable(cross_entropy)
     if compiled:  # as attnlab.train.step compiles the trainer's loss
         loss = compiled_loss(loss_of)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss(model, src, tgt, fused=fused, **extra).backward()
+        loss(model, src, tgt, fused=fused, **kwargs).backward()
         optimizer.step()
 
     return step
