@@ -69,10 +69,12 @@ train-multi30k-seeds: $(STAMP)
 # docs/pretrained.md's domain shift: fine-tune a Multi30K model (run `make train-multi30k`
 # first, or set FT_MODEL) on the numbers task written as parallel files, and score before and
 # after (numbers test and validation, Multi30K validation); the table and OUT/finetune.json.
+# Multi30K: MULTI30K=DIR, else where attnlab looks ($$ATTNLAB_MULTI30K, else the cache that
+# `attnlab download multi30k` fills).
 FT_MODEL ?= runs/multi30k-en-de/best
-MULTI30K ?= ../shared/data/multi30k
+MULTI30K ?=
 finetune-numbers: $(STAMP)
-	$(PY) tools/finetune_domain.py --model $(FT_MODEL) --multi30k $(MULTI30K) \
+	$(PY) tools/finetune_domain.py --model $(FT_MODEL) $(if $(MULTI30K),--multi30k $(MULTI30K)) \
 		--out runs/finetune-numbers
 
 # A Vision Transformer on scikit-learn's 8x8 digits: >= 97% test accuracy in 3,000 steps
@@ -105,7 +107,8 @@ bench: $(STAMP)
 
 # Constrained decoding on Multi30K's validation split (README, "Terminology, completion and
 # confidence"): constraints met, BLEU/chrF, tokens/s against plain beam search. MODEL is a
-# trained Multi30K model; the data is $$ATTNLAB_MULTI30K (or the cache `attnlab train` fills).
+# trained Multi30K model; the data is $$ATTNLAB_MULTI30K (or the cache that `attnlab download
+# multi30k` and `attnlab train` fill).
 MODEL ?= runs/multi30k-2000/model
 bench-constrained: $(STAMP)
 	$(PY) benchmarks/constrained.py --model $(MODEL)

@@ -72,7 +72,7 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
 import attnlab
-from attnlab.masks import key_mask, padding_mask
+from attnlab.nn.masks import key_mask, padding_mask
 from common import (
     Row,
     base_parser,

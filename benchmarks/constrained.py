@@ -2,11 +2,12 @@
 
 Usage (the README's table):
 
-    python benchmarks/constrained.py --model runs/multi30k-en-de/model \\
-        --multi30k ../shared/data/multi30k
+    attnlab download multi30k    # once: Multi30K where attnlab looks for it
+    python benchmarks/constrained.py --model runs/multi30k-en-de/model
 
-or ``--src FILE --ref FILE`` for any parallel text. Everything here is measured on the
-validation split (Multi30K ``val``): the constraints are built from its references.
+(``--multi30k DIR`` for a copy elsewhere), or ``--src FILE --ref FILE`` for any parallel text.
+Everything here is measured on the validation split (Multi30K ``val``): the constraints are
+built from its references.
 
 The rule that builds the constraints (fixed before any measurement, never looking at a test
 set): translate every source without constraints; for each sentence take the words of its
@@ -76,7 +77,7 @@ def speed(translator, sources: list[str], phrases: list[list[str]], batch: int, 
           reps: int) -> dict:  # fmt: skip
     """Tokens per second of plain and constrained beam search over ``sources`` in batches of
     ``batch``, interleaved ``reps`` times (each time the whole list); medians and ranges."""
-    from attnlab.generate import beam_search
+    from attnlab.decode.search import beam_search
 
     ids = [translator.src_tokenizer.encode(s)[: translator.max_len] for s in sources]
     wanted = [[translator.phrase(p) for p in row] for row in phrases]
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "--multi30k",
         type=Path,
         help="Multi30K's directory: its val split (default: $ATTNLAB_MULTI30K, or the cache "
-        "attnlab train downloads to)",
+        "that `attnlab download multi30k` and attnlab train fill)",
     )
     parser.add_argument("--src", type=Path, help="source sentences (instead of --multi30k)")
     parser.add_argument("--ref", type=Path, help="their references")
@@ -140,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from attnlab.data.corpora import read_lines
-    from attnlab.evaluate import score
-    from attnlab.translator import Translator
+    from attnlab.inference.scores import score
+    from attnlab.inference.translator import Translator
 
     if args.src is not None or args.ref is not None:
         if args.src is None or args.ref is None:

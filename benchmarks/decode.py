@@ -5,9 +5,9 @@ What is measured (CPU, eval mode, no autograd): one model of the ``small`` prese
 paper's sinusoidal positions, tied output projection), random weights (seed 0), three ways:
 
 * attnlab: :func:`attnlab.greedy_search` / :func:`attnlab.beam_search`, on the fast decoder
-  step (:mod:`attnlab.fastdecode`), in float32 and with ``quantize="int8"``; at 1 thread also
+  step (:mod:`attnlab.decode.fast`), in float32 and with ``quantize="int8"``; at 1 thread also
   the readable reference path (``fast=False``), for the record.
-* CTranslate2: the same model exported with :func:`attnlab.export.to_ctranslate2` (float32, and
+* CTranslate2: the same model exported with :func:`attnlab.formats.to_ctranslate2` (float32, and
   ``quantization="int8"``), run by ``ctranslate2.Translator.translate_batch`` on the same
   source ids (as token strings), pad and BOS suppressed as attnlab bans them.
 * torch: ``torch.nn.Transformer``'s stacks holding the same weights, without a cache (pytorch
@@ -75,7 +75,7 @@ import torch
 from torch import Tensor, nn
 
 import attnlab
-from attnlab.layers import Decoder, Encoder
+from attnlab.nn.layers import Decoder, Encoder
 from common import Row, check_target, cpu_model, finish, print_table
 
 SEED = 0
@@ -468,7 +468,7 @@ QUALITY_OUT = DEFAULT_OUT.with_name("decode_int8_quality.json")
 
 def int8_quality(model_dir: Path, out: Path) -> int:
     """Score the test split of a trained model's task in float32 and int8 (greedy, beam 4)."""
-    from attnlab.evaluate import Translator, score
+    from attnlab.inference.scores import Translator, score
     from attnlab.jobs import JOB_FILE, Job
 
     warnings.filterwarnings("ignore")
@@ -541,7 +541,7 @@ def int8_quality(model_dir: Path, out: Path) -> int:
 def run_benchmark(args: argparse.Namespace) -> int:
     import ctranslate2
 
-    from attnlab.export import to_ctranslate2
+    from attnlab.formats import to_ctranslate2
 
     warnings.filterwarnings("ignore")
     plan = QUICK if args.quick else FULL

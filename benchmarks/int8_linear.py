@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 import attnlab
-from attnlab import fastdecode
+from attnlab.decode import fast as fastdecode
 from common import Row, base_parser, cpu_model, finish, interleaved, print_table, time_row
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "int8_linear.json"

@@ -14,7 +14,7 @@ the same weights and the same arithmetic, which the script checks (equal loss in
 A step: forward on a batch of 32 sentence pairs x 64 tokens (source and target), label-smoothed
 cross-entropy (0.1), backward, Adam(0.9, 0.98, 1e-9). torch gets ``tgt_mask`` (causal) with
 ``tgt_is_causal=True`` and ``F.cross_entropy``; attnlab's decoder is causal by construction, and
-its loss is :func:`attnlab.losses.cross_entropy` as its trainer calls it (fused, written over
+its loss is :func:`attnlab.train.losses.cross_entropy` as its trainer calls it (fused, written over
 the logits; the same value). The process keeps freed memory for reuse as ``attnlab train``
 does (:func:`attnlab.train.memory.keep_freed_memory`, for both models) unless
 ``--system-allocator`` is given; the JSON says which. Rows:
@@ -68,8 +68,8 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
 import attnlab
-from attnlab.layers import Decoder, Encoder
-from attnlab.losses import cross_entropy
+from attnlab.nn.layers import Decoder, Encoder
+from attnlab.train.losses import cross_entropy
 from attnlab.train.memory import keep_freed_memory
 from attnlab.train.step import compiled_loss
 from common import (
@@ -216,7 +216,7 @@ def loss_of(
     fused_loss: Callable[..., Tensor] = cross_entropy,
 ) -> Tensor:
     """Mean label-smoothed cross-entropy of the non-pad targets: torch's, or (``fused``)
-    :func:`attnlab.losses.cross_entropy` as attnlab's trainer calls it (over the logits);
+    :func:`attnlab.train.losses.cross_entropy` as attnlab's trainer calls it (over the logits);
     ``fused_loss`` replaces that function (the same one kept out of a compiled graph)."""
     logits = model(src, tgt[:, :-1]).reshape(-1, VOCAB)  # (B T, V), teacher forcing
     target = tgt[:, 1:].reshape(-1)

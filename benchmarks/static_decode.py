@@ -1,7 +1,7 @@
 """Measure a decoding step whose shapes never change, compiled, against attnlab's eager step.
 
 Issue 28 (section 1) asks whether a shape-stable decoding step, compiled by ``torch.compile``,
-decodes faster than the eager fast step (:class:`attnlab.fastdecode.FastDecoder`, what
+decodes faster than the eager fast step (:class:`attnlab.decode.fast.FastDecoder`, what
 ``attnlab translate`` runs). This script builds such a step and measures it; the library does
 not use it unless this measures it faster.
 
@@ -55,8 +55,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import attnlab
-from attnlab.fastdecode import FastDecoder, why_not_fast_path
-from attnlab.feedforward import ACTIVATIONS
+from attnlab.decode.fast import FastDecoder, why_not_fast_path
+from attnlab.nn.feedforward import ACTIVATIONS
 from attnlab.train.step import why_not_compile
 from common import Row, base_parser, finish, interleaved, print_table, summary
 
@@ -101,7 +101,7 @@ class StaticStep(nn.Module):
 
     :meth:`start` takes the encoder's output; :meth:`forward` ``(ids (rows,), position (1,))``
     feeds one token per row at ``position`` and returns the next-token logits ``(rows, V)``.
-    The weights are laid out as :mod:`attnlab.fastdecode` packs them, but held as parameters of
+    The weights are laid out as :mod:`attnlab.decode.fast` packs them, but held as parameters of
     this module: inductor's freezing folds a module's parameters, not tensors in closures.
     """
 

@@ -48,7 +48,7 @@ import torch
 
 import attnlab._io
 import attnlab.train.loop as loop
-from attnlab.model import Transformer, TransformerConfig
+from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train.checkpoint import find_checkpoints
 

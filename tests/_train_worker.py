@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from attnlab.data.batching import Examples, make_examples
-from attnlab.model import Transformer, TransformerConfig
+from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.train import TrainConfig, Trainer, destroy_distributed, init_distributed
 
 VOCAB = 24  # ids 4..23 are "words"; 0..3 are pad, bos, eos, unk

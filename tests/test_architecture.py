@@ -1,6 +1,7 @@
 """The shape of the package, checked from its source: no import cycles, no module importing
-another's private name, modules and classes a reader can hold in mind, and a training loop
-that knows no task. (Read with ``ast``; nothing is imported but the objectives' registry.)"""
+another's private name, a top level of a few packages, nothing outside the tasks that
+branches on the kind of task, and a training loop that knows no task. (Read with ``ast``;
+nothing is imported but the objectives' registry.)"""
 
 from __future__ import annotations
 
@@ -12,12 +13,6 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "attnlab"
-MODULE_LINES = 600
-CLASS_LINES = 300
-# Over the limits today, each waiting for its split (the test fails once one is split, so
-# that its entry goes too). Not a licence to grow: split rather than add here.
-LONG_MODULES: dict[str, str] = {}
-LONG_CLASSES: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:
@@ -112,9 +107,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_reader_finds_imports_and_cycles():
     graph = _graph()
-    assert "attnlab.config" in graph["attnlab.model"]
+    assert "attnlab.models.config" in graph["attnlab.models.transformer"]
     assert "attnlab.train.loop" in graph["attnlab.train"]
-    assert "attnlab.interop" in graph["attnlab.model"]  # from_bert's import, inside a method
+    assert (
+        "attnlab.formats.bert" in graph["attnlab.models.transformer"]
+    )  # from_bert's import, inside a method
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
@@ -139,27 +136,41 @@ def test_no_module_imports_another_modules_private_name():
     assert offences == []
 
 
-def _lines(path: Path) -> int:
-    return len(path.read_text(encoding="utf-8").splitlines())
+#: The package's top level: the public face and the ground floor, then the packages.
+TOP_MODULES = {"__init__", "__main__", "_checks", "_io", "_moved", "_ops", "_tensorfile", "_version"}
+PACKAGES = {
+    "cli", "data", "decode", "formats", "inference", "instruments", "jobs", "models", "nn",
+    "serve", "tasks", "train",
+}  # fmt: skip
 
 
-def test_modules_and_classes_stay_readable():
-    """No module over ~600 lines and no class over ~300, but those listed, each over today."""
-    long_modules = {
-        path.relative_to(PACKAGE).as_posix(): _lines(path)
+def test_the_top_level_is_a_handful_of_packages():
+    """A newcomer sees the architecture from the folder list: each package is named for what
+    it holds (CONTRIBUTING.md, "The architecture in a page"), no concept sits loose."""
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert modules == TOP_MODULES
+    assert packages == PACKAGES
+
+
+#: What branches on the kind of task: it belongs in the task's class (attnlab.tasks).
+TASK_BRANCHES = (
+    "is_lm", "is_image", "is_classifier", "task.name ==", "task.name !=", "task.name in",
+    '"accuracy" in result', '"perplexity" in result', 'kind == "language_model"',
+)  # fmt: skip
+
+
+def test_nothing_outside_the_tasks_branches_on_the_kind_of_task():
+    """The job layer, the trainer and the CLI look a task up and call it; they never ask
+    which task it is."""
+    found = [
+        f"{path.relative_to(SRC)}: {word}"
         for path in PACKAGE.rglob("*.py")
-        if _lines(path) > MODULE_LINES
-    }
-    assert sorted(set(long_modules) - set(LONG_MODULES)) == [], long_modules
-    assert sorted(set(LONG_MODULES) - set(long_modules)) == [], "split: drop it from the list"
-    long_classes = {
-        f"{path.relative_to(PACKAGE).as_posix()}:{node.name}": node.end_lineno - node.lineno + 1
-        for path in PACKAGE.rglob("*.py")
-        for node in ast.walk(_tree(path))
-        if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES
-    }
-    assert sorted(set(long_classes) - set(LONG_CLASSES)) == [], long_classes
-    assert sorted(set(LONG_CLASSES) - set(long_classes)) == [], "split: drop it from the list"
+        if "tasks" not in path.relative_to(PACKAGE).parts
+        for word in TASK_BRANCHES
+        if word in path.read_text(encoding="utf-8")
+    ]
+    assert found == []
 
 
 TASK_FREE = ("loop", "step", "validation", "position", "checkpoint", "optim", "metrics", "rng")
@@ -174,8 +185,8 @@ def test_the_training_loop_knows_no_task(module):
     path = _modules()[name]
     imported = {m for m, _, _ in _imports(name, path) if m.startswith("attnlab")}
     task_specific = (
-        "attnlab.model",
-        "attnlab.vision",
+        "attnlab.models.transformer",
+        "attnlab.models.vision",
         "attnlab.data.batching",
         "attnlab.data.images",
         "attnlab.train.objectives.",
@@ -187,9 +198,9 @@ def test_the_training_loop_knows_no_task(module):
 
 
 def test_every_registered_objective_follows_the_protocol():
-    from attnlab.model import Transformer, TransformerLM
+    from attnlab.models.transformer import Transformer, TransformerLM
+    from attnlab.models.vision import VisionTransformer
     from attnlab.train.objectives import Objective, objective_class
-    from attnlab.vision import VisionTransformer
 
     members = [n for n in dir(Objective) if not n.startswith("_")]
     assert {"prepare", "batcher", "collate", "count", "loss", "evaluate_batch"} <= set(members)

@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import attnlab
-from attnlab.masks import causal_mask, combine_masks, key_mask, padding_mask
+from attnlab.nn.masks import causal_mask, combine_masks, key_mask, padding_mask
 
 FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-import attnlab.evaluate
-import attnlab.translator
+import attnlab.inference.scores
+import attnlab.inference.translator
 from _helpers import TINY_CLI
 from attnlab.cli import main
 from attnlab.cli._args import TOO_LONG_CHOICES
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.evaluate import CHARS_PER_TOKEN, TooLong, Translator
-from attnlab.evaluate import TOO_LONG_CHOICES as LIBRARY_CHOICES
+from attnlab.inference.scores import CHARS_PER_TOKEN, TooLong, Translator
+from attnlab.inference.scores import TOO_LONG_CHOICES as LIBRARY_CHOICES
 
 #: 203,000 characters of number words: tens of thousands of tokens, one line.
 LONG = "nine hundred and ninety-nine " * 7000
@@ -62,7 +62,7 @@ def work(monkeypatch) -> dict[str, list[int]]:
 
     monkeypatch.setattr(Tokenizer, "encode_batch", recording_encode)
     for name in ("greedy_search", "beam_search"):
-        search = getattr(attnlab.translator, name)
+        search = getattr(attnlab.inference.translator, name)
 
         def recording(model, sources, *, _search=search, **options):
             seen["widths"] += [len(row) for row in sources]
@@ -72,7 +72,7 @@ def work(monkeypatch) -> dict[str, list[int]]:
             seen["outputs"] += [len(row) for row in found.tolist()]
             return found
 
-        monkeypatch.setattr(attnlab.translator, name, recording)
+        monkeypatch.setattr(attnlab.inference.translator, name, recording)
     return seen
 
 

@@ -12,7 +12,7 @@ from _helpers import subcommands
 from attnlab import VisionConfig, VisionTransformer
 from attnlab.cli import build_parser, main
 from attnlab.cli._args import MODEL_HELP
-from attnlab.vision import count_vit_parameters
+from attnlab.models.vision import count_vit_parameters
 
 COMMANDS = dict(subcommands(build_parser()))
 #: Every command that reads one model: `--model DIR`, the same flag everywhere.
@@ -396,8 +396,8 @@ def test_the_model_named_twice_is_one_line(capsys):
 def test_the_old_max_len_of_translate_maps_to_the_same_budget(monkeypatch, capsys):
     """translate's --max-len N was passed to the decoder as N new tokens, the unit of
     --max-new-tokens: the deprecated spelling reaches the Translator unchanged."""
-    from attnlab import evaluate
     from attnlab.cli import translate
+    from attnlab.inference import scores as evaluate
 
     seen = {}
 

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 import attnlab
 from attnlab.cli import main
-from attnlab.evaluate import Translator, score
+from attnlab.inference.scores import Translator, score
 
 SOURCES = ["three hundred and twelve", "seven", "", "ninety-one", "four hundred and five"]
 
@@ -234,7 +234,7 @@ def test_translate_on_an_image_model_names_its_kind(tmp_path, capsys):
 def test_n_best_rows_are_distinct_ranked_and_scored_by_the_model(numbers_model_dir):
     """beam_search(n_best=k): row 0 of each sentence is the plain search's answer, scores fall,
     hypotheses differ, and each log P is the teacher-forced log-probability of its tokens."""
-    from attnlab.generate import beam_search, length_penalty
+    from attnlab.decode.search import beam_search, length_penalty
 
     translator = Translator.load(numbers_model_dir, device="cpu")
     model = translator.model.eval()
@@ -314,7 +314,7 @@ def test_translate_decodes_as_the_models_recipe_chose_and_says_so(numbers_model_
     """The numbers recipe chose greedy search on validation ([eval] beam_size = 1, alpha 0.6 in
     the model's job.json): translate uses it unless told, with one line naming where it came
     from; flags win; --n-best N raises a carried beam to N."""
-    from attnlab.evaluate import Translator as Plain
+    from attnlab.inference.scores import Translator as Plain
 
     texts = ["seven", "ninety-one", "three hundred and twelve"]
     loaded = Plain.load(numbers_model_dir, device="cpu")

@@ -14,7 +14,7 @@ import torch
 from attnlab import TransformerConfig, TransformerLM, VisionConfig, VisionTransformer
 from attnlab.cli import main
 from attnlab.data.tokenizer import Tokenizer, save_tokenizers
-from attnlab.generate import greedy_search, sample
+from attnlab.decode.search import greedy_search, sample
 
 TEXT = ["the cat sat on the mat", "a dog ran in the park", "the sun is warm today"] * 5
 
@@ -48,7 +48,7 @@ def vit_dir(tmp_path_factory) -> Path:
 
 
 def _library_text(lm_dir: Path, prompt: str, n: int, **sampling) -> str:
-    from attnlab.evaluate import load_with_tokenizers
+    from attnlab.inference.scores import load_with_tokenizers
 
     model, tokenizer, _ = load_with_tokenizers(lm_dir, device="cpu")
     ids = [[model.config.bos_id, *tokenizer.encode(prompt)]]
@@ -98,7 +98,7 @@ def test_generate_streams_tokens_as_they_come(lm_dir):
 def test_generate_decodes_once_on_the_cache(lm_dir, capsys, monkeypatch, sampling):
     """One decoding call for the whole continuation (the prompt encoded once), whose tokens
     are the streamed text."""
-    import attnlab.generate as generate
+    import attnlab.decode.search as generate
 
     calls = []
     for name in ("greedy_search", "sample"):

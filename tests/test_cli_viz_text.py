@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import attnlab.viz
+import attnlab.instruments.viz
 from _helpers import TINY_CLI
 from attnlab.cli import main
 from attnlab.data import load_tokenizers
-from attnlab.generate import greedy_search
-from attnlab.model import load_pretrained
+from attnlab.decode.search import greedy_search
+from attnlab.models.transformer import load_pretrained
 
 SOURCE = "three hundred and twelve"
 TARGET = "dreihundertzwölf"
@@ -33,13 +33,13 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def drawn(monkeypatch) -> list[dict]:
     """The keyword arguments of every call of viz.attention_maps (which still draws)."""
     calls: list[dict] = []
-    draw = attnlab.viz.attention_maps
+    draw = attnlab.instruments.viz.attention_maps
 
     def recording(maps, **options):
         calls.append({"maps": maps, **options})
         return draw(maps, **options)
 
-    monkeypatch.setattr(attnlab.viz, "attention_maps", recording)
+    monkeypatch.setattr(attnlab.instruments.viz, "attention_maps", recording)
     return calls
 
 

@@ -16,7 +16,7 @@ from attnlab import TransformerConfig
 from attnlab.cli import build_parser, main, parse
 from attnlab.cli.train import _check_startable, build_job
 from attnlab.jobs import TASKS, Job, recipe
-from attnlab.jobs.tables import _toml
+from attnlab.jobs.job import _toml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE_TASKS = [name for name, task in TASKS.items() if task.recipe is not None]
@@ -135,7 +135,7 @@ def test_text_without_a_limit_is_one_line_naming_the_flags(tmp_path, capsys):
 def test_text_without_its_file_names_the_flag(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--task", "text", "--max-steps", "2", "--out", str(out)]) == 2
-    assert "--text-file: required for --task text" in capsys.readouterr().err
+    assert "--text-file: required for the 'text' task" in capsys.readouterr().err
     missing = ["--text-file", str(tmp_path / "nope.txt")]
     assert main(["train", "--task", "text", "--max-steps", "2", *missing, "--out", str(out)]) == 2
     assert "--text-file: " in capsys.readouterr().err and not out.exists()

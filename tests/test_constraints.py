@@ -1,5 +1,5 @@
-"""Guided decoding (attnlab.constraints): lexically constrained beam search, forced prefixes and
-per-token scores, on random models (fast decoder step and the readable reference).
+"""Guided decoding (attnlab.decode.constraints): lexically constrained beam search, forced prefixes
+and per-token scores, on random models (fast decoder step and the readable reference).
 
 What is checked, as the issue asked:
 * every phrase appears, contiguous and in order, in every constrained output (n-best rows too),
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from _helpers import EOS, tiny
 from attnlab import Transformer, beam_search, greedy_search, sample
-from attnlab.constraints import Guide, GuideError, Phrase, allocate
+from attnlab.decode.constraints import Guide, GuideError, Phrase, allocate
 
 ATOL = 1e-5
 SOURCES = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15]]

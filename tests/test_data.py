@@ -1,8 +1,9 @@
 """Corpora: the numbers demo, Multi30K (local files and the verified download), parallel files,
 plain text, and the reader's errors.
 
-Tests that need the real Multi30K files read them from MULTI30K_DIR when it exists and are
-skipped otherwise; they never copy the data into the repository. The download is tested
+Tests that need the real Multi30K files read them from MULTI30K_DIR (where attnlab looks:
+tests/_paths.py) and skip, naming `attnlab download multi30k`, where they are missing; they
+never copy the data into the repository. The download is tested
 against a local HTTP server on 127.0.0.1 serving temporary copies.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from _paths import MULTI30K_DIR
+from _paths import MULTI30K_DIR, needs_multi30k
 from attnlab.data import corpora
 from attnlab.data.corpora import (
     MULTI30K_SHA256,
@@ -32,10 +33,6 @@ from attnlab.data.corpora import (
     parallel_files,
     read_lines,
     text_corpus,
-)
-
-needs_multi30k = pytest.mark.skipif(
-    not MULTI30K_DIR.is_dir(), reason=f"the Multi30K files are not in {MULTI30K_DIR}"
 )
 
 

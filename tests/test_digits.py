@@ -18,11 +18,11 @@ import torch
 from attnlab import VisionConfig, VisionTransformer, load_pretrained
 from attnlab.cli import main
 from attnlab.data.images import ImageBatcher, LabelledImages, digits, random_affine
-from attnlab.evaluate import classify
+from attnlab.inference.scores import classify
 from attnlab.jobs import Job
-from attnlab.schedule import cosine_lambda, cosine_lr
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train.optim import build_optimizer
+from attnlab.train.schedule import cosine_lambda, cosine_lr
 
 
 @pytest.fixture(scope="module")

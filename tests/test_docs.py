@@ -255,7 +255,7 @@ def test_every_public_module_gets_an_api_page():
     ):  # fmt: skip
         assert name in modules
     assert "cli" not in modules and len(modules) == len(set(modules))
-    assert hooks.api_page("masks") == "::: attnlab.masks\n"
+    assert hooks.api_page("masks") == "::: attnlab.nn.masks\n"
 
 
 def test_the_exports_page_names_everything_attnlab_exports():

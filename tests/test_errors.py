@@ -31,7 +31,7 @@ from attnlab import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from attnlab.masks import from_torch_masks
+from attnlab.nn.masks import from_torch_masks
 
 E = 8  # d_model of the module used below
 H = 2

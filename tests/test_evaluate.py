@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.evaluate import Headline, Scores, headline, perplexity, score
+from attnlab.inference.scores import Headline, Scores, headline, perplexity, score
 from attnlab.jobs import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,7 +305,7 @@ def test_tokenized_bleu_is_bleu_of_lowercased_moses_tokens():
     with no further tokenisation and no smoothing; checked against that pipeline written out."""
     from sacrebleu.metrics import BLEU
 
-    from attnlab.evaluate import tokenized_bleu
+    from attnlab.inference.scores import tokenized_bleu
 
     hyps = ["Ein Hund läuft, und springt.", "Zwei Männer sitzen auf einer Bank."]
     refs = ["Ein hund läuft, und springt!", "Zwei Männer sitzen auf der Bank."]

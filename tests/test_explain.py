@@ -9,7 +9,7 @@ import matplotlib.image
 import pytest
 
 from attnlab.cli import main
-from attnlab.explain import REPORT, SECTIONS, Section, explain
+from attnlab.instruments.explain import REPORT, SECTIONS, Section, explain
 
 KEYS = ["T3", "T5, T6", "T7", "T10, T11", "T12", "Table 1"]
 

@@ -14,8 +14,17 @@ from collections import Counter
 import pytest
 
 from attnlab.cli import build_parser
-from attnlab.explain import LANGS, REPORT, REPORTS, Prose, Section, explain, in_lang, render
-from attnlab.explain.section import table
+from attnlab.instruments.explain import (
+    LANGS,
+    REPORT,
+    REPORTS,
+    Prose,
+    Section,
+    explain,
+    in_lang,
+    render,
+)
+from attnlab.instruments.explain.section import table
 
 KEYS = ["T3", "T5, T6", "T7", "T10, T11", "T12", "Table 1"]
 CJK = re.compile(r"[\u4e00-\u9fff]")

@@ -19,12 +19,13 @@ import torch
 
 import attnlab
 from attnlab import Transformer, TransformerConfig, beam_search, greedy_search
-from attnlab import export as ex
+from attnlab import formats as ex
 from attnlab.cli import main
 from attnlab.data.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
-from attnlab.evaluate import Translator
-from attnlab.export import ct2, marian
-from attnlab.export.common import TARGET_NAMES
+from attnlab.formats import ctranslate2 as ct2
+from attnlab.formats import marian
+from attnlab.formats.common import TARGET_NAMES
+from attnlab.inference.scores import Translator
 
 #: Every test here runs CTranslate2 or transformers on exported models (about a minute on an
 #: idle 2-core machine): in `make test`, not in the edit loop's `make test-fast`.
@@ -370,7 +371,7 @@ def test_marian_permutation_maps_attnlab_positions_to_marians():
 
     for d_model in (8, 64, 256):
         marian = MarianSinusoidalPositionalEmbedding(50, d_model).create_weight()
-        ours = attnlab.positional.sinusoidal_table(50, d_model).float()
+        ours = attnlab.nn.positional.sinusoidal_table(50, d_model).float()
         assert torch.equal(ours[:, ex.marian_permutation(d_model)], marian)
 
 

@@ -1,4 +1,4 @@
-"""The fast decoder step (attnlab.fastdecode) against the readable reference.
+"""The fast decoder step (attnlab.decode.fast) against the readable reference.
 
 The reference is ``Transformer.decode`` with a ``DecoderCache``. On random models of every
 configuration the fast step supports (positional kinds, pre-/post-LN, grouped-query attention,
@@ -34,8 +34,8 @@ from attnlab import (
     greedy_search,
     sample,
 )
-from attnlab.fastdecode import FastDecoder, pack, why_not_fast_path
-from attnlab.generate import SINGLE_THREAD_ROWS
+from attnlab.decode.fast import FastDecoder, pack, why_not_fast_path
+from attnlab.decode.search import SINGLE_THREAD_ROWS
 
 ATOL = 1e-5
 PAD, BOS = 0, 1
@@ -313,8 +313,8 @@ def test_int8_logits_stay_close_to_float32():
 
 def test_small_batches_decode_on_one_thread_and_restore_the_setting(monkeypatch):
     seen = []
-    import attnlab.decoding as decoding
-    import attnlab.fastdecode as fd
+    import attnlab.decode.fast as fd
+    import attnlab.decode.session as decoding
 
     monkeypatch.setattr(decoding, "separate_cores", lambda: 1)  # two hyperthreads of one core
 
@@ -353,7 +353,7 @@ def _topology(root, cpus: dict[int, tuple[int, int]]) -> None:
 
 
 def test_cores_are_counted_from_the_topology(tmp_path, monkeypatch):
-    from attnlab.decoding import count_cores
+    from attnlab.decode.session import count_cores
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     _topology(tmp_path / "two", {0: (0, 0), 1: (0, 1)})
@@ -373,7 +373,7 @@ NUMBERS = ["seven", "three hundred and forty-two", "twelve", "five hundred and s
 
 def test_translator_and_cli_translate_with_int8(numbers_model_dir, capsys):
     from attnlab.cli import main
-    from attnlab.evaluate import Translator
+    from attnlab.inference.scores import Translator
 
     exact = Translator.load(numbers_model_dir, device="cpu", beam_size=1).translate(NUMBERS)
     int8 = Translator.load(numbers_model_dir, device="cpu", beam_size=1, quantize="int8")
@@ -398,7 +398,7 @@ def test_translator_and_cli_translate_with_int8(numbers_model_dir, capsys):
 
 def test_bad_quantize_is_one_line(numbers_model_dir, capsys):
     from attnlab.cli import main
-    from attnlab.evaluate import Translator
+    from attnlab.inference.scores import Translator
 
     with pytest.raises(ValueError, match=r"^quantize: expected one of int8 or None, got 'int4'$"):
         Translator.load(numbers_model_dir, device="cpu", quantize="int4")

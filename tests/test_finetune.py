@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from _paths import MULTI30K_DIR as MULTI30K
+from _paths import needs_multi30k
 from attnlab import load_pretrained
 from attnlab.data.tokenizer import load_tokenizers
 from attnlab.jobs import Job, train_job
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.slow  # trains for a few steps and translates validatio
 
 def _write_numbers_files(directory: Path) -> dict[str, str]:
     """The numbers task's splits as parallel text files; the ``[task]`` table that reads them."""
-    from attnlab.jobs.tables import TaskOptions
+    from attnlab.tasks.numbers import Numbers
 
-    corpus = TaskOptions(name="numbers", high=199, valid_size=12, test_size=12).load()
+    corpus = Numbers(high=199, valid_size=12, test_size=12).load()
     table: dict[str, str] = {"name": "files"}
     for split in ("train", "valid", "test"):
         pairs = corpus[split]
@@ -155,7 +156,7 @@ def test_the_cli_flag_builds_a_fine_tuning_job(numbers_model_dir, tmp_path, caps
         assert not out.exists()
 
 
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+@needs_multi30k
 def test_the_domain_shift_tool_runs(numbers_model_dir, tmp_path, capsys):
     """tools/finetune_domain.py (docs/pretrained.md's table), shrunk: 2 steps, 8 sentences."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

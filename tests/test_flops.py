@@ -12,10 +12,17 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab import flops
 from attnlab.cli import main
-from attnlab.flops import Cost, attention_costs, compare_heads, measure, model_costs, table1
-from attnlab.model import TransformerConfig
+from attnlab.instruments import flops
+from attnlab.instruments.flops import (
+    Cost,
+    attention_costs,
+    compare_heads,
+    measure,
+    model_costs,
+    table1,
+)
+from attnlab.models.transformer import TransformerConfig
 
 
 def by_name(costs: list[Cost]) -> dict[str, Cost]:

@@ -1,4 +1,4 @@
-"""Decoding: greedy search, beam search and sampling (attnlab.generate).
+"""Decoding: greedy search, beam search and sampling (attnlab.decode.search).
 
 What is checked: beam search with a beam wide enough to keep every hypothesis returns the best
 sequence of an exhaustive enumeration (scored by teacher forcing, with the length penalty), and
@@ -39,7 +39,7 @@ from attnlab import (
     greedy_search,
     sample,
 )
-from attnlab.generate import length_penalty
+from attnlab.decode.search import length_penalty
 
 ATOL = 1e-5
 PAD, BOS, EOS = 0, 1, 2

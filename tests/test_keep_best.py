@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab.cli import main
-from attnlab.model import Transformer, load_pretrained
+from attnlab.models.transformer import Transformer, load_pretrained
 from attnlab.train import TrainConfig, Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward, key_mask
-from attnlab.masks import causal_mask, padding_mask
+from attnlab.nn.masks import causal_mask, padding_mask
 
 ATOL = 1e-5
 ATOL64 = 1e-10

@@ -35,7 +35,7 @@ from attnlab import (
     count_parameters,
     load_pretrained,
 )
-from attnlab.pretrained import LOAD_LIMITS
+from attnlab.models.saved import LOAD_LIMITS
 
 SAFETENSORS_FULL_DISK = (
     'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
@@ -511,7 +511,7 @@ def test_a_tokenizer_beyond_the_model_vocabulary_is_refused_at_load(
     tmp_path: Path, tokenizer, capsys
 ) -> None:
     from attnlab.cli import main
-    from attnlab.evaluate import Translator
+    from attnlab.inference.scores import Translator
 
     size = tokenizer.vocab_size
     fits = _translation_directory(tmp_path / "fits", tokenizer, vocab_size=size)
@@ -534,7 +534,7 @@ def test_a_target_tokenizer_beyond_the_target_vocabulary_names_its_file(
     tmp_path: Path, tokenizer
 ) -> None:
     from attnlab.data.tokenizer import save_tokenizers
-    from attnlab.evaluate import Translator
+    from attnlab.inference.scores import Translator
 
     size = tokenizer.vocab_size
     path = tmp_path / "model"
@@ -550,7 +550,7 @@ def test_a_target_tokenizer_beyond_the_target_vocabulary_names_its_file(
 
 
 def test_other_special_ids_are_refused_at_load(tmp_path: Path, tokenizer) -> None:
-    from attnlab.evaluate import Translator
+    from attnlab.inference.scores import Translator
 
     path = _translation_directory(tmp_path / "m", tokenizer, vocab_size=tokenizer.vocab_size)
     edit_config(path, eos_id=3)

@@ -1,4 +1,4 @@
-"""attnlab.losses.cross_entropy: the fused label-smoothed loss equals torch's, value and
+"""attnlab.train.losses.cross_entropy: the fused label-smoothed loss equals torch's, value and
 gradient, and its errors name the argument."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.losses import cross_entropy
+from attnlab.train.losses import cross_entropy
 
 
 def _both(logits: torch.Tensor, target: torch.Tensor, ignore: int, eps: float):

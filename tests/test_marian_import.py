@@ -6,7 +6,7 @@ two sizes), saved with ``save_pretrained`` and imported. Each must compute trans
 function: logits on padded batches within 1e-5, greedy output token for token equal to
 ``generate(num_beams=1)``, beam-4 output equal to ``generate(num_beams=4)`` where the length
 penalties coincide (attnlab's ``alpha = 0``, transformers' ``length_penalty = 0``: both rank
-by log-probability; see :mod:`attnlab.export`). Exporting the imported model back gives every
+by log-probability; see :mod:`attnlab.formats`). Exporting the imported model back gives every
 tensor bit for bit. What attnlab cannot represent is refused, naming the field, before
 anything is written. Tokenizers and text: tests/test_marian_text.py.
 """
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from attnlab import beam_search, greedy_search
-from attnlab.export.marian import (
+from attnlab.formats.marian import (
     _marian_weights,
     from_huggingface,
     marian_permutation,

@@ -19,18 +19,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from _marian import have_multi30k, write_marian_tokenizer_dir
+from _marian import write_marian_tokenizer_dir
+from _paths import needs_multi30k
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
-from attnlab.evaluate import Translator
-from attnlab.translator import encode_sources
+from attnlab.inference.scores import Translator
+from attnlab.inference.translator import encode_sources
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
 pytestmark = [
     pytest.mark.slow,  # transformers' generate and CTranslate2 on several models
-    pytest.mark.skipif(not have_multi30k(), reason="needs ../shared/data/multi30k"),
+    needs_multi30k,
 ]
 
 MAX_NEW = 16

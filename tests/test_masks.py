@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.masks import (
+from attnlab.nn.masks import (
     from_torch_masks,
     key_mask,
     padding_mask,

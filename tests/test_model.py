@@ -34,7 +34,7 @@ from attnlab import (
     count_parameters,
     load_pretrained,
 )
-from attnlab.positional import sinusoidal_table
+from attnlab.nn.positional import sinusoidal_table
 
 ATOL = 1e-5
 MODELS = {"transformer": Transformer, "lm": TransformerLM, "encoder": TransformerEncoder}

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
-from attnlab.masks import causal_mask, from_torch_masks, key_mask, padding_mask
+from attnlab.nn.masks import causal_mask, from_torch_masks, key_mask, padding_mask
 
 ATOL = 1e-5
 

@@ -26,8 +26,8 @@ from attnlab import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from attnlab.masks import from_torch_masks, to_additive_mask
-from attnlab.positional import sinusoidal_table
+from attnlab.nn.masks import from_torch_masks, to_additive_mask
+from attnlab.nn.positional import sinusoidal_table
 
 ATOL = 1e-5
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)

@@ -13,7 +13,12 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from attnlab.schedule import peak_lr, transformer_lambda, transformer_lr, transformer_lr_tensor
+from attnlab.train.schedule import (
+    peak_lr,
+    transformer_lambda,
+    transformer_lr,
+    transformer_lr_tensor,
+)
 
 
 def closed_form(step: float, d_model: float, warmup: float) -> float:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from _marian import have_multi30k, multi30k_lines, write_marian_tokenizer_dir
+from _marian import multi30k_lines, write_marian_tokenizer_dir
+from _paths import needs_multi30k
 from attnlab.data import (
     SentencePieceTokenizer,
     Tokenizer,
@@ -30,10 +31,10 @@ from attnlab.data import (
     to_marian_dir,
 )
 from attnlab.data.tokenizer import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
-from attnlab.export.common import same_tokenizer, tokenizer_pair, vocabulary
+from attnlab.formats.common import same_tokenizer, tokenizer_pair, vocabulary
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.skipif(not have_multi30k(), reason="Multi30K files not present")
+pytestmark = needs_multi30k
 
 LANGUAGE_CODES = (">>deu<<", ">>fra<<")
 HAND_WRITTEN = [

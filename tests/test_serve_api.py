@@ -25,11 +25,16 @@ from fastapi.testclient import TestClient
 from _helpers import default_sigint
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
-from attnlab.evaluate import Translator
-from attnlab.generate import beam_search
-from attnlab.masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
-from attnlab.model import Transformer, TransformerConfig, TransformerLM, load_pretrained
-from attnlab.positional import ALiBi, RotaryEmbedding
+from attnlab.decode.search import beam_search
+from attnlab.inference.scores import Translator
+from attnlab.models.transformer import (
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    load_pretrained,
+)
+from attnlab.nn.masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
+from attnlab.nn.positional import ALiBi, RotaryEmbedding
 from attnlab.serve import MAX_BODY_BYTES, create_app
 from attnlab.serve import app as serve_app
 from attnlab.serve.app import STATIC_DIR, make_server, url_of

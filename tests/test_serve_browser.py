@@ -430,11 +430,10 @@ def test_an_imported_marian_model(browser: Browser, tmp_path: Path) -> None:
     starting from ``<pad>``) on the heatmap, and the positional tab."""
     transformers = pytest.importorskip("transformers")
     sys.path.insert(0, str(Path(__file__).parent))
-    from _marian import have_multi30k
+    from _paths import skip_without_multi30k
     from test_marian_text import _marian_dir
 
-    if not have_multi30k():
-        pytest.skip("needs ../shared/data/multi30k")
+    skip_without_multi30k()
     from attnlab.cli import main
 
     assert transformers is not None

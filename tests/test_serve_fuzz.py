@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from attnlab.model import Transformer, TransformerConfig, load_pretrained
+from attnlab.models.transformer import Transformer, TransformerConfig, load_pretrained
 from attnlab.serve import create_app
 
 #: (path, method, examples): every operation of the schema; the model route's decoding is the

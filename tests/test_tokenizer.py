@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _paths import MULTI30K_DIR
+from _paths import MULTI30K_DIR, needs_multi30k
 from attnlab import Transformer, TransformerConfig
 from attnlab.data import corpora, numbers
 from attnlab.data.tokenizer import (
@@ -165,8 +165,8 @@ def _umlaut_numbers(high: int) -> list[tuple[str, str]]:
 def test_numbers_model_never_writes_a_replacement_character(numbers_model_dir):
     """The session's numbers model (0..999) on every number whose German has ä/ö/ü/ß, with
     greedy search, beam search and sampling."""
-    from attnlab.evaluate import Translator
-    from attnlab.generate import sample
+    from attnlab.decode.search import sample
+    from attnlab.inference.scores import Translator
 
     pairs = _umlaut_numbers(999)
     assert len(pairs) > 300
@@ -223,8 +223,8 @@ def _lone_lead_byte_model(vocab_size: int) -> Transformer:
 
 
 def test_a_model_forced_toward_a_lone_lead_byte_still_writes_valid_text(tok):
-    from attnlab.evaluate import Translator
-    from attnlab.generate import greedy_search, sample
+    from attnlab.decode.search import greedy_search, sample
+    from attnlab.inference.scores import Translator
 
     model = _lone_lead_byte_model(tok.vocab_size)
     sources = ["twelve", "three hundred and twelve"]
@@ -544,7 +544,7 @@ def test_load_tokenizers_errors(tok, tmp_path):
 
 
 @pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
-@pytest.mark.skipif(not MULTI30K_DIR.is_dir(), reason=f"no Multi30K files in {MULTI30K_DIR}")
+@needs_multi30k
 def test_multi30k_joint_vocabulary_is_exact():
     corpus = corpora.multi30k(MULTI30K_DIR, download=False)
     train = [side for pair in corpus["train"] for side in pair]

@@ -21,10 +21,15 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from attnlab.data.batching import collate, make_lm_examples
-from attnlab.model import Transformer, TransformerConfig, TransformerLM, load_pretrained
-from attnlab.schedule import transformer_lr
+from attnlab.models.transformer import (
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    load_pretrained,
+)
 from attnlab.train import METRICS_COLUMNS, TrainConfig, Trainer, find_checkpoints
 from attnlab.train.rng import capture_rng, restore_rng
+from attnlab.train.schedule import transformer_lr
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _train_worker as worker
@@ -491,7 +496,7 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
     from dataclasses import asdict, dataclass
 
     from attnlab.data.images import ImageBatcher
-    from attnlab.pretrained import PretrainedModel
+    from attnlab.models.saved import PretrainedModel
     from attnlab.train import objectives, register_objective
     from attnlab.train.metrics import metrics_columns
 

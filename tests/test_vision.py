@@ -1,5 +1,5 @@
-"""The Vision Transformer (attnlab.vision): config and presets, patches, the 2-D sin-cos table,
-the model's shapes and input checks, permutation invariance without positions, save / load,
+"""The Vision Transformer (attnlab.models.vision): config and presets, patches, the 2-D sin-cos
+table, the model's shapes and input checks, permutation invariance without positions, save / load,
 the closed-form parameter count (ViT-B/16: 86,567,656), attention rollout, and its pictures.
 
 Models are tiny (8x8 or 12x12 images); tolerances are stated where floats are compared.
@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 
 import attnlab
-from attnlab import viz
-from attnlab.model import TransformerLM, count_parameters, read_config
-from attnlab.vision import (
+from attnlab.instruments import viz
+from attnlab.models.transformer import TransformerLM, count_parameters, read_config
+from attnlab.models.vision import (
     PatchEmbedding,
     VisionConfig,
     VisionTransformer,

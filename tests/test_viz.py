@@ -20,10 +20,11 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from attnlab import AttentionMaps, Transformer, TransformerConfig, TransformerLM, viz
-from attnlab.masks import causal_mask, combine_masks, key_mask, padding_mask
-from attnlab.positional import sinusoidal_table
-from attnlab.schedule import peak_lr
+from attnlab import AttentionMaps, Transformer, TransformerConfig, TransformerLM
+from attnlab.instruments import viz
+from attnlab.nn.masks import causal_mask, combine_masks, key_mask, padding_mask
+from attnlab.nn.positional import sinusoidal_table
+from attnlab.train.schedule import peak_lr
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -251,7 +252,9 @@ def test_attention_maps_errors(maps: AttentionMaps, kwargs, error, message) -> N
 
 
 def test_attention_maps_bad_maps() -> None:
-    with pytest.raises(TypeError, match=r"^maps: expected attnlab.model.AttentionMaps"):
+    with pytest.raises(
+        TypeError, match=r"^maps: expected attnlab.AttentionMaps"
+    ):
         viz.attention_maps([torch.rand(1, 1, 2, 2)])
     with pytest.raises(ValueError, match=r"^maps: no attention weights"):
         viz.attention_maps(AttentionMaps())
@@ -514,7 +517,7 @@ def test_import_leaves_pyplot_and_backend_alone() -> None:
     code = (
         "import sys, matplotlib\n"
         "matplotlib.use('svg')\n"  # a user's choice, made before importing attnlab
-        "import attnlab.viz as viz\n"
+        "import attnlab.instruments.viz as viz\n"
         "viz.masks([2, 1])\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"

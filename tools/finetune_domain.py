@@ -20,7 +20,10 @@ The table goes to standard output and, with the run's numbers, to ``OUT/finetune
 Run::
 
     .venv/bin/python tools/finetune_domain.py --model runs/multi30k-en-de/model \\
-        --multi30k ../shared/data/multi30k --out runs/finetune-numbers
+        --out runs/finetune-numbers
+
+Multi30K is read from ``--multi30k DIR``, else where attnlab looks for it (``$ATTNLAB_MULTI30K``,
+else the download cache that ``attnlab download multi30k`` fills); nothing is downloaded here.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from typing import Any
 
 from attnlab._io import write_json
 from attnlab.data.corpora import multi30k as load_multi30k
-from attnlab.evaluate import Translator, score
+from attnlab.inference.scores import Translator, score
 from attnlab.jobs import Job, train_job
-from attnlab.jobs.tables import TaskOptions
+from attnlab.tasks.numbers import Numbers
 
 SPLITS = ("train", "valid", "test")
 
@@ -47,7 +50,7 @@ def write_numbers_files(
     """The numbers task's splits (the numbers recipe's: 0..9,999, 500 valid, 500 test) as
     parallel text files in ``directory``, with ``replay`` pairs of the old domain appended to
     the training files; the ``[task]`` table of a ``files`` job over them."""
-    corpus = TaskOptions(name="numbers", high=9999, valid_size=500, test_size=500, seed=seed)
+    corpus = Numbers(high=9999, valid_size=500, test_size=500, seed=seed)
     data = {split: list(corpus.load()[split]) for split in SPLITS}
     data["train"] += list(replay)
     directory.mkdir(parents=True, exist_ok=True)
@@ -103,7 +106,12 @@ def table(before: dict, after: dict, minutes: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the model to start from")
-    parser.add_argument("--multi30k", required=True, help="the Multi30K data directory")
+    parser.add_argument(
+        "--multi30k",
+        default=None,
+        help="the Multi30K data directory (default: $ATTNLAB_MULTI30K, else the cache that "
+        "`attnlab download multi30k` fills)",
+    )
     parser.add_argument("--out", required=True, help="the directory of the run and its table")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate (recipe's)")
     parser.add_argument("--max-steps", type=int, default=None, help="steps (recipe's)")

@@ -1,24 +1,27 @@
 """attnlab: the Transformer of "Attention Is All You Need" (Vaswani et al. 2017), exact and fast.
 
-The building blocks live one concept per module: :mod:`attnlab.masks` (the mask convention),
-:mod:`attnlab.attention` (eq. 1 and multi-head attention), :mod:`attnlab.positional`
-(sinusoidal, learned, rotary, ALiBi), :mod:`attnlab.layers` (encoder and decoder layers and
-stacks), :mod:`attnlab.model` (the models and their config), :mod:`attnlab.generate` (greedy, beam
-search and sampling on the KV cache), :mod:`attnlab.interop` (weights from torch.nn and Hugging
-Face BERT), :mod:`attnlab.vision` (the Vision Transformer: the same encoder on image patches).
-The instruments are imported on demand (``from attnlab import flops, viz,
-explain``): :mod:`attnlab.flops` (exact MAC / FLOP counts), :mod:`attnlab.viz` (pictures, with
-matplotlib), :mod:`attnlab.explain` (the tutorial's claims, run), :mod:`attnlab.schedule`
-(eq. 3 and the cosine schedule), :mod:`attnlab.serve` (the attention explorer's web app).
+The packages, each named for what it holds:
+
+* :mod:`attnlab.nn`: the building blocks: masks, attention (eq. 1, multi-head), positional
+  encodings, layers and stacks, embeddings, the KV cache;
+* :mod:`attnlab.models`: :class:`TransformerConfig`, the models, the Vision Transformer, and
+  attnlab's saved format (``config.json`` + ``model.safetensors``);
+* :mod:`attnlab.decode`: greedy, beam search and sampling, their session, the fast step,
+  constraints;
+* :mod:`attnlab.inference`: the :class:`Translator`, model directories, scores;
+* :mod:`attnlab.formats`: foreign formats, both ways (Marian, CTranslate2, BERT, torch.nn);
+* :mod:`attnlab.data`, :mod:`attnlab.train`, :mod:`attnlab.tasks`: corpora and tokenizers,
+  the trainer, the tasks a job can name;
+* :mod:`attnlab.instruments`: flops, viz and explain, imported on demand
+  (``from attnlab.instruments import flops``); :mod:`attnlab.serve`: the attention explorer.
 """
 
-from . import generate, layers, masks, positional
+from . import _moved
 from ._version import __version__
-from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
-from .generate import Generation, beam_search, greedy_search, sample
-from .layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
-from .masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
-from .model import (
+from .decode import search as generate
+from .decode.search import Generation, beam_search, greedy_search, sample
+from .inference.translator import Translator, load_translator
+from .models.transformer import (
     AttentionMaps,
     Transformer,
     TransformerConfig,
@@ -27,14 +30,17 @@ from .model import (
     count_parameters,
     load_pretrained,
 )
-from .positional import (
+from .models.vision import VisionConfig, VisionTransformer
+from .nn import layers, masks, positional
+from .nn.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from .nn.layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
+from .nn.masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
+from .nn.positional import (
     ALiBi,
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from .translator import Translator, load_translator
-from .vision import VisionConfig, VisionTransformer
 
 __all__ = [
     "ALiBi",
@@ -76,3 +82,5 @@ __all__ = [
     "sample",
     "scaled_dot_product_attention",
 ]
+
+_moved.install()  # the old module names (attnlab.masks, ...) for one more release

@@ -2,9 +2,9 @@
 
 One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
 `tour` (tour, masks, config, flops, explain), `pictures` (viz), `train`, `jobs` (translate,
-evaluate, serve), `export`, `imports` (import) and `inference` (average, the decoding options,
-checkpoints as models); the arguments that several groups share, each flag defined once, and
-their deprecated spellings are in `_args`.
+evaluate, serve), `export`, `imports` (import), `inference` (average, the decoding options,
+checkpoints as models) and `download` (data sets fetched on purpose); the arguments that
+several groups share, each flag defined once, and their deprecated spellings are in `_args`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import export, imports, inference, jobs, models, pictures, tour, train, translate
+from . import download, export, imports, inference, jobs, models, pictures, tour, train, translate
 from ._args import show_slots_required, take_deprecated_positionals
 from .train import build_job
 
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_parsers(sub)
     inference.add_parsers(sub)
     models.add_parsers(sub)
+    download.add_parsers(sub)
     translate.extend(sub)  # translate's options
     inference.extend(sub)  # options of evaluate; checkpoints as models
     for each in _parsers(parser):

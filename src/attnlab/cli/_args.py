@@ -157,12 +157,12 @@ def decoding_of(
 ) -> tuple[dict[str, float | int], str | None]:
     """``beam_size`` and ``alpha`` for ``command`` on ``args.model``: ``--beam-size`` and
     ``--alpha`` where given, else what the model directory carries
-    (:func:`attnlab.modeldir.decoding_settings`), a carried beam raised to ``least_beam`` =
-    ``(beam, the flag that needs it)``. With them, the line for stderr that says which were
+    (:func:`attnlab.inference.modeldir.decoding_settings`), a carried beam raised to ``least_beam``
+    = ``(beam, the flag that needs it)``. With them, the line for stderr that says which were
     used and where they came from (to print once the model has loaded), where a carried value
     decides the search: None when both were given, or for an alpha under a given beam of 1
     (greedy search has no length penalty)."""
-    from ..modeldir import decoding_settings
+    from ..inference.modeldir import decoding_settings
 
     settings, source = decoding_settings(args.model)
     given = {k: getattr(args, k, None) for k in ("beam_size", "alpha")}

@@ -16,7 +16,7 @@ from ._args import (
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..export import QUANTIZATIONS, TARGETS, export_model
+    from ..formats import QUANTIZATIONS, TARGETS, export_model
 
     # Checked here rather than by argparse's choices: a bad value is one line on stderr.
     if args.out is None:

@@ -1,7 +1,7 @@
 """``attnlab import``: a pretrained model from another library, in as an attnlab model directory.
 
 Today one format: a Hugging Face transformers Marian directory (the opus-mt family), read by
-:func:`attnlab.export.marian.import_marian`.
+:func:`attnlab.formats.marian.import_marian`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from ._args import add_out_flag, add_overwrite_flag
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..export.marian import import_marian
+    from ..formats.marian import import_marian
 
     if args.out is None:
         raise ValueError("--out: required (the attnlab model directory to create)")
     out = import_marian(args.source, args.out, overwrite=args.overwrite)
-    from ..pretrained import read_config
+    from ..models.saved import read_config
 
     _, config = read_config(out)  # the summary needs the config, not the weights again
     vocab = (

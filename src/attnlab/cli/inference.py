@@ -4,7 +4,7 @@ translate`) shares with them.
 
 `extend` runs after the other groups have added their parsers: it adds options to ``evaluate``
 (defined in `jobs`) and routes every command's model argument (``--model``) through
-:func:`attnlab.modeldir.resolve_model_dir`, so that each also takes a checkpoint
+:func:`attnlab.inference.modeldir.resolve_model_dir`, so that each also takes a checkpoint
 ``OUT/checkpoints/step-N`` or a run ``OUT``. `add_parsers` adds ``average``.
 """
 
@@ -42,7 +42,7 @@ KINDS = {
 def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str, flag: str):
     """Refuse, in one line naming the kind found and the command that fits, a model of another
     kind than ``wanted`` (model_type names)."""
-    from ..modeldir import kind_of
+    from ..inference.modeldir import kind_of
 
     kind = kind_of(directory)
     if kind in wanted or kind == "unknown":
@@ -55,7 +55,7 @@ def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str
 def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``func`` with its ``--model`` resolved first (a checkpoint or a run to a model
     directory); where only a deprecated positional could have named it, refused if missing."""
-    from ..modeldir import resolve_model_dir
+    from ..inference.modeldir import resolve_model_dir
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
@@ -120,7 +120,7 @@ class TooLongLines:
         return self
 
     def unmet(self, report) -> None:
-        """A line refused for its prefix or constraints (a :class:`attnlab.translator.
+        """A line refused for its prefix or constraints (a :class:`attnlab.inference.translator.
         Refused`)."""
         self.refused += 1
         where = f"{self.source} {self.first + report.index:,}"
@@ -202,7 +202,7 @@ def _check_decoding_flags(args: argparse.Namespace, kind: str) -> None:
 
 
 def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
-    from ..modeldir import kind_of
+    from ..inference.modeldir import kind_of
 
     device_of(args.device)  # --device cuda without CUDA: before any work
     kind = kind_of(args.model)
@@ -228,7 +228,7 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     if args.src is None or args.ref is None:
         missing = "--ref" if args.ref is None else "--src"
         raise ValueError(f"{missing}: required with {'--src' if missing == '--ref' else '--ref'}")
-    from ..evaluate import Translator, score
+    from ..inference.scores import Translator, score
     from .jobs import print_scores
 
     sources = _read_lines(args.src, "--src", args.errors)
@@ -292,7 +292,7 @@ def _target_language(model_dir: str) -> str:
 
 
 def _evaluate_lm_file(args: argparse.Namespace) -> int:
-    from ..evaluate import lm_perplexity, load_with_tokenizers
+    from ..inference.scores import lm_perplexity, load_with_tokenizers
     from .jobs import print_scores
 
     if args.ref is not None or args.src is None:
@@ -317,7 +317,7 @@ def cmd_average(args: argparse.Namespace) -> int:
     import shutil
 
     from .._io import atomic_write, atomic_write_dir
-    from ..modeldir import resolve_model_dir
+    from ..inference.modeldir import resolve_model_dir
     from ..train.checkpoint import average_checkpoints
 
     dirs = [resolve_model_dir(path, name="CKPT") for path in args.checkpoints]

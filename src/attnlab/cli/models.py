@@ -21,13 +21,13 @@ from .inference import check_kind, positive_number, probability, resolving
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Continue the prompt with one :func:`attnlab.generate.sample` or
-    :func:`~attnlab.generate.greedy_search` call on the model's KV cache, writing the text as
+    """Continue the prompt with one :func:`attnlab.decode.search.sample` or
+    :func:`~attnlab.decode.search.greedy_search` call on the model's KV cache, writing the text as
     each token comes (its ``on_token`` hook): the prompt is encoded once, not once a token."""
     import torch
 
-    from ..evaluate import load_with_tokenizers
-    from ..generate import greedy_search, sample
+    from ..decode.search import greedy_search, sample
+    from ..inference.scores import load_with_tokenizers
 
     if not args.sample and (args.temperature != 1.0 or args.top_k or args.top_p):
         raise ValueError("--temperature, --top-k, --top-p: only with --sample")
@@ -96,7 +96,7 @@ def _load_image(path: str, channels: int, size: int, invert: bool):
 def cmd_predict(args: argparse.Namespace) -> int:
     import torch
 
-    from ..model import load_pretrained
+    from ..models.transformer import load_pretrained
 
     device = device_of(args.device)
     check_kind(args.model, {"vit"}, "predict", "--model")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..model import Transformer
-from ..vision import VisionTransformer
+from ..models.transformer import Transformer
+from ..models.vision import VisionTransformer
 from ._args import (
     add_deprecated_positionals,
     add_device_flag,
@@ -46,7 +46,7 @@ def _texts_as_ids(args: argparse.Namespace, model) -> tuple[list | None, list | 
     ``()``). A target text, and a language model's input, start with BOS, as the model saw them
     in training. Refused, naming the flag: both spellings of one side, an empty text, or one
     over the model's max_len tokens (checked on characters first: tokenizing is bounded too)."""
-    from ..evaluate import CHARS_PER_TOKEN
+    from ..inference.scores import CHARS_PER_TOKEN
 
     for side in ("src", "tgt"):
         if getattr(args, side) is not None and getattr(args, f"{side}_ids") is not None:
@@ -54,7 +54,7 @@ def _texts_as_ids(args: argparse.Namespace, model) -> tuple[list | None, list | 
     if args.src is None and args.tgt is None:
         return args.src_ids, args.tgt_ids, ()
     from ..data import load_tokenizers
-    from ..model import Transformer
+    from ..models.transformer import Transformer
 
     config = model.config
     loaded = load_tokenizers(args.model)
@@ -91,10 +91,10 @@ def _labels(tokenizers: tuple, ids: list[int] | None, side: int) -> list | None:
 
 
 def _viz_attention(args: argparse.Namespace) -> list[Path]:
-    from .. import viz
-    from ..decoding import EXTRA_LENGTH
-    from ..generate import greedy_search
-    from ..model import TransformerEncoder, TransformerLM, load_pretrained
+    from ..decode.search import greedy_search
+    from ..decode.session import EXTRA_LENGTH
+    from ..instruments import viz
+    from ..models.transformer import TransformerEncoder, TransformerLM, load_pretrained
 
     device = device_of(args.device)
     model = load_pretrained(args.model, device=device).eval()
@@ -145,9 +145,9 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
 
 
 def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
-    from .. import viz
-    from ..model import load_pretrained
-    from ..positional import LearnedPositionalEmbedding
+    from ..instruments import viz
+    from ..models.transformer import load_pretrained
+    from ..nn.positional import LearnedPositionalEmbedding
 
     model = load_pretrained(args.model)
     if isinstance(model, VisionTransformer):
@@ -173,10 +173,10 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
 
 
 def _viz_rollout(args: argparse.Namespace) -> list[Path]:
-    from .. import viz
+    from ..instruments import viz
     from ..jobs import JOB_FILE, Job
-    from ..model import load_pretrained
-    from ..vision import class_token_rollout
+    from ..models.transformer import load_pretrained
+    from ..models.vision import class_token_rollout
 
     device = device_of(args.device)
     model = load_pretrained(args.model, device=device).eval()
@@ -213,7 +213,7 @@ def _viz_rollout(args: argparse.Namespace) -> list[Path]:
 
 
 def _viz_other(args: argparse.Namespace) -> list[Path]:
-    from .. import viz
+    from ..instruments import viz
 
     path = Path(args.out or f"{args.picture}.png")
     if args.picture == "pe":

@@ -11,12 +11,12 @@ from pathlib import Path
 import torch
 
 from .. import __version__
-from ..attention import MultiHeadAttention
-from ..generate import beam_search, greedy_search
-from ..masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
-from ..model import Transformer, TransformerConfig, count_parameters
-from ..positional import SinusoidalPositionalEncoding
-from ..vision import VisionConfig, count_vit_parameters
+from ..decode.search import beam_search, greedy_search
+from ..models.transformer import Transformer, TransformerConfig, count_parameters
+from ..models.vision import VisionConfig, count_vit_parameters
+from ..nn.attention import MultiHeadAttention
+from ..nn.masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
+from ..nn.positional import SinusoidalPositionalEncoding
 from ._args import (
     add_deprecated,
     add_json_flag,
@@ -218,7 +218,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         if args.preset is not None:
             raise ValueError(f"--recipe: prints a task's recipe; drop NAME ({args.preset})")
         if args.json:
-            from ..jobs.tables import toml_loads
+            from ..jobs.job import toml_loads
 
             print(json.dumps(toml_loads(recipe_text(args.recipe)), indent=2))
             return 0
@@ -273,7 +273,7 @@ def cmd_flops(args: argparse.Namespace) -> int:
 
 
 def _flops_compare_heads(args: argparse.Namespace) -> int:
-    from ..flops import compare_heads
+    from ..instruments.flops import compare_heads
 
     result = compare_heads(
         args.batch, args.seq, args.d_model, args.num_heads, measured=not args.analytic
@@ -319,7 +319,7 @@ def _flops_compare_heads(args: argparse.Namespace) -> int:
 
 
 def _flops_config(args: argparse.Namespace) -> int:
-    from ..flops import model_costs, table1
+    from ..instruments.flops import model_costs, table1
 
     config = TransformerConfig.preset(args.preset)
     src, tgt = args.src_len, args.tgt_len or args.src_len
@@ -398,7 +398,7 @@ def _flops_config(args: argparse.Namespace) -> int:
 
 
 def _measure_model(config: TransformerConfig, src_len: int, tgt_len: int, batch: int) -> int:
-    from ..flops import measure
+    from ..instruments.flops import measure
 
     model = Transformer(config).eval()
     gen = torch.Generator().manual_seed(0)
@@ -409,7 +409,7 @@ def _measure_model(config: TransformerConfig, src_len: int, tgt_len: int, batch:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ..explain import REPORT, REPORTS, explain, in_lang
+    from ..instruments.explain import REPORT, REPORTS, explain, in_lang
 
     print(
         f"Running the tutorial's claims{' (quick)' if args.quick else ''}; report and figures "

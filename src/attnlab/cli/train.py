@@ -11,9 +11,9 @@ import textwrap
 from pathlib import Path
 
 from ..jobs import TASKS
-from ..model import TransformerConfig
+from ..models.transformer import TransformerConfig
+from ..models.vision import VisionConfig
 from ..train.progress import TRAIN_LOG
-from ..vision import VisionConfig
 from ._args import (
     add_compile_flag,
     add_device_flag,
@@ -120,7 +120,7 @@ def _job_data(config: str, init_from: str | None = None):
     see ``attnlab config --recipe``). ``init_from`` (``--init-from``) joins its ``[model]``
     before the job is built, so that the fine-tuning recipe fills in what it leaves out."""
     from ..jobs import Job
-    from ..jobs.tables import toml_loads
+    from ..jobs.job import toml_loads
     from .tour import recipe_names, recipe_text
 
     if not Path(config).exists() and config in recipe_names():
@@ -215,7 +215,24 @@ def build_job(args: argparse.Namespace, notes: list[str] | None = None):
         if table not in data:
             raise ValueError(f"--set {table}.{name}: unknown table {table!r}; use {sorted(data)}")
         data[table][name] = value
+    _check_task_flags(args, data["task"])
     return Job.from_dict(data)
+
+
+def _check_task_flags(args: argparse.Namespace, table: dict) -> None:
+    """A task flag the task has no option for (--text-file on a translation task): one line
+    naming the flag, not the [task] key."""
+    import dataclasses
+
+    from ..tasks import TASKS
+
+    cls = TASKS.get(table.get("name", "numbers"))
+    if cls is None:
+        return  # Job.from_dict names the unknown task
+    own = {f.name for f in dataclasses.fields(cls)}
+    for key, flag in _TASK_FLAGS.items():
+        if getattr(args, key, None) is not None and key not in own:
+            raise ValueError(f"{flag}: the {cls.name} task has no such option ([task] {key})")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -236,9 +253,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             _prepare_out(out, resume=args.resume, overwrite=args.overwrite)
             for note in notes:
                 print(f"attnlab train: note: {note}", flush=True)
-            bare = job.task.is_image or job.task.is_lm
-            languages = "" if bare else f" {job.task.src_lang}->{job.task.tgt_lang}"
-            where = f"{job.task.name}{languages} into {out}/"
+            where = f"{job.task.heading()} into {out}/"
             ranks = f" on {world} processes" if world > 1 else ""
             print(f"attnlab train: {where}{ranks}", flush=True)
         created = not out.exists()
@@ -260,7 +275,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     _print_time_cap(result.get("training", {}), job.train)
     print_scores(result, beam_size=job.eval.beam_size)
-    use = "evaluate" if job.task.is_lm or job.task.is_image else "translate"
+    use = job.task.command
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     best = result.get("training", {}).get("best")
     if best:
@@ -276,7 +291,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _check_startable(job) -> None:
     """What would stop the run before its first step, said in the command's flags: no limit
-    on training, the text task without its file; then every setting (`Job.check`)."""
+    on training; then every setting and what the task's options name (`Job.check`)."""
     train = job.train
     if all(train.get(name) is None for name in ("max_steps", "max_epochs", "max_minutes")):
         raise ValueError(
@@ -284,12 +299,23 @@ def _check_startable(job) -> None:
             f"{job.task.name!r} task has no recipe that sets one: set at least one (or "
             f"[train] max_steps, max_epochs or max_minutes in --config)"
         )
-    if job.task.is_lm:
-        if not job.task.text_file:
-            raise ValueError("--text-file: required for --task text (one plain text file)")
-        if not Path(job.task.text_file).is_file():
-            raise FileNotFoundError(f"--text-file: {job.task.text_file}: no such file")
-    job.check()
+    try:
+        job.check()
+    except (ValueError, OSError) as e:  # a [task] option a flag sets: name the flag
+        message = str(e)
+        for key, flag in _TASK_FLAGS.items():
+            if message.startswith(f"[task] {key}:"):
+                raise type(e)(flag + message[len(f"[task] {key}") :]) from None
+        raise
+
+
+#: The [task] options that `attnlab train` flags set.
+_TASK_FLAGS = {
+    "data_dir": "--data-dir",
+    "src_lang": "--src-lang",
+    "tgt_lang": "--tgt-lang",
+    "text_file": "--text-file",
+}
 
 
 def _remove_failed_start(out: Path) -> None:

@@ -1,6 +1,6 @@
 """``attnlab translate``: its options (added to the parser that :mod:`attnlab.cli.jobs`
 defines) and the command: text, standard input or a file, in bounded chunks, with constraints,
-a prefix and scores (:class:`attnlab.translator.Translator`)."""
+a prefix and scores (:class:`attnlab.inference.translator.Translator`)."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def _scored_line(best, n_best: bool) -> str:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from ..translator import Translator
+    from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
 
     _check_translate_flags(args)

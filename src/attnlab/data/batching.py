@@ -13,6 +13,13 @@ exceed the budget, whatever the lengths.
   epochs), packs them greedily into budget-bound batches, shuffles the batches, and splits
   each global batch among the replicas of a distributed run.
 * :func:`collate` turns a batch into ``src (B, S)``, ``tgt_in (B, T)``, ``tgt_out (B, T)``.
+* :class:`Mixture`: several corpora concatenated into one index space, drawn anew each epoch
+  by weights or by temperature; :class:`TokenBatcher` then buckets and packs the draw.
+
+An epoch's batches are held lean (:class:`IndexBatches`: one index array and the batch
+boundaries, a few bytes per example), so that corpora of millions of pairs batch in seconds;
+:mod:`attnlab.data.shards` gives such corpora as memory-mapped :class:`~attnlab.data.shards.
+ShardExamples`, which every function here accepts as :class:`Examples`.
 
 Example::
 
@@ -25,8 +32,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple, overload
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import torch
@@ -35,6 +42,8 @@ from torch import Tensor
 __all__ = [
     "Example",
     "Examples",
+    "IndexBatches",
+    "Mixture",
     "TokenBatcher",
     "collate",
     "make_examples",
@@ -61,8 +70,12 @@ class Examples(Sequence[Example]):
     A read-only sequence of :class:`Example`. ``src_lengths`` and ``tgt_lengths`` (int64 numpy
     arrays) are the lengths of the tensors each example becomes: ``len(src)`` and
     ``len(tgt) - 1`` (the length of ``tgt_in`` and of ``tgt_out``). ``dropped`` counts the
-    pairs left out for exceeding ``max_len``.
+    pairs left out for exceeding ``max_len``. ``mixture`` (None here) is how the batcher draws
+    each epoch's examples when they come from several corpora (:class:`Mixture`; see
+    :class:`attnlab.data.shards.ShardExamples`).
     """
+
+    mixture: Mixture | None = None
 
     def __init__(self, examples: Iterable[Example], *, dropped: int = 0) -> None:
         self._examples = list(examples)
@@ -93,6 +106,126 @@ class Examples(Sequence[Example]):
 
     def __repr__(self) -> str:
         return f"Examples({len(self)} examples, {self.dropped} dropped)"
+
+    def collate(self, indices: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The padded tensors of the examples ``indices``: :func:`collate`."""
+        return _collate_rows(self, indices, pad_id)
+
+
+def _check_ids(ids: object, where: str) -> tuple[int, ...]:
+    """``ids`` as a tuple of non-negative ints, or a ValueError naming ``where``."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, np.ndarray, Tensor)):
+        raise TypeError(f"{where}: expected a sequence of token ids, got {type(ids).__name__}")
+    array = np.asarray(ids)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ValueError(f"{where}: expected a flat sequence of int token ids, got {ids!r:.80}")
+    if array.size and array.min() < 0:
+        raise ValueError(f"{where}: token ids must be >= 0, got {int(array.min())}")
+    return tuple(array.tolist())
+
+
+def _check_max_len(max_len: object) -> None:
+    if max_len is not None and (
+        not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1
+    ):
+        raise ValueError(f"max_len: expected a positive int or None, got {max_len!r}")
+
+
+def make_examples(
+    pairs: Iterable[tuple[Sequence[int], Sequence[int]]],
+    *,
+    max_len: int | None,
+    bos_id: int = 1,
+    eos_id: int = 2,
+) -> Examples:
+    """Frame ``(source ids, target ids)`` pairs for teacher forcing.
+
+    The source stays as given; the target becomes ``[bos_id] + ids + [eos_id]``. A pair is
+    dropped when its source is longer than ``max_len`` or its target tensors (``len(ids) + 1``
+    tokens: ``[bos] + ids`` in, ``ids + [eos]`` out) are; ``Examples.dropped`` counts them.
+
+    Args:
+        pairs: ``(src_ids, tgt_ids)`` pairs of int sequences (lists, tuples, 1-D arrays),
+            without specials, e.g. from ``Tokenizer.encode``.
+        max_len: the longest tensor a model may see (``TransformerConfig.max_len``), or None to
+            keep every pair.
+        bos_id, eos_id: the framing ids (``TransformerConfig``'s defaults).
+
+    Returns:
+        :class:`Examples`, in the order of ``pairs``.
+
+    Raises:
+        ValueError / TypeError: a malformed pair, naming its index.
+    """
+    _check_max_len(max_len)
+    examples: list[Example] = []
+    dropped = 0
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"pairs[{i}]: expected a (src_ids, tgt_ids) pair, got {pair!r:.80}")
+        src = _check_ids(pair[0], f"pairs[{i}][0] (source)")
+        tgt = _check_ids(pair[1], f"pairs[{i}][1] (target)")
+        if max_len is not None and (len(src) > max_len or len(tgt) + 1 > max_len):
+            dropped += 1
+            continue
+        examples.append(Example(src, (bos_id, *tgt, eos_id)))
+    return Examples(examples, dropped=dropped)
+
+
+def make_lm_examples(
+    sequences: Iterable[Sequence[int]],
+    *,
+    max_len: int | None,
+    bos_id: int = 1,
+    eos_id: int = 2,
+) -> Examples:
+    """Examples for a decoder-only model (``TransformerLM``): an empty source and the sequence
+    framed as ``[bos] + ids + [eos]``; sequences whose ``len(ids) + 1`` exceeds ``max_len`` are
+    dropped (counted in ``Examples.dropped``)."""
+    _check_max_len(max_len)
+    examples: list[Example] = []
+    dropped = 0
+    for i, ids in enumerate(sequences):
+        tgt = _check_ids(ids, f"sequences[{i}]")
+        if max_len is not None and len(tgt) + 1 > max_len:
+            dropped += 1
+            continue
+        examples.append(Example((), (bos_id, *tgt, eos_id)))
+    return Examples(examples, dropped=dropped)
+
+
+def _as_lengths(values: object, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ValueError(f"{name}: expected a 1-D sequence of int lengths, got {values!r:.80}")
+    if array.size and array.min() < 0:
+        raise ValueError(f"{name}: lengths must be >= 0, got {int(array.min())}")
+    return array.astype(np.int64)
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        kind = "positive" if minimum == 1 else "non-negative"
+        raise ValueError(f"{name}: expected a {kind} int, got {value!r}")
+    return int(value)
+
+
+def share(batch: Sequence[int], num_replicas: int, rank: int) -> list[int]:
+    """Replica ``rank``'s contiguous share of a global ``batch`` cut into ``num_replicas``
+    shares whose sizes differ by at most one (``numpy.array_split``'s cut; a share is empty
+    when the batch has fewer items than replicas)."""
+    size, extra = divmod(len(batch), num_replicas)
+    start = rank * size + min(rank, extra)
+    stop = start + size + (1 if rank < extra else 0)
+    return list(batch[start:stop])
+
+
+@@BATCHER@@
+
+
+def collate(self, indices: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The padded tensors of the examples ``indices``: :func:`collate`."""
+        return _collate_rows(self, indices, pad_id)
 
 
 def _check_ids(ids: object, where: str) -> tuple[int, ...]:
@@ -383,7 +516,20 @@ def collate(
         sources); ``tgt_in (B, T)``: ``[bos] + ids``, the decoder's input; ``tgt_out (B, T)``:
         ``ids + [eos]``, what it must predict at each position (``T = longest len(tgt) - 1``).
         ``B = len(indices)``, in the order of ``indices``.
+
+    :class:`Examples` collate themselves (:meth:`Examples.collate`: memory-mapped
+    :class:`~attnlab.data.shards.ShardExamples` without a loop over the rows); any other
+    sequence of :class:`Example` row by row.
     """
+    if isinstance(examples, Examples):
+        return examples.collate(indices, pad_id)
+    return _collate_rows(examples, indices, pad_id)
+
+
+def _collate_rows(
+    examples: Sequence[Example], indices: Sequence[int], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`collate`, one example at a time."""
     if len(indices) == 0:
         raise ValueError("indices: expected at least one example index, got none")
     _check_int(pad_id, "pad_id", 0)

@@ -5,7 +5,8 @@
   CPU and has one right answer per input, so exact match measures it.
 * :func:`multi30k`: Multi30K task 1 (Elliott et al. 2016), English / German / French image
   captions, the usual small benchmark for the paper's model. Read from a directory, downloaded
-  from the dataset's public repository when missing, and checked against SHA-256 digests.
+  from the dataset's public repository when missing, and checked against SHA-256 digests;
+  :func:`download_multi30k` (``attnlab download multi30k``) fetches it on purpose.
 * :func:`parallel_files`: any line-aligned pair of files.
 * :func:`text_corpus`: one text file split into train / valid lines, for ``TransformerLM``.
 * :func:`read_lines`: the UTF-8 reader under all of them, whose errors name the file and line.
@@ -30,7 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ __all__ = [
     "MULTI30K_URL",
     "ParallelCorpus",
     "default_multi30k_dir",
+    "download_multi30k",
     "multi30k",
     "numbers",
     "parallel_files",
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike
+#: A download's progress: ``(file name, bytes received, bytes expected)``, called as bytes arrive.
+Progress = Callable[[str, int, int], object]
 
 SPLITS = ("train", "valid", "test")
 
@@ -423,29 +427,61 @@ def _clip(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _download(url: str, destination: Path, timeout: float, deadline: _Deadline) -> None:
+def _content_length(answer: http.client.HTTPResponse) -> int | None:
+    """The answer's Content-Length, or None when it gives none (or none that is a number)."""
+    value = answer.headers.get("Content-Length")
+    try:
+        length = int(value) if value is not None else None
+    except ValueError:
+        return None
+    return length if length is not None and length >= 0 else None
+
+
+def _download(
+    url: str,
+    destination: Path,
+    timeout: float,
+    deadline: _Deadline,
+    progress: Progress | None = None,
+) -> None:
     """Fetch ``url`` into ``destination`` (named like a key of MULTI30K_SHA256) if its digest
     matches; write it atomically, so no partial or unverified file is ever left behind.
-    ``timeout``: seconds for any one connect or read; ``deadline``: for the whole download."""
+    ``timeout``: seconds for any one connect or read; ``deadline``: for the whole download;
+    ``progress(name, received, expected)`` as bytes arrive (expected: the Content-Length, else
+    the published size). An answer shorter than its Content-Length is refused as truncated."""
     name = destination.name
     expected_digest, expected_size = MULTI30K_SHA256[name]
     request = urllib.request.Request(url, headers={"User-Agent": "attnlab"})
     limit = 2 * expected_size  # a wrong URL serving something huge is cut off, then refused
     chunks, received = [], 0
+    length: int | None = None
     late = (
         f"could not download {name} from {url}: not complete within {deadline.seconds:g} s "
         f"(the download deadline)"
     )
+
+    def truncated(got: int, announced: int) -> str:
+        return (
+            f"could not download {name} from {url}: the connection closed after {got:,} of "
+            f"{announced:,} bytes (a truncated download); nothing was saved"
+        )
+
     try:
         if deadline.remaining() <= 0:
             raise OSError(late)
         with _opener(deadline).open(request, timeout=min(timeout, deadline.remaining())) as answer:
+            length = _content_length(answer)
+            total = length if length is not None else expected_size
+            if progress is not None:
+                progress(name, 0, total)
             while received <= limit:
                 chunk = answer.read1(1 << 16)  # what has arrived: a drip cannot hold it
                 if not chunk:
                     break
                 chunks.append(chunk)
                 received += len(chunk)
+                if progress is not None:
+                    progress(name, received, total)
                 if deadline.remaining() <= 0:
                     raise OSError(late)
         if deadline.expired:  # the shut socket read as the end of the answer
@@ -455,11 +491,18 @@ def _download(url: str, destination: Path, timeout: float, deadline: _Deadline) 
         raise OSError(
             f"could not download {name} from {url}: HTTP {exc.code} {exc.reason}"
         ) from exc
+    except http.client.IncompleteRead as exc:  # a chunked answer that stopped early
+        if deadline.expired or deadline.remaining() <= 0:
+            raise OSError(late) from exc
+        got = received + len(exc.partial)
+        raise OSError(truncated(got, got + (exc.expected or 0))) from exc
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         if deadline.expired or deadline.remaining() <= 0:
             raise OSError(late) from exc
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise OSError(f"could not download {name} from {url}: {reason}") from exc
+    if length is not None and received < length:
+        raise OSError(truncated(received, length))
     data = b"".join(chunks)
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected_digest:
@@ -504,6 +547,94 @@ def _verify_cached(path: Path) -> None:
     _VERIFIED.add(identity)
 
 
+def _local(directory: Path, stem: str, lang: str) -> Path | None:
+    """The file of ``stem`` in ``lang`` in ``directory`` (``.gz``, else plain text), or None."""
+    for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def _missing(directory: Path, langs: Sequence[str]) -> list[str]:
+    """The ``.gz`` names of the files of ``langs`` that ``directory`` has in neither form."""
+    wanted = [(stem, lang) for stem in _MULTI30K_STEMS.values() for lang in langs]
+    return [f"{stem}.{lang}.gz" for stem, lang in wanted if _local(directory, stem, lang) is None]
+
+
+def _fetch(
+    directory: Path,
+    names: Sequence[str],
+    base_url: str | None,
+    timeout: float,
+    deadline: float,
+    progress: Progress | None = None,
+) -> None:
+    """Download ``names`` into ``directory``, each verified before it is written, from
+    ``base_url``, else ``$ATTNLAB_MULTI30K_URL``, else :data:`MULTI30K_URL`; ``deadline``
+    seconds for them all."""
+    base_url = base_url or os.environ.get("ATTNLAB_MULTI30K_URL") or MULTI30K_URL
+    clock = _Deadline(deadline)
+    try:
+        for name in names:
+            url = base_url.rstrip("/") + "/" + name
+            _download(url, directory / name, timeout, clock, progress)
+    finally:
+        clock.cancel()
+
+
+def download_multi30k(
+    data_dir: PathLike | None = None,
+    *,
+    langs: Sequence[str] = MULTI30K_LANGS,
+    base_url: str | None = None,
+    timeout: float = 60.0,
+    deadline: float = 900.0,
+    progress: Progress | None = None,
+) -> dict[str, str]:
+    """Fetch Multi30K task 1's raw files (train, val, test_2016_flickr in each of ``langs``)
+    into ``data_dir``, else :func:`default_multi30k_dir`: what :func:`multi30k` downloads on
+    its first use, done on purpose (``attnlab download multi30k``).
+
+    A file already there is kept: a ``.gz`` copy is checked against :data:`MULTI30K_SHA256`
+    (a damaged one is an error), a plain-text copy is taken as it is. Each missing file is
+    downloaded from ``base_url``, else ``$ATTNLAB_MULTI30K_URL``, else :data:`MULTI30K_URL`,
+    checked against its SHA-256 and only then written, atomically (a temporary file renamed
+    into place): a truncated or different download leaves nothing behind. ``timeout`` bounds
+    each connect and read, ``deadline`` (seconds) the downloads together;
+    ``progress(name, received, expected)`` is called as bytes arrive.
+
+    Returns:
+        ``{file name: "present" | "downloaded"}``: the files already there, then those
+        downloaded, in download order.
+
+    Raises:
+        ValueError: an unknown language; a download or a ``.gz`` copy already there whose
+            SHA-256 does not match (naming the file and both digests).
+        OSError: a download failed, was truncated, or took longer than ``deadline`` (naming
+            the file and URL).
+    """
+    if isinstance(langs, str) or not langs:
+        raise ValueError(f"langs: expected a non-empty list of {MULTI30K_LANGS}, got {langs!r}")
+    for lang in langs:
+        if lang not in MULTI30K_LANGS:
+            raise ValueError(f"langs: Multi30K has languages {MULTI30K_LANGS}, got {lang!r}")
+    timeout = check_positive_number(timeout, "timeout")
+    deadline = check_positive_number(deadline, "deadline")
+    directory = Path(data_dir).expanduser() if data_dir is not None else default_multi30k_dir()
+    langs = list(dict.fromkeys(langs))
+    missing = _missing(directory, langs)
+    status: dict[str, str] = {}
+    for stem in _MULTI30K_STEMS.values():
+        for lang in langs:
+            found = _local(directory, stem, lang)
+            if found is not None:
+                _verify_cached(found)
+                status[found.name] = "present"
+    _fetch(directory, missing, base_url, timeout, deadline, progress)
+    status.update(dict.fromkeys(missing, "downloaded"))
+    return status
+
+
 def multi30k(
     data_dir: PathLike | None = None,
     *,
@@ -546,32 +677,20 @@ def multi30k(
     timeout = check_positive_number(timeout, "timeout")
     deadline = check_positive_number(deadline, "deadline")
     directory = Path(data_dir).expanduser() if data_dir is not None else default_multi30k_dir()
-    base_url = base_url or os.environ.get("ATTNLAB_MULTI30K_URL") or MULTI30K_URL
 
-    def local(stem: str, lang: str) -> Path | None:
-        for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
-            if (directory / name).is_file():
-                return directory / name
-        return None
-
-    wanted = [(stem, lang) for stem in _MULTI30K_STEMS.values() for lang in (src_lang, tgt_lang)]
-    missing = [f"{stem}.{lang}.gz" for stem, lang in wanted if local(stem, lang) is None]
+    missing = _missing(directory, (src_lang, tgt_lang))
     if missing and not download:
         raise FileNotFoundError(
             f"Multi30K: {directory} lacks {', '.join(missing)} (or the same names without .gz) "
-            f"and download=False; put the files there, or pass data_dir or set ATTNLAB_MULTI30K"
+            f"and download=False; put the files there, pass data_dir or set ATTNLAB_MULTI30K, "
+            f"or run `attnlab download multi30k`"
         )
-    clock = _Deadline(deadline)
-    try:
-        for name in missing:
-            _download(base_url.rstrip("/") + "/" + name, directory / name, timeout, clock)
-    finally:
-        clock.cancel()
+    _fetch(directory, missing, base_url, timeout, deadline)
 
     splits = {}
     for split, stem in _MULTI30K_STEMS.items():
-        src_path = local(stem, src_lang) or directory / f"{stem}.{src_lang}.gz"
-        tgt_path = local(stem, tgt_lang) or directory / f"{stem}.{tgt_lang}.gz"
+        src_path = _local(directory, stem, src_lang) or directory / f"{stem}.{src_lang}.gz"
+        tgt_path = _local(directory, stem, tgt_lang) or directory / f"{stem}.{tgt_lang}.gz"
         for path in (src_path, tgt_path):
             if download and path.is_file():  # the download cache: never trust a damaged copy
                 _verify_cached(path)

@@ -10,7 +10,7 @@ A :class:`Job` is one TOML file (or a task's recipe alone) with five tables::
 
 What a job leaves out comes from its task's recipe, a packaged TOML file
 (``attnlab/recipes/*.toml``, linked from the repository's ``configs/``); the tasks are the
-registry :data:`TASKS`. Every key of every table is checked when the job is parsed
+registry :data:`attnlab.tasks.TASKS`. Every key of every table is checked when the job is parsed
 (:meth:`Job.from_dict`, with "did you mean" for a near miss), and every value of ``[model]``
 and ``[train]`` by :meth:`Job.check`, before any work starts.
 
@@ -21,32 +21,22 @@ beam search and score it (``OUT/results.json``). :func:`evaluate_model` scores a
 on a split of its task.
 """
 
-from .run import RESULTS_FILE, evaluate_model, train_job
-from .tables import (
-    JOB_FILE,
-    TABLES,
-    TASK_DEFAULTS,
-    TASKS,
-    EvalOptions,
-    Job,
-    Task,
-    TaskOptions,
-    TokenizerOptions,
-    recipe,
-)
+from ..tasks import TASKS, Task
+from .job import JOB_FILE, TABLES, EvalOptions, Job, TokenizerOptions, recipe, task_from
+from .run import RESULTS_FILE, evaluate_model, read_job, train_job
 
 __all__ = [
     "JOB_FILE",
     "RESULTS_FILE",
     "TABLES",
     "TASKS",
-    "TASK_DEFAULTS",
     "EvalOptions",
     "Job",
     "Task",
-    "TaskOptions",
     "TokenizerOptions",
     "evaluate_model",
+    "read_job",
     "recipe",
+    "task_from",
     "train_job",
 ]

@@ -214,7 +214,7 @@ def create_app(
 ) -> FastAPI:
     """The explorer's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
     once). ``beam_size``: the default beam (1-16) and ``alpha`` the length penalty (None: what
-    the model directory carries, :func:`attnlab.modeldir.decoding_settings`); ``device``:
+    the model directory carries, :func:`attnlab.inference.modeldir.decoding_settings`); ``device``:
     default CUDA when available;
     ``static_dir``: the page's files (default the package's ``static/``); ``limits``: queue,
     timeouts, connection and answer sizes (:class:`Limits`' defaults); ``allowed_hosts``: the

@@ -19,18 +19,18 @@ import torch
 from torch import Tensor
 
 from .._checks import check_positive_int, is_int
-from ..bounds import CHARS_PER_TOKEN
-from ..constraints import UNMET, GuideError, Phrase, check_request
-from ..generate import EXTRA_LENGTH, Generation, length_penalty
-from ..masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
-from ..model import Transformer
-from ..positional import (
+from ..decode.constraints import UNMET, GuideError, Phrase, check_request
+from ..decode.search import EXTRA_LENGTH, Generation, length_penalty
+from ..inference.bounds import CHARS_PER_TOKEN
+from ..inference.translator import as_hypotheses, search
+from ..models.transformer import Transformer
+from ..nn.masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
+from ..nn.positional import (
     ALiBi,
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from ..translator import as_hypotheses, search
 
 __all__ = [
     "ATTENTION_DECIMALS",
@@ -120,7 +120,7 @@ class Explorer:
     Args:
         model_dir: a directory written by ``attnlab train`` (``OUT/model``).
         beam_size, alpha: the default beam (1: greedy) and length penalty; None: what the
-            model carries (:func:`attnlab.modeldir.decoding_settings`), else 4 and 0.6.
+            model carries (:func:`attnlab.inference.modeldir.decoding_settings`), else 4 and 0.6.
         device: ``cpu`` or ``cuda``; default CUDA when available.
 
     Raises:
@@ -136,7 +136,7 @@ class Explorer:
         alpha: float | None = None,
         device: str | torch.device | None = None,
     ) -> None:
-        from ..evaluate import Translator
+        from ..inference.scores import Translator
 
         if beam_size is not None:
             check_positive_int(beam_size, "beam_size")
@@ -201,7 +201,7 @@ class Explorer:
     ) -> TranslateJob:
         """Check and tokenize a translation request; an :class:`InputError` naming the field
         for an empty text, an unpaired surrogate, or a prefix or constraints no translation can
-        meet (:func:`attnlab.constraints.check_request`). No model work."""
+        meet (:func:`attnlab.decode.constraints.check_request`). No model work."""
         source, fields = self._source(text)
         beam = beam_size or self.beam_size
         prefix_ids, phrases = _guidance(
@@ -498,7 +498,7 @@ def _guidance(
     translator, constraints: list[str] | None, prefix: str | None, beam: int, limit: int
 ) -> tuple[list[int], list[Phrase]]:
     """A request's prefix ids and constraint phrases, checked against a ``beam`` and an output
-    of at most ``limit`` tokens (:func:`attnlab.constraints.check_request`); an
+    of at most ``limit`` tokens (:func:`attnlab.decode.constraints.check_request`); an
     :class:`InputError` naming the field otherwise."""
     most = CHARS_PER_TOKEN * translator.max_len
     prefix_ids: list[int] = []

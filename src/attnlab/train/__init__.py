@@ -5,13 +5,13 @@
   accumulation micro-batch and every replica), so the gradient does not depend on how a step
   is split.
 * Optimizer: Adam with ``beta1 = 0.9, beta2 = 0.98, eps = 1e-9`` and the learning rate of
-  eq. 3 (:mod:`attnlab.schedule`) through ``LambdaLR`` (sec. 5.3); gradient-norm clipping.
+  eq. 3 (:mod:`attnlab.train.schedule`) through ``LambdaLR`` (sec. 5.3); gradient-norm clipping.
 * Batches: :class:`attnlab.data.batching.TokenBatcher`, about ``max_tokens`` source and target
   tokens each (sec. 5.1), ``accumulate`` of them per optimizer step.
 * Checkpoints: ``out/checkpoints/step-NNNNNNNN/`` written atomically; the last
   ``keep_checkpoints`` are kept; at the end the last ``average_last`` are averaged into
   ``out/model`` (sec. 6.1: "averaging the last 5 checkpoints"), loadable with
-  :func:`attnlab.model.load_pretrained`.
+  :func:`attnlab.models.transformer.load_pretrained`.
 * Resume: ``Trainer.train(resume=True)`` continues from the newest checkpoint with the same
   losses, bit for bit on CPU, as a run never interrupted (weights, Adam moments, schedule,
   data position and RNG states are all restored). The checkpoint is checked whole first

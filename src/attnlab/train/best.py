@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_dir, not_written, write_json
-from ..pretrained import PretrainedModel
+from ..models.saved import PretrainedModel
 
 __all__ = ["BEST_DIR", "BEST_FILE", "BestModel", "lower_is_better"]
 

@@ -40,7 +40,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from .._io import atomic_write, atomic_write_dir, not_written, write_json
 from .._tensorfile import read_safetensors, read_safetensors_header, save_safetensors
 from ..data.tokenizer import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
-from ..pretrained import (
+from ..models.saved import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     PretrainedModel,

@@ -49,14 +49,14 @@ class TrainConfig:
         max_tokens: tokens per side per batch, padding included (sec. 5.1: ~25000), before
             accumulation and for all replicas together (sequence models).
         batch_size: images per batch, before accumulation and for all replicas together
-            (required for a :class:`~attnlab.vision.VisionTransformer`; unused otherwise).
+            (required for a :class:`~attnlab.models.vision.VisionTransformer`; unused otherwise).
         accumulate: batches per optimizer step (gradient accumulation).
-        schedule: ``"transformer"``, the paper's eq. 3 (:func:`attnlab.schedule.transformer_lr`,
-            scaled by ``lr_factor``), or ``"cosine"``, linear warm-up to ``lr`` then cosine
-            decay to 0 at the last step (:func:`attnlab.schedule.cosine_lr`; ViT's; needs
-            ``max_steps`` or ``max_epochs`` to know where the last step is).
-        lr_factor, warmup: eq. 3's scale, and the warm-up steps of either schedule.
-        lr: the cosine schedule's peak rate.
+        schedule: ``"transformer"``, the paper's eq. 3
+            (:func:`attnlab.train.schedule.transformer_lr`, scaled by ``lr_factor``), or
+            ``"cosine"``, linear warm-up to ``lr`` then cosine decay to 0 at the last step
+            (:func:`attnlab.train.schedule.cosine_lr`; ViT's; needs ``max_steps`` or ``max_epochs``
+        to know where the last step is). lr_factor, warmup: eq. 3's scale, and the warm-up steps of
+        either schedule. lr: the cosine schedule's peak rate.
         weight_decay: decoupled weight decay (AdamW) on the weight matrices and convolution
             kernels (not on biases, LayerNorms, embeddings, positional tables or the class
             token); 0 is the paper's plain Adam.

@@ -21,7 +21,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from .._io import write_json
-from ..pretrained import PretrainedModel
+from ..models.saved import PretrainedModel
 from .best import BestModel
 from .checkpoint import (
     CHECKPOINT_FORMAT,
@@ -52,9 +52,9 @@ EvaluateHook = Callable[[int, nn.Module], Mapping[str, float] | None]
 
 
 class Trainer:
-    """Trains an encoder-decoder :class:`~attnlab.model.Transformer` or a decoder-only
-    :class:`~attnlab.model.TransformerLM` on framed examples, or a
-    :class:`~attnlab.vision.VisionTransformer` on labelled images (or any model an objective
+    """Trains an encoder-decoder :class:`~attnlab.models.transformer.Transformer` or a decoder-only
+    :class:`~attnlab.models.transformer.TransformerLM` on framed examples, or a
+    :class:`~attnlab.models.vision.VisionTransformer` on labelled images (or any model an objective
     is registered for: :mod:`attnlab.train.objectives`).
 
     Args:

@@ -2,7 +2,7 @@
 
 * Adam with ``beta1 = 0.9, beta2 = 0.98, eps = 1e-9`` (Vaswani et al. 2017, sec. 5.3), or AdamW
   with decoupled weight decay on the weight matrices (ViT's recipe).
-* The rate of eq. 3 (:func:`attnlab.schedule.transformer_lr`), or linear warm-up then cosine
+* The rate of eq. 3 (:func:`attnlab.train.schedule.transformer_lr`), or linear warm-up then cosine
   decay to 0 at the last step, through ``LambdaLR`` on a base rate of 1.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..schedule import cosine_lambda, transformer_lambda
 from .config import TrainConfig
+from .schedule import cosine_lambda, transformer_lambda
 
 __all__ = ["build_optimizer", "lr_lambda", "planned_steps"]
 

@@ -1,4 +1,4 @@
-"""Image classification: a :class:`attnlab.vision.VisionTransformer` learns the label of each
+"""Image classification: a :class:`attnlab.models.vision.VisionTransformer` learns the label of each
 image (Dosovitskiy et al. 2021), with label smoothing and optional affine augmentation; each
 evaluation also reports the accuracy."""
 
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.images import ImageBatcher, LabelledImages, random_affine
-from ...vision import VisionTransformer
+from ...models.vision import VisionTransformer
 from ..config import TrainConfig
 from ..metrics import IMAGE_METRICS_COLUMNS
 from .base import Batch, autocast

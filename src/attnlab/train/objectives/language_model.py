@@ -1,5 +1,5 @@
-"""Language modelling: a decoder-only :class:`attnlab.model.TransformerLM` learns each next token
-of its lines (the examples' sources are empty and ignored)."""
+"""Language modelling: a decoder-only :class:`attnlab.models.transformer.TransformerLM` learns each
+next token of its lines (the examples' sources are empty and ignored)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from ...model import TransformerLM
+from ...models.transformer import TransformerLM
 from .tokens import TokenObjective
 
 __all__ = ["LanguageModelObjective"]

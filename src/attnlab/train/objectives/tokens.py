@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.batching import Examples, TokenBatcher, collate
-from ...losses import cross_entropy
 from ..config import TrainConfig
+from ..losses import cross_entropy
 from ..metrics import METRICS_COLUMNS
 from .base import Batch, autocast
 
@@ -81,7 +81,7 @@ class TokenObjective:
             logits = self.logits(module, src, tgt_in)  # (B, T, V)
         flat, target = logits.float().flatten(0, 1), tgt_out.flatten()  # (B * T, V), (B * T,)
         smoothing = self.config.label_smoothing
-        if flat.requires_grad:  # training: the fused loss, over the logits (attnlab.losses)
+        if flat.requires_grad:  # training: the fused loss, over the logits (attnlab.train.losses)
             return cross_entropy(
                 flat, target, ignore_index=self.pad_id, label_smoothing=smoothing, inplace=True
             )

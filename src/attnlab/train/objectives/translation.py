@@ -1,5 +1,5 @@
-"""Translation: an encoder-decoder :class:`attnlab.model.Transformer` learns the target of each
-source sentence, teacher-forced (Vaswani et al. 2017, sec. 5)."""
+"""Translation: an encoder-decoder :class:`attnlab.models.transformer.Transformer` learns the target
+of each source sentence, teacher-forced (Vaswani et al. 2017, sec. 5)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from ...model import Transformer
+from ...models.transformer import Transformer
 from .tokens import TokenObjective
 
 __all__ = ["TranslationObjective"]

@@ -1,0 +1,198 @@
+"""Where a model is: :func:`resolve_model_dir` turns what a user names (a model directory, a
+checkpoint of a run, or the run directory itself) into one directory that every loader reads
+(:func:`attnlab.load_pretrained`, the tokenizers, ``job.json``).
+
+``attnlab train --out OUT`` lays a run out as::
+
+    OUT/job.json                     the job (written when training starts)
+    OUT/tokenizers/                  tokenizer.json, or src_tokenizer.json + tgt_tokenizer.json
+    OUT/checkpoints/step-NNNNNNNN/   config.json, model.safetensors, optimizer, state.json
+    OUT/model/                       the averaged model, its tokenizers and job.json
+
+A checkpoint holds no tokenizer: its run's are found two levels up, and a view of the
+checkpoint's weights with them (links in a temporary directory, removed at exit) is returned.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "TOKENIZER_NAMES",
+    "decoding_settings",
+    "find_run_files",
+    "kind_of",
+    "load_with_tokenizers",
+    "resolve_model_dir",
+]
+
+#: The tokenizer files a model directory may hold (a joint one, or one per side).
+TOKENIZER_NAMES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
+_CONFIG, _WEIGHTS, _JOB = "config.json", "model.safetensors", "job.json"
+_VIEWS: list[str] = []
+
+
+def _remove_views() -> None:
+    for path in _VIEWS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+atexit.register(_remove_views)
+
+
+def find_run_files(checkpoint: Path) -> list[Path]:
+    """The files of the run a checkpoint ``OUT/checkpoints/step-N`` belongs to that the
+    checkpoint lacks: its tokenizers (``OUT/tokenizers`` or ``OUT/model``) and ``job.json``."""
+    run = checkpoint.parent.parent
+    found: list[Path] = []
+    for folder in (run / "tokenizers", run / "model"):
+        names = [folder / n for n in TOKENIZER_NAMES if (folder / n).is_file()]
+        if names:
+            found += names
+            break
+    for job in (run / _JOB, run / "model" / _JOB):
+        if job.is_file():
+            found.append(job)
+            break
+    return found
+
+
+def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
+    """The directory to load for ``path``: a model directory (``config.json`` and
+    ``model.safetensors``, as ``OUT/model``) is itself; a run directory ``OUT`` is its
+    ``OUT/model`` (or its newest checkpoint while training has not finished); a checkpoint
+    ``OUT/checkpoints/step-N`` becomes a view of its weights with the run's tokenizers and
+    ``job.json``. ``name`` is the argument the errors name (``--model``, say).
+
+    Any other directory is returned as it is, for the loader to name what it lacks.
+    Raises FileNotFoundError, one line naming ``name`` and the path, when it does not exist.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"{name}: {directory}: no such directory (a model directory OUT/model, a "
+            f"checkpoint OUT/checkpoints/step-N, or a run OUT)"
+        )
+    if not (directory / _CONFIG).is_file():
+        if (directory / "model" / _CONFIG).is_file():
+            return directory / "model"
+        from ..train.checkpoint import find_checkpoints
+
+        checkpoints = find_checkpoints(directory)
+        if checkpoints:
+            return resolve_model_dir(checkpoints[-1], name=name)
+        return directory  # the loader names what is missing (config.json, job.json)
+    has_tokenizer = any((directory / n).is_file() for n in TOKENIZER_NAMES)
+    if has_tokenizer or directory.parent.name != "checkpoints":
+        return directory
+    extra = [p for p in find_run_files(directory) if not (directory / p.name).exists()]
+    if not extra:
+        return directory  # an image model's checkpoint: nothing else to find
+    view = Path(tempfile.mkdtemp(prefix="attnlab-checkpoint-"))
+    _VIEWS.append(str(view))
+    for source in [p for p in directory.iterdir() if p.is_file()] + extra:
+        try:
+            os.symlink(source.resolve(), view / source.name)
+        except OSError:  # a filesystem without links
+            shutil.copyfile(source, view / source.name)
+    return view
+
+
+#: The decoding a model directory that carries none gets: the paper's (sec. 6.1).
+DEFAULT_DECODING = {"beam_size": 4, "alpha": 0.6}
+
+
+def decoding_settings(directory: str | os.PathLike) -> tuple[dict[str, float | int], str]:
+    """The beam size and length penalty to decode the model in ``directory`` with, and where
+    they come from: the ``[eval]`` section of its ``job.json`` (what its recipe chose on
+    validation; ``attnlab train`` writes it beside the model, as a generation config), else
+    :data:`DEFAULT_DECODING`. A value of the wrong type in the file is ignored."""
+    import json
+
+    path = Path(directory) / _JOB
+    try:
+        section = json.loads(path.read_text(encoding="utf-8")).get("eval", {})
+    except (OSError, ValueError, AttributeError):
+        section = None
+    if not isinstance(section, dict):
+        return dict(DEFAULT_DECODING), "the paper's defaults (the model carries no [eval])"
+    found: dict[str, float | int] = {}
+    beam, alpha = section.get("beam_size"), section.get("alpha")
+    if isinstance(beam, int) and not isinstance(beam, bool) and beam >= 1:
+        found["beam_size"] = beam
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 <= alpha < 1e6:
+        found["alpha"] = float(alpha)
+    if not found:
+        return dict(DEFAULT_DECODING), "the paper's defaults (the model carries no [eval])"
+    return {**DEFAULT_DECODING, **found}, f"the model's recipe ({path} [eval])"
+
+
+def kind_of(directory: str | os.PathLike) -> str:
+    """The model class a model directory holds (``"Transformer"``, ``"TransformerLM"``,
+    ``"TransformerEncoder"``, ``"VisionTransformer"``), read from its ``config.json``
+    without loading weights; ``"unknown"`` when it does not say."""
+    import json
+
+    try:
+        config = json.loads((Path(directory) / _CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "unknown"
+    kind = config.get("model_type") or config.get("architectures") or "unknown"
+    return kind if isinstance(kind, str) else str(kind)
+
+
+def load_with_tokenizers(
+    model_dir: str | os.PathLike, *, device: str | torch.device | None = None
+) -> tuple:
+    """``(model, src_tokenizer, tgt_tokenizer)`` of a model directory written by training (the
+    same tokenizer twice for a joint vocabulary), checked to belong together: a tokenizer with
+    more tokens than the model's vocabulary on its side, or other special ids, is refused here
+    (ValueError naming both files) rather than failing at the first sentence."""
+    from ..data.tokenizer import (
+        SRC_TOKENIZER_FILE,
+        TGT_TOKENIZER_FILE,
+        TOKENIZER_FILE,
+        load_tokenizers,
+    )
+    from ..models.saved import CONFIG_FILE
+    from ..models.transformer import Transformer, load_pretrained
+
+    model = load_pretrained(model_dir, device=device)
+    directory, config = Path(model_dir), model.config
+    if not hasattr(config, "vocab_size"):
+        raise ValueError(f"model_dir: {directory} holds a {model.model_type!r} model, not text")
+    src, tgt = load_tokenizers(model_dir)
+    joint = directory / TOKENIZER_FILE
+    if joint.is_file():
+        files = (joint, joint)
+    else:
+        files = (directory / SRC_TOKENIZER_FILE, directory / TGT_TOKENIZER_FILE)
+    sides = [("source ", src, files[0], "vocab_size", config.vocab_size)]
+    if isinstance(model, Transformer):
+        field = "vocab_size" if config.tgt_vocab_size is None else "tgt_vocab_size"
+        sides.append(("target ", tgt, files[1], field, config.target_vocab_size))
+    else:
+        sides[0] = ("", *sides[0][1:])
+    for side, tokenizer, path, field, size in sides:
+        if tokenizer.vocab_size > size:
+            raise ValueError(
+                f"{path}: the tokenizer has {tokenizer.vocab_size:,} tokens, more than the "
+                f"model's {side}vocabulary ({directory / CONFIG_FILE}: {field}={size:,}); the "
+                f"tokenizer and the model do not belong together"
+            )
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if getattr(tokenizer, name) != getattr(config, name):
+                raise ValueError(
+                    f"{directory / CONFIG_FILE}: {name}={getattr(config, name)}, but {path} "
+                    f"uses {getattr(tokenizer, name)}; the tokenizer and the model do not "
+                    f"belong together"
+                )
+    return model, src, tgt

@@ -1,0 +1,598 @@
+"""Translating text with a saved model: :class:`Translator` (also importable from
+:mod:`attnlab.inference.scores`, where it began).
+
+A model directory written by training (``config.json``, ``model.safetensors`` and the
+tokenizers) becomes ``translate(list of str) -> list of str``, with beam search (Vaswani et al.
+2017, sec. 6.1: beam 4, alpha 0.6) in length-sorted batches, greedy search or sampling; and,
+for the translator's work:
+
+* **terminology**: ``constraints``, target phrases every translation of a line must contain
+  (lexically constrained beam search with dynamic beam allocation, Post & Vilar 2018;
+  :mod:`attnlab.decode.constraints`);
+* **interactive completion**: a ``prefix`` the translation must start with, continued by the
+  model;
+* **confidence**: :meth:`Translator.hypotheses` gives each output token's log-probability, the
+  sentence's ``log P`` and its length-normalised score (:class:`Hypothesis`).
+
+A request no translation can meet (an empty phrase, more phrases than the beam, phrases longer
+than the length budget) refuses that line alone: it is reported as a :class:`Refused` and
+translates to ``""``; the other lines translate.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .._checks import check_positive_int
+from ..decode.constraints import UNMET, GuideError, Phrase, check_request
+from ..decode.search import Generation, beam_search, greedy_search, length_penalty, sample
+from ..decode.session import EXTRA_LENGTH
+from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
+
+__all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One translation with its scores.
+
+    ``text``: the translation; ``ids``: the generated target ids and ``tokens`` their labels
+    (EOS included where it ended); ``token_log_probs``: each token's log-probability under the
+    model, in order;
+    ``log_prob``: their sum, ``log P(translation | source)``; ``score``: ``log_prob / lp``,
+    with beam search's length penalty ``lp = ((5 + len(tokens)) / 6) ** alpha`` (what the beam
+    ranks by, for greedy search and sampling too); ``finished``: it ended with EOS (False: it
+    reached its length limit)."""
+
+    text: str
+    ids: list[int]
+    tokens: list[str]
+    token_log_probs: list[float]
+    log_prob: float
+    score: float
+    finished: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A line not translated because of its prefix or constraints, as :meth:`Translator.
+    translate` reports it: ``index`` its position, ``phrase`` the phrase at fault (None: the
+    prefix, or the request as a whole), ``reason`` one line."""
+
+    index: int
+    phrase: str | None
+    reason: str
+
+    def describe(self) -> str:
+        what = f"phrase {self.phrase!r}: " if self.phrase is not None else ""
+        return f"{what}{self.reason}"
+
+    def __str__(self) -> str:
+        return f"texts[{self.index}]: {self.describe()}"
+
+
+class Translator:
+    """Translate text with an encoder-decoder :class:`attnlab.Transformer` and its tokenizers;
+    :meth:`load` reads a model directory written by ``attnlab train``.
+
+    Args:
+        model: the Transformer (decoding runs it in eval mode and restores its mode).
+        src_tokenizer, tgt_tokenizer: :class:`attnlab.data.tokenizer.Tokenizer` (the same
+            object for a joint vocabulary).
+        beam_size: 1 decodes greedily; 4 is the paper's.
+        alpha: the length penalty's exponent (0.6 in the paper).
+        max_tokens: source tokens per batch (sentences are sorted by length into batches).
+        max_new_tokens: the longest translation in tokens (default: the source length + 50),
+            at most the model's ``max_len`` whatever is asked (a sinusoidal model has no limit
+            of its own, so the work a source may cause is bounded here).
+        too_long: a source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN``
+            characters per token of it, checked before tokenizing): ``"cut"`` (default)
+            translates its first ``max_len`` tokens, ``"refuse"`` leaves it untranslated.
+            Either way :meth:`translate` reports it (see there).
+        sample: draw each token (:func:`attnlab.decode.search.sample`) instead of searching;
+            ``temperature``, ``top_k``, ``top_p`` shape the distribution and ``seed`` makes
+            the draws reproducible (None: unseeded).
+        quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
+            (:mod:`attnlab.decode.fast`; the encoder stays float32); None keeps the model's.
+
+    A Translator is callable: ``translator("text")`` is one translation, ``translator([...])``
+    a list of them; ``constraints=`` and ``prefix=`` guide them (see :meth:`__call__`).
+    """
+
+    def __init__(
+        self,
+        model,
+        src_tokenizer,
+        tgt_tokenizer,
+        *,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        max_tokens: int = 4096,
+        quantize: str | None = None,
+        max_new_tokens: int | None = None,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        too_long: str = "cut",
+    ) -> None:
+        from ..decode.fast import check_quantize, why_not_fast_path
+        from ..models.transformer import Transformer
+
+        if not isinstance(model, Transformer):
+            raise TypeError(
+                f"model: expected an encoder-decoder attnlab.Transformer, got "
+                f"{type(model).__name__}; only a Transformer translates"
+            )
+        check_positive_int(beam_size, "beam_size")
+        check_positive_int(max_tokens, "max_tokens")
+        if check_quantize(quantize) is not None and why_not_fast_path(model, quantize):
+            raise ValueError(why_not_fast_path(model, quantize))
+        self.quantize = quantize
+        self.model = model
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.beam_size, self.alpha, self.max_tokens = beam_size, alpha, max_tokens
+        if max_new_tokens is not None:
+            check_positive_int(max_new_tokens, "max_new_tokens")
+        self.max_new_tokens = max_new_tokens
+        self.sample, self.temperature, self.top_k, self.top_p = sample, temperature, top_k, top_p
+        self.generator: torch.Generator | None = None
+        if seed is not None:
+            device = next(model.parameters()).device
+            self.generator = torch.Generator(device=device).manual_seed(int(seed))
+        if too_long not in TOO_LONG_CHOICES:
+            raise ValueError(
+                f"too_long: expected one of {', '.join(TOO_LONG_CHOICES)}, got {too_long!r}"
+            )
+        self.too_long = too_long
+        #: The longest source and the longest translation, in tokens: the model's max_len,
+        #: for every kind of position (learned ones have no more; the others would take more,
+        #: at a cost that grows with the input, so a hostile line could take the machine).
+        self.max_len: int = model.config.max_len
+        self._continuations: torch.Tensor | None = None
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | os.PathLike,
+        *,
+        device: str | torch.device | None = None,
+        **options,
+    ) -> Translator:
+        """The model and tokenizers of ``model_dir`` (``config.json``, ``model.safetensors``,
+        ``tokenizer.json`` or ``src_tokenizer.json`` + ``tgt_tokenizer.json``), on ``device``
+        (default: CUDA when available, else CPU); ``options`` as the constructor's, where
+        ``beam_size`` and ``alpha`` default to what the directory carries (the ``[eval]`` its
+        recipe chose on validation, :func:`attnlab.inference.modeldir.decoding_settings`), else 4
+        and 0.6. A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's
+        tokenizers (:func:`attnlab.inference.modeldir.resolve_model_dir`)."""
+        from .modeldir import decoding_settings, load_with_tokenizers, resolve_model_dir
+
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        model_dir = resolve_model_dir(model_dir, name="model_dir")
+        model, src, tgt = load_with_tokenizers(model_dir, device=device)
+        carried, _ = decoding_settings(model_dir)
+        options = {**carried, **options}
+        try:
+            return cls(model, src, tgt, **options)
+        except TypeError as e:
+            raise ValueError(f"model_dir: {model_dir}: {e}") from None
+
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        *,
+        constraints: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        prefix: str | Sequence[str | None] | None = None,
+    ) -> str | list[str]:
+        """The translation of one text (a str), or of each of a list of texts, in order.
+
+        ``constraints``: for one text, the phrases its translation must contain (a list of
+        str); for a list, one such list per text. ``prefix``: the text the translation must
+        start with (for a list: one str for every text, or one str or None per text). A line
+        whose request cannot be met raises a ValueError naming it (:meth:`translate` can report
+        it and go on instead)."""
+        if isinstance(texts, str):
+            many = None if constraints is None else [constraints]
+            return self.translate([texts], constraints=many, prefixes=prefix)[0]  # type: ignore[list-item]
+        return self.translate(texts, constraints=constraints, prefixes=prefix)  # type: ignore[arg-type]
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def continuations(self) -> torch.Tensor:
+        """The target tokens that continue a word (:func:`continuations`), computed once."""
+        if self._continuations is None:
+            self._continuations = continuations(self.tgt_tokenizer)
+        return self._continuations
+
+    def target(self, text: str) -> list[int]:
+        """``text`` in target ids (no framing EOS)."""
+        return target_ids(self.tgt_tokenizer, text)
+
+    def phrase(self, text: str) -> Phrase:
+        """``text`` as a constraint :class:`~attnlab.decode.constraints.Phrase` (see
+        :func:`text_phrase`)."""
+        return text_phrase(self.tgt_tokenizer, text, CHARS_PER_TOKEN * self.max_len)
+
+    # -- translating ----------------------------------------------------------------------------
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        constraints: Sequence[Sequence[str]] | None = None,
+        prefixes: str | Sequence[str | None] | None = None,
+        on_too_long: Callable[[TooLong], object] | None = None,
+        on_refused: Callable[[Refused], object] | None = None,
+    ) -> list[str]:
+        """Translations of ``texts``, in order. An empty line translates to an empty line.
+
+        A source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN * max_len``
+        characters, checked before tokenizing) is cut to its first ``max_len`` tokens, or with
+        ``too_long="refuse"`` not translated. Each such text is passed to ``on_too_long`` as a
+        :class:`TooLong` (a refused one then translates to ``""``) before any decoding; without
+        ``on_too_long`` a cut text is a warning, and a refused one a ValueError naming it.
+
+        ``constraints``: per text, the phrases its translation must contain (each phrase's
+        tokens contiguous and in order, the phrases in any order; at most ``beam_size`` per
+        text). ``prefixes``: the text each translation starts with (one str for all, or a str
+        or None per text). A line whose request no translation can meet (an empty phrase, more
+        phrases than the beam, a prefix and phrases longer than its length budget) is passed
+        to ``on_refused`` as a :class:`Refused` and translates to ``""``; without
+        ``on_refused`` it is a ValueError naming it. The other lines translate either way.
+        """
+        found = self.hypotheses(
+            texts,
+            constraints=constraints,
+            prefixes=prefixes,
+            on_too_long=on_too_long,
+            on_refused=on_refused,
+        )
+        return [best[0].text if best else "" for best in found]
+
+    def n_best(
+        self,
+        texts: Sequence[str],
+        n: int,
+        *,
+        constraints: Sequence[Sequence[str]] | None = None,
+        prefixes: str | Sequence[str | None] | None = None,
+        on_too_long: Callable[[TooLong], object] | None = None,
+        on_refused: Callable[[Refused], object] | None = None,
+    ) -> list[list[tuple[float, str]]]:
+        """The ``n`` best beam-search translations of each of ``texts``, best first, as
+        ``(score, text)`` with score ``log P / lp(length)`` (what the beam ranks by; sec. 6.1).
+        ``n`` is at most ``beam_size``; a sentence with fewer finished hypotheses has fewer.
+        An empty text has one translation, ``(0.0, "")``; a refused one none. The other
+        arguments: as :meth:`translate`'s (:meth:`hypotheses` gives the token scores too)."""
+        found = self.hypotheses(
+            texts,
+            n,
+            constraints=constraints,
+            prefixes=prefixes,
+            on_too_long=on_too_long,
+            on_refused=on_refused,
+        )
+        return [[(h.score, h.text) for h in row] for row in found]
+
+    def hypotheses(
+        self,
+        texts: Sequence[str],
+        n: int = 1,
+        *,
+        constraints: Sequence[Sequence[str]] | None = None,
+        prefixes: str | Sequence[str | None] | None = None,
+        on_too_long: Callable[[TooLong], object] | None = None,
+        on_refused: Callable[[Refused], object] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The ``n`` best translations of each of ``texts`` with their scores
+        (:class:`Hypothesis`: per-token log-probabilities, ``log P``, the length-normalised
+        score), best first. ``n > 1`` needs beam search (``n <= beam_size``). An empty text
+        has one empty translation (scores 0); a refused one none. The other arguments: as
+        :meth:`translate`'s."""
+        check_positive_int(n, "n")
+        if n > self.beam_size:
+            raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
+        if n > 1 and self.sample:
+            raise ValueError("n: n-best lists come from beam search, not from sampling")
+        encoded, order, refused = encode_sources(
+            self.src_tokenizer, texts, self.max_len, self.too_long, on_too_long
+        )
+        if self.sample and constraints is not None and any(constraints):
+            raise ValueError(
+                "constraints: lexically constrained decoding is a beam search; not with sample=True"
+            )
+        config = self.model.config
+        prefix_ids, phrases, unmet = guide_requests(
+            encoded,
+            order,
+            constraints,
+            prefixes,
+            phrase=self.phrase,
+            target=self.target,
+            limit=self._limit,
+            beam=self.beam_size,
+            forbidden={config.eos_id, config.pad_id, config.bos_id},
+            on_refused=on_refused,
+        )
+        refused |= unmet
+        order = [i for i in order if i not in unmet]
+        empty = Hypothesis("", [], [], [], 0.0, 0.0, True)
+        out: list[list[Hypothesis]] = [[] if i in refused else [empty] for i in range(len(encoded))]
+
+        def kind(i: int) -> tuple[bool, bool]:
+            # A batch is all below the output cap or all over it (every row gets the budget it
+            # would get alone), and all constrained or none (plain lines decode as today).
+            return self._capped(encoded[i]), bool(phrases[i])
+
+        for batch in length_batches(order, encoded, kind, self.max_tokens):
+            generated = search(
+                self,
+                [encoded[i] for i in batch],
+                n,
+                [prefix_ids[i] for i in batch],
+                [phrases[i] for i in batch] if phrases[batch[0]] else None,
+            )
+            rows = as_hypotheses(generated, self.tgt_tokenizer, self.alpha)
+            for j, i in enumerate(batch):
+                out[i] = [h for h in rows[j * n : (j + 1) * n] if h is not None]
+                if not out[i] and phrases[i]:  # not expected: check_request bounds the search
+                    report = Refused(i, None, UNMET)
+                    if on_refused is None:
+                        raise ValueError(str(report))
+                    on_refused(report)
+        return out
+
+    def _limit(self, source: list[int]) -> int:
+        """The longest translation of ``source``, in tokens: ``max_new_tokens`` or the source
+        + 50, at most ``max_len``."""
+        return min(self.max_new_tokens or len(source) + EXTRA_LENGTH, self.max_len)
+
+    def _capped(self, source: list[int]) -> bool:
+        """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
+        return self.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
+
+    def _output_limit(self, sources: list[list[int]]) -> int | None:
+        """``max_new_tokens`` for one batch: by default None (each row's own source + 50)
+        unless the batch is over the cap (:meth:`_limit` of its first row then)."""
+        capped = self.max_new_tokens is not None or self._capped(sources[0])
+        return self._limit(sources[0]) if capped else None
+
+
+# -- what the Translator is made of ------------------------------------------------------------
+
+
+def search(
+    t: Translator,
+    sources: list[list[int]],
+    n: int,
+    prefixes: list[list[int]],
+    constraints: list[list[Phrase]] | None,
+    *,
+    beam_size: int | None = None,
+    limit: int | None = None,
+) -> Generation:
+    """One batch of :meth:`Translator.hypotheses`: ``n`` hypotheses per source, with the
+    translator's decoding (sampling, greedy search, beam search; constrained where
+    ``constraints`` is given). ``beam_size`` and ``limit`` (the longest output) replace the
+    translator's for this batch (the explorer's per-request beam)."""
+    beam_size = t.beam_size if beam_size is None else beam_size
+    limit = t._output_limit(sources) if limit is None else limit
+    guided = prefixes if any(prefixes) else None
+    if t.sample:
+        return sample(
+            t.model,
+            sources,
+            temperature=t.temperature,
+            top_k=t.top_k,
+            top_p=t.top_p,
+            generator=t.generator,
+            max_new_tokens=limit,
+            quantize=t.quantize,
+            prefixes=guided,
+        )
+    if beam_size == 1 and constraints is None:
+        return greedy_search(
+            t.model, sources, max_new_tokens=limit, quantize=t.quantize, prefixes=guided
+        )
+    return beam_search(
+        t.model,
+        sources,
+        beam_size=beam_size,
+        alpha=t.alpha,
+        max_new_tokens=limit,
+        quantize=t.quantize,
+        n_best=n,
+        prefixes=guided,
+        constraints=constraints,
+        continuations=t.continuations() if constraints is not None else None,
+    )
+
+
+def encode_sources(
+    tokenizer,
+    texts: Sequence[str],
+    max_len: int,
+    too_long: str,
+    on_too_long: Callable[[TooLong], object] | None,
+) -> tuple[list[list[int]], list[int], set[int]]:
+    """The source ids of ``texts``, each at most ``max_len`` tokens (a refused one empty);
+    the indices of the non-empty ones, shortest first (the order batches are made in); the
+    indices of the refused ones. Every text over the bounds is reported before any is decoded
+    (see :meth:`Translator.translate`)."""
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}]: expected a str, got {type(text).__name__}")
+    encoded, found = bound_sources(tokenizer, texts, max_len, too_long == "refuse", on_too_long)
+    # An empty text translates to an empty text, also where the tokenizer frames it.
+    kept = (i for i in range(len(texts)) if encoded[i] and texts[i])
+    order = sorted(kept, key=lambda i: len(encoded[i]))
+    return encoded, order, {report.index for report in found if report.refused}
+
+
+def target_ids(tokenizer, text: str) -> list[int]:
+    """``text`` in ``tokenizer``'s ids, without the framing EOS a tokenizer may append."""
+    ids = list(tokenizer.encode(text))
+    if getattr(tokenizer, "add_eos", False) and ids and ids[-1] == tokenizer.eos_id:
+        ids.pop()
+    return ids
+
+
+def text_phrase(tokenizer, text: str, most_chars: int) -> Phrase:
+    """``text`` as a constraint :class:`~attnlab.decode.constraints.Phrase` of target ``tokenizer``:
+    its tokenisations alone and after a space (a subword vocabulary spells a word differently
+    at the start of a sentence and inside it), surrounding white space dropped. ValueError for
+    an empty phrase, one over ``most_chars`` characters (checked before tokenizing), or one the
+    vocabulary can only spell with ``<unk>``."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected a str phrase, got {type(text).__name__}")
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("empty phrase")
+    if len(stripped) > most_chars:
+        raise ValueError(f"{len(stripped):,} characters, more than {most_chars:,}")
+    alone, inside = (tuple(target_ids(tokenizer, t)) for t in (stripped, " " + stripped))
+    unk = getattr(tokenizer, "unk_id", None)
+    if unk is not None and unk in alone and unk in inside:
+        raise ValueError("the target vocabulary has no spelling for it (<unk>)")
+    if alone == inside:  # a tokenizer that marks word starts itself (SentencePiece's ▁)
+        return Phrase((alone,), stripped)
+    # Spelled alone, the phrase glues onto the word before it: only at the output's start.
+    return Phrase((alone, inside), stripped, ("start", "inside"))
+
+
+def continuations(tokenizer) -> torch.Tensor:
+    """``(V,)`` bool: the tokens of ``tokenizer`` that continue the word before them, a piece
+    that starts with a letter or a digit (no leading space, no SentencePiece ``▁``); no such
+    token may follow a completed constraint phrase (see
+    :func:`attnlab.decode.search.beam_search`)."""
+    labels = tokenizer.labels(list(range(tokenizer.vocab_size)))
+    return torch.tensor([bool(label) and label[0].isalnum() for label in labels])
+
+
+def guide_requests(
+    encoded: list[list[int]],
+    order: list[int],
+    constraints: Sequence[Sequence[str]] | None,
+    prefixes: str | Sequence[str | None] | None,
+    *,
+    phrase: Callable[[str], Phrase],
+    target: Callable[[str], list[int]],
+    limit: Callable[[list[int]], int],
+    beam: int,
+    forbidden: set[int],
+    on_refused: Callable[[Refused], object] | None,
+) -> tuple[list[list[int]], list[list[Phrase]], set[int]]:
+    """Each line's prefix ids and constraint phrases (``phrase``, ``target``), checked
+    (:func:`~attnlab.decode.constraints.check_request`, with ``limit(source)`` tokens) for the lines
+    in ``order``; the indices of the lines refused, reported to ``on_refused`` in the texts'
+    order (without it, a ValueError naming the first)."""
+    count = len(encoded)
+    if constraints is not None:
+        if isinstance(constraints, str) or not isinstance(constraints, Sequence):
+            raise TypeError("constraints: expected one list of phrases per text")
+        if len(constraints) != count:
+            raise ValueError(f"constraints: {len(constraints)} lists for {count} texts")
+    if isinstance(prefixes, str):
+        prefixes = [prefixes] * count
+    if prefixes is not None and len(prefixes) != count:
+        raise ValueError(f"prefixes: {len(prefixes)} for {count} texts; one each")
+    prefix_ids: list[list[int]] = [[] for _ in range(count)]
+    phrases: list[list[Phrase]] = [[] for _ in range(count)]
+    refused: set[int] = set()
+    for i in sorted(order):
+        try:
+            prefix = None if prefixes is None else prefixes[i]
+            if prefix is not None:
+                if not isinstance(prefix, str):
+                    raise TypeError(f"prefixes[{i}]: expected a str or None, got {prefix!r}")
+                most = CHARS_PER_TOKEN * limit(encoded[i])  # bounded before tokenizing
+                if len(prefix) > most:
+                    why = f"more than {most:,} ({CHARS_PER_TOKEN} a token of its length limit)"
+                    raise GuideError(i, f"the prefix has {len(prefix):,} characters, {why}")
+                prefix_ids[i] = target(prefix)
+            for j, text in enumerate(constraints[i] if constraints is not None else []):
+                try:
+                    phrases[i].append(phrase(text))
+                except ValueError as e:
+                    raise GuideError(i, str(e), text) from None
+                except TypeError as e:
+                    raise TypeError(f"constraints[{i}][{j}]: {e}") from None
+            check_request(i, prefix_ids[i], phrases[i], beam, limit(encoded[i]), forbidden)
+        except GuideError as e:
+            report = Refused(i, e.phrase, e.reason)
+            if on_refused is None:
+                raise ValueError(str(report)) from None
+            on_refused(report)
+            refused.add(i)
+    return prefix_ids, phrases, refused
+
+
+def as_hypotheses(generated: Generation, tokenizer, alpha: float) -> list[Hypothesis | None]:
+    """The rows of ``generated`` as :class:`Hypothesis` (None for a row that found nothing:
+    an n-best row past what the beam finished), texts and labels from ``tokenizer``."""
+    out: list[Hypothesis | None] = []
+    eos = generated.eos_id
+    for ids, row_scores, log_prob, done in zip(
+        generated.tolist(keep_eos=True),
+        generated.token_scores(),
+        generated.log_probs.tolist(),
+        generated.finished.tolist(),
+        strict=True,
+    ):
+        if not ids:
+            out.append(None)
+            continue
+        words = ids[:-1] if done and ids[-1] == eos else ids
+        out.append(
+            Hypothesis(
+                text=tokenizer.decode(words),
+                ids=ids,
+                tokens=tokenizer.labels(ids),
+                token_log_probs=row_scores,
+                log_prob=log_prob,
+                score=log_prob / float(length_penalty(len(ids), alpha)),
+                finished=bool(done),
+            )
+        )
+    return out
+
+
+def length_batches(
+    order: list[int], encoded: list[list[int]], kind: Callable[[int], object], max_tokens: int
+) -> list[list[int]]:
+    """``order`` (indices, shortest source first) cut into batches of at most ``max_tokens``
+    source tokens (padded: the longest times the rows), each of one ``kind(i)``."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:  # ascending length: the last sentence of a batch is its longest
+        longest = max(longest, len(encoded[i]))
+        crosses = bool(current) and kind(i) != kind(current[0])
+        if current and (crosses or longest * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current, longest = [], len(encoded[i])
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
+    """One call from a trained model to translations: ``load_translator(dir)("text")`` or
+    ``load_translator(dir, beam_size=1)(["a", "b"])``. ``model_dir``: ``OUT/model``, a
+    checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``: ``device`` and the
+    :class:`Translator` constructor's (``beam_size``, ``alpha``, ``max_new_tokens``,
+    ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``max_tokens``,
+    ``quantize``, ``too_long``)."""
+    return Translator.load(model_dir, **options)

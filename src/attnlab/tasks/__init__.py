@@ -1,0 +1,24 @@
+"""The tasks a job can name, registered by name (:data:`TASKS`): ``numbers``, ``multi30k``,
+``files`` (translation), ``text`` (a language model) and ``digits`` (a Vision Transformer).
+
+Each is one class in one module (:class:`~attnlab.tasks.base.Task`): its ``[task]`` options,
+data, tokenizers, model, evaluation and result lines. See CONTRIBUTING.md, "A task", for how to
+add one."""
+
+# Each module registers its task; in this order `attnlab train --task` offers them.
+# isort: off
+from . import numbers, multi30k, files, text, digits  # noqa: F401
+
+# isort: on
+from .base import TASKS, Setup, Task, get_task, register_task
+from .translation import TRANSLATION_VALIDATION, TranslationTask
+
+__all__ = [
+    "TASKS",
+    "TRANSLATION_VALIDATION",
+    "Setup",
+    "Task",
+    "TranslationTask",
+    "get_task",
+    "register_task",
+]

@@ -1,0 +1,213 @@
+"""What every task is: :class:`Task`, the ``[task]`` table of a job and what the job layer asks of
+it, and the registry that names the tasks (:func:`register_task`, :func:`get_task`).
+
+A task is a dataclass whose fields are its ``[task]`` options; its methods say how it loads its
+data, builds its tokenizers and model, evaluates a trained model and writes its result lines.
+The job layer (:mod:`attnlab.jobs`) looks a task up by name and calls these methods; it never
+asks which task it runs. A new task is one module with one registered class, plus, if it has
+one, a recipe in ``attnlab/recipes``::
+
+    @register_task
+    @dataclass
+    class Reverse(TranslationTask):
+        name: str = "reverse"
+        ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+__all__ = [
+    "TASKS",
+    "Setup",
+    "Task",
+    "get_task",
+    "register_task",
+    "seeded",
+    "shared_tokenizers",
+]
+
+#: Task name -> its class, in the order ``attnlab train --task`` offers them.
+TASKS: dict[str, type[Task]] = {}
+
+T = TypeVar("T", bound="type[Task]")
+
+
+def register_task(cls: T) -> T:
+    """Class decorator: register task class ``cls`` under its ``name`` field's default."""
+    name = cls.__dataclass_fields__["name"].default
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__name__}: a task's name field needs a default, its name")
+    if name in TASKS and TASKS[name] is not cls:
+        raise ValueError(f"task {name!r}: already registered by {TASKS[name].__name__}")
+    TASKS[name] = cls
+    return cls
+
+
+def get_task(name: object) -> type[Task]:
+    """The class of the task named ``name``; ValueError naming ``[task] name`` otherwise."""
+    if not isinstance(name, str) or name not in TASKS:
+        raise ValueError(f"[task] name: expected one of {list(TASKS)}, got {name!r}")
+    return TASKS[name]
+
+
+@dataclass
+class Setup:
+    """What a task hands the trainer: the model, its training and validation data (as the
+    model's objective takes them), the hook run at each evaluation, where the tokenizers are
+    saved (None: the task has none), and what the job adds to its result (``extras``) and
+    prints as it goes."""
+
+    model: Any
+    train: Any
+    valid: Any
+    on_evaluate: Callable[[int, Any], dict[str, float]] | None = None
+    tokenizers_dir: Path | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Task:
+    """A task a job can name: its ``[task]`` options are this dataclass's fields.
+
+    Class attributes a task sets: ``recipe`` (its packaged TOML file in ``attnlab/recipes``,
+    None for none), ``command`` (the command that uses its models: ``translate`` or
+    ``evaluate``), ``decodes`` (its models are scored by decoding, so beam size and length
+    penalty apply), ``fine_tunable`` (``[model] init_from`` may start it from a trained model),
+    ``flags`` (the ``[task]`` options that ``attnlab train`` flags set).
+    """
+
+    name: str = ""
+
+    recipe: ClassVar[str | None] = None
+    command: ClassVar[str] = "evaluate"
+    decodes: ClassVar[bool] = False
+    fine_tunable: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        own = type(self).__dataclass_fields__["name"].default
+        if self.name != own:
+            raise ValueError(f"[task] name: this is the {own!r} task, got {self.name!r}")
+
+    # -- the job's parts: a subclass overrides these ----------------------------------------
+
+    def check(self) -> None:
+        """Check what the options name (files exist, splits are whole) before any work; a
+        ValueError or OSError names the option. The default checks nothing."""
+
+    def heading(self) -> str:
+        """How ``attnlab train`` names the run (``numbers en->de``)."""
+        return self.name
+
+    def load(self) -> Any:
+        """The task's data, by split."""
+        raise NotImplementedError
+
+    def describe(self, data: Any) -> str:
+        """The line that says what was loaded (``task numbers en->de: train 9,000, ...``)."""
+        return f"task {self.name}: " + ", ".join(f"{k} {len(v):,}" for k, v in data.items())
+
+    @classmethod
+    def config_class(cls) -> type:
+        """The dataclass of ``[model]``: :class:`attnlab.TransformerConfig` by default."""
+        from ..models.config import TransformerConfig
+
+        return TransformerConfig
+
+    def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
+        """The model's config from the job's ``[model]`` table, for these vocabularies."""
+        raise NotImplementedError
+
+    def validation_columns(self, job: Any) -> tuple[str, ...]:
+        """The columns each evaluation during training writes."""
+        from ..train.metrics import METRICS_COLUMNS
+
+        return METRICS_COLUMNS[METRICS_COLUMNS.index("val_loss") :]
+
+    def keep_best_hint(self, job: Any, column: str) -> str:
+        """Why ``column`` is not a validation column of ``job``, when there is a reason to say."""
+        return ""
+
+    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+        """Tokenizers (trained or reloaded into ``out/tokenizers``), the model and its data."""
+        raise NotImplementedError
+
+    def final_split(self, data: Any) -> str | None:
+        """The split a trained model is scored on at the end (None: none to score)."""
+        return "test"
+
+    def evaluate(
+        self,
+        model_dir: Path,
+        data: Any,
+        job: Any,
+        *,
+        split: str,
+        limit: int | None = None,
+        examples: int = 10,
+        device: str | None = None,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+    ) -> dict[str, Any]:
+        """Score the model of ``model_dir`` on ``split`` of ``data``."""
+        raise NotImplementedError
+
+    def score_line(self, result: Mapping[str, Any]) -> str:
+        """The result's headline scores, one line (for ``train.log``)."""
+        raise NotImplementedError
+
+    def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
+        """What the task adds to ``setup.extras`` once trained (fine-tuning: its scores
+        before and after). The default adds nothing."""
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def refuse_decoding(self, beam_size: int | None, alpha: float | None, metric: str) -> None:
+        """ValueError for decoding settings given to a task that is scored without decoding."""
+        for name, value in (("beam_size", beam_size), ("alpha", alpha)):
+            if value is not None:
+                raise ValueError(
+                    f"{name}: the {self.name} task's model is scored without beam search "
+                    f"({metric}); pass None"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def seeded(seed: int, build: Callable[[], Any]) -> Any:
+    """``build()`` under ``seed`` (the global generator left as it was), so that a job's
+    initial weights, hence its result, are the same on every run."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        return build()
+
+
+def shared_tokenizers(directory: Path, *, reuse: bool, rank: int, train: Callable[[], tuple]):
+    """The tokenizers of a run: reloaded from ``directory`` when ``reuse`` (resuming) and it
+    exists, else ``train()`` -> ``(src, tgt)`` saved there (``tgt is src``: one shared). In a
+    distributed run rank 0 trains and saves them; the other ranks wait, then load them."""
+    import torch.distributed as dist
+
+    from ..data.tokenizer import load_tokenizers, save_tokenizers
+
+    distributed = dist.is_available() and dist.is_initialized()
+    if rank != 0:
+        dist.barrier()  # rank 0 has written them
+        return load_tokenizers(directory)
+    if reuse and directory.is_dir():
+        found = load_tokenizers(directory)
+    else:
+        src, tgt = train()
+        save_tokenizers(directory, src, None if tgt is src else tgt)
+        found = (src, tgt)
+    if distributed:
+        dist.barrier()
+    return found

@@ -1,0 +1,94 @@
+"""The ``digits`` task: a :class:`attnlab.VisionTransformer` on scikit-learn's 8x8 handwritten
+digits (shipped with attnlab), stratified held-out sets of ``valid_size`` and ``test_size``
+images (180 and 360 of the 1,797 by default); scored by accuracy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .base import Setup, Task, register_task, seeded
+
+__all__ = ["Digits"]
+
+
+@register_task
+@dataclass
+class Digits(Task):
+    name: str = "digits"
+    valid_size: int = 180
+    test_size: int = 360
+    seed: int = 0
+
+    recipe: ClassVar[str | None] = "digits.toml"
+
+    def load(self) -> Any:
+        from ..data.images import digits
+
+        return digits(valid_size=self.valid_size, test_size=self.test_size, seed=self.seed)
+
+    @classmethod
+    def config_class(cls) -> type:
+        from ..models.vision import VisionConfig
+
+        return VisionConfig
+
+    def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
+        from ..models.vision import VisionConfig
+
+        options = dict(model)
+        return VisionConfig.preset(options.pop("preset", "digits"), **options)
+
+    def validation_columns(self, job: Any) -> tuple[str, ...]:
+        from ..train.metrics import IMAGE_METRICS_COLUMNS
+
+        return IMAGE_METRICS_COLUMNS[IMAGE_METRICS_COLUMNS.index("val_loss") :]
+
+    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+        from ..models.vision import VisionTransformer
+
+        config = job.model_config()
+        model = seeded(job.train.get("seed", 0), lambda: VisionTransformer(config))
+        note(
+            f"model: VisionTransformer, {job.model.get('preset')} preset, "
+            f"{model.num_parameters():,} parameters, {model.config.num_patches} patches of "
+            f"{model.config.patch_size}x{model.config.patch_size} pixels; "
+            f"{len(data['train']):,} training images"
+        )
+        return Setup(model, data["train"], data["valid"])
+
+    def evaluate(
+        self,
+        model_dir: Path,
+        data: Any,
+        job: Any,
+        *,
+        split: str,
+        limit: int | None = None,
+        examples: int = 10,
+        device: str | None = None,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+    ) -> dict[str, Any]:
+        """Accuracy of the classifier on the images of ``split``, and its first errors."""
+        import torch
+
+        from ..inference.scores import classify
+        from ..models.transformer import load_pretrained
+
+        self.refuse_decoding(beam_size, alpha, "accuracy")
+        if split not in data:
+            raise ValueError(f"split: the digits task has {sorted(data)}, not {split!r}")
+        images, labels = data[split].images[:limit], data[split].labels[:limit]
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = load_pretrained(model_dir, device=device)
+        result = classify(model, images, labels, classes=data[split].classes)
+        result.update({"split": split, "task": "digits"})
+        result["examples"] = result.pop("errors")[:examples]
+        return result
+
+    def score_line(self, result: Mapping[str, Any]) -> str:
+        return f"{result['split']}: accuracy {result['accuracy']:.2%}"

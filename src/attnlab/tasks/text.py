@@ -1,0 +1,116 @@
+"""The ``text`` task: a decoder-only language model (:class:`attnlab.TransformerLM`) on the
+non-blank lines of ``text_file``, ``valid_fraction`` of them held out (a seeded shuffle);
+scored by perplexity on the held-out lines."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import Setup, Task, register_task, seeded, shared_tokenizers
+
+__all__ = ["Text"]
+
+
+@register_task
+@dataclass
+class Text(Task):
+    name: str = "text"
+    text_file: str | None = None
+    valid_fraction: float = 0.05
+    seed: int = 0
+    max_len: int = 200
+
+    def check(self) -> None:
+        if not self.text_file:
+            raise ValueError("[task] text_file: required for the 'text' task (one plain text file)")
+        if not Path(self.text_file).is_file():
+            raise FileNotFoundError(f"[task] text_file: {self.text_file}: no such file")
+
+    def load(self) -> Any:
+        from ..data import corpora
+
+        if not self.text_file:
+            raise ValueError("[task] text_file: required for the 'text' task")
+        return corpora.text_corpus(
+            self.text_file, valid_fraction=self.valid_fraction, seed=self.seed
+        )
+
+    def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
+        from ..models.config import TransformerConfig
+
+        options = dict(model)
+        preset = options.pop("preset", "small")
+        options.update(vocab_size=src_vocab, tgt_vocab_size=None, share_embeddings=True)
+        return TransformerConfig.preset(preset, **options)
+
+    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+        from ..data.batching import TokenBatcher, make_lm_examples
+        from ..data.tokenizer import Tokenizer
+        from ..models.transformer import TransformerLM
+        from ..train.config import TrainConfig
+
+        directory = out / "tokenizers"
+
+        def train():  # one vocabulary for the one stream of text
+            options = job.tokenizer
+            tokenizer = Tokenizer.train(
+                data["train"], options.vocab_size, min_frequency=options.min_frequency
+            )
+            return tokenizer, tokenizer
+
+        tokenizer, _ = shared_tokenizers(directory, reuse=resume, rank=rank, train=train)
+        joint = " (joint)" if job.tokenizer.joint else ""
+        note(f"tokenizers: {tokenizer.vocab_size:,} subwords{joint}")
+
+        def encode(split: str):
+            return make_lm_examples(tokenizer.encode_batch(data[split]), max_len=self.max_len)
+
+        config = job.model_config(tokenizer.vocab_size, tokenizer.vocab_size)
+        model = seeded(job.train.get("seed", 0), lambda: TransformerLM(config))
+        train_examples = encode("train")
+        max_tokens = TrainConfig(out=str(out), **job.train).max_tokens
+        padding = TokenBatcher.for_examples(
+            train_examples, max_tokens, seed=job.train.get("seed", 0)
+        ).padding_fraction(0)
+        note(
+            f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+            f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
+            f"longer than {self.max_len} tokens left out), padding {padding:.1%} of the batches"
+        )
+        setup = Setup(model, train_examples, encode("valid"), None, directory)
+        setup.extras["padding_fraction"] = padding
+        return setup
+
+    def final_split(self, data: Any) -> str | None:
+        return "valid"
+
+    def evaluate(
+        self,
+        model_dir: Path,
+        data: Any,
+        job: Any,
+        *,
+        split: str,
+        limit: int | None = None,
+        examples: int = 10,
+        device: str | None = None,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+    ) -> dict[str, Any]:
+        """Perplexity of the model on the lines of ``split``."""
+        from ..inference.scores import lm_perplexity, load_with_tokenizers
+
+        self.refuse_decoding(beam_size, alpha, "perplexity")
+        if split not in data:
+            raise ValueError(f"split: a text task has {sorted(data)}, not {split!r}")
+        lines = data[split][:limit] if limit else data[split]
+        model, tokenizer, _ = load_with_tokenizers(model_dir, device=device)
+        result = lm_perplexity(model, tokenizer, lines)
+        result.update({"split": split, "task": "text"})
+        return result
+
+    def score_line(self, result: Mapping[str, Any]) -> str:
+        return f"{result['split']}: perplexity {result['perplexity']:.2f}"

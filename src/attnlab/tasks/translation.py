@@ -1,0 +1,268 @@
+"""What the translation tasks share (numbers, multi30k, files): an encoder-decoder
+:class:`attnlab.Transformer` trained on sentence pairs, BPE tokenizers trained on the training
+split, greedy BLEU / chrF / exact match on the first validation pairs during training, and
+beam search on the test split at the end. Fine-tuning (``[model] init_from``) starts from a
+trained model and keeps its tokenizers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .base import Setup, Task, seeded, shared_tokenizers
+
+__all__ = ["TRANSLATION_VALIDATION", "TranslationTask", "validation_scores"]
+
+# What a translation job's validation hook adds to each evaluation during training: BLEU,
+# exact match and chrF of greedy translations of the first validation pairs (chrF also ranks
+# one-word outputs, such as the numbers task's, where BLEU is 0).
+TRANSLATION_VALIDATION = ("val_bleu", "val_exact", "val_chrf")
+
+
+@dataclass
+class TranslationTask(Task):
+    """A translation task: ``src_lang`` -> ``tgt_lang``; training pairs with a side longer
+    than ``max_len`` tokens are left out."""
+
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    max_len: int = 200
+
+    command: ClassVar[str] = "translate"
+    decodes: ClassVar[bool] = True
+    fine_tunable: ClassVar[bool] = True
+
+    def heading(self) -> str:
+        return f"{self.name} {self.src_lang}->{self.tgt_lang}"
+
+    def describe(self, data: Any) -> str:
+        splits = ", ".join(f"{k} {len(v):,}" for k, v in data.splits.items())
+        return f"task {data.name} {data.src_lang}->{data.tgt_lang}: {splits}"
+
+    def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
+        from ..models.config import TransformerConfig
+
+        options = dict(model)
+        preset = options.pop("preset", "small")
+        options.update(
+            vocab_size=src_vocab,
+            tgt_vocab_size=None if joint else tgt_vocab,
+            share_embeddings=joint,
+        )
+        return TransformerConfig.preset(preset, **options)
+
+    def validation_columns(self, job: Any) -> tuple[str, ...]:
+        own = super().validation_columns(job)
+        return own if job.eval.bleu_sentences == 0 else own + TRANSLATION_VALIDATION
+
+    def keep_best_hint(self, job: Any, column: str) -> str:
+        if column in TRANSLATION_VALIDATION:
+            return f" ({', '.join(TRANSLATION_VALIDATION)} need [eval] bleu_sentences > 0)"
+        return ""
+
+    # -- training --------------------------------------------------------------------------
+
+    def train_texts(self, data: Any) -> tuple[list[str], list[str]]:
+        """The training split's sources and targets, for the tokenizers."""
+        train = data["train"]
+        return [s for s, _ in train], [t for _, t in train]
+
+    def train_tokenizers(self, job: Any, data: Any):
+        """BPE tokenizers on the training split: one joint, or one per side."""
+        from ..data.tokenizer import Tokenizer
+
+        options = job.tokenizer
+        kwargs = {"min_frequency": options.min_frequency}
+        sources, targets = self.train_texts(data)
+        if options.joint:
+            texts = [s for pair in zip(sources, targets, strict=True) for s in pair]
+            shared = Tokenizer.train(texts, options.vocab_size, **kwargs)
+            return shared, shared
+        return (
+            Tokenizer.train(sources, options.vocab_size, **kwargs),
+            Tokenizer.train(targets, options.vocab_size, **kwargs),
+        )
+
+    def tokenizers(self, job: Any, data: Any, directory: Path, *, resume: bool, rank: int):
+        """Trained on the training split (a fine-tuning run keeps its starting model's)."""
+
+        def train():
+            if job.init_from is None:
+                return self.train_tokenizers(job, data)
+            from ..data.tokenizer import load_tokenizers
+            from ..inference.modeldir import resolve_model_dir
+
+            return load_tokenizers(resolve_model_dir(job.init_from, name="[model] init_from"))
+
+        return shared_tokenizers(directory, reuse=resume, rank=rank, train=train)
+
+    def examples(self, job: Any, data: Any, split: str, src_tok, tgt_tok, config):
+        """The framed examples of ``split`` (from pad, EOS 0 for a Marian model)."""
+        from ..data.batching import make_examples
+
+        pairs = data[split]
+        src = src_tok.encode_batch([s for s, _ in pairs])
+        tgt = tgt_tok.encode_batch([t for _, t in pairs])
+        framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
+        return make_examples(list(zip(src, tgt, strict=True)), max_len=self.max_len, **framing)
+
+    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+        from ..data.batching import TokenBatcher
+        from ..models.transformer import Transformer
+        from ..train.config import TrainConfig
+
+        directory = out / "tokenizers"
+        src_tok, tgt_tok = self.tokenizers(job, data, directory, resume=resume, rank=rank)
+        joint = " (joint)" if job.tokenizer.joint else ""
+        note(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
+        if job.init_from is not None:
+            model = _starting_model(job, src_tok, tgt_tok)
+        else:
+            config = job.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
+            model = seeded(job.train.get("seed", 0), lambda: Transformer(config))
+        c = model.config
+        train = self.examples(job, data, "train", src_tok, tgt_tok, c)
+        valid = self.examples(job, data, "valid", src_tok, tgt_tok, c)
+        valid_pairs = data["valid"][: job.eval.bleu_sentences]
+
+        def on_evaluate(step: int, trained) -> dict[str, float]:
+            """BLEU and exact match of greedy translations of the first validation pairs."""
+            if not valid_pairs:
+                return {}
+            scores = validation_scores(trained, src_tok, tgt_tok, valid_pairs, beam_size=1)
+            found = (scores["bleu"], scores["exact_match"], scores["chrf"])
+            return dict(zip(TRANSLATION_VALIDATION, found, strict=True))
+
+        setup = Setup(model, train, valid, on_evaluate, directory)
+        if job.init_from is not None and rank == 0 and not resume:
+            before = validation_scores(
+                model,
+                src_tok,
+                tgt_tok,
+                data["valid"],
+                beam_size=job.eval.beam_size,
+                alpha=job.eval.alpha,
+            )
+            setup.extras["valid_before"] = before
+            note(f"starting model ({job.init_from}): {_scores_text('valid', before)}")
+        max_tokens = TrainConfig(out=str(out), **job.train).max_tokens
+        padding = TokenBatcher.for_examples(
+            train, max_tokens, seed=job.train.get("seed", 0)
+        ).padding_fraction(0)
+        setup.extras["padding_fraction"] = padding
+        note(
+            f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+            f"parameters; {len(train):,} training examples ({train.dropped:,} longer than "
+            f"{self.max_len} tokens left out), padding {padding:.1%} of the batches"
+        )
+        return setup
+
+    def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
+        if job.init_from is None:
+            return
+        tuned = self.evaluate(model_dir, data, job, split="valid")
+        note(f"fine-tuned model: {_scores_text('valid', tuned)}")
+        setup.extras["init_from"] = job.init_from
+        setup.extras["valid_after"] = {k: tuned[k] for k in ("bleu", "chrf", "exact_match")}
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    def evaluate(
+        self,
+        model_dir: Path,
+        data: Any,
+        job: Any,
+        *,
+        split: str,
+        limit: int | None = None,
+        examples: int = 10,
+        device: str | None = None,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+    ) -> dict[str, Any]:
+        """BLEU, chrF and exact match of beam-search translations of ``split`` (beam size and
+        length penalty: the job's ``[eval]`` unless given), with the literature's tokenised
+        BLEU beside them and a few examples."""
+        from ..inference.scores import score
+        from ..inference.translator import Translator
+
+        if split not in data.splits:
+            raise ValueError(
+                f"split: the {self.name} job has the splits {sorted(data.splits)}, not {split!r}"
+            )
+        pairs = data[split]
+        if limit is not None:
+            pairs = pairs[:limit]
+        beam_size = beam_size or job.eval.beam_size
+        alpha = job.eval.alpha if alpha is None else alpha
+        translator = Translator.load(
+            model_dir,
+            beam_size=beam_size,
+            alpha=alpha,
+            max_tokens=job.eval.max_tokens,
+            device=device,
+        )
+        hyps = translator.translate([s for s, _ in pairs])
+        scores = score(hyps, [t for _, t in pairs], tokenized_lang=self.tgt_lang)
+        result = scores.to_dict()
+        result.update({"split": split, "task": self.name, "beam_size": beam_size, "alpha": alpha})
+        result["examples"] = [
+            {"source": s, "reference": t, "hypothesis": h}
+            for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]
+        ]
+        return result
+
+    def score_line(self, result: Mapping[str, Any]) -> str:
+        return (
+            f"{result['split']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, exact "
+            f"match {result['exact_match']:.1%}"
+        )
+
+
+def _scores_text(split: str, scores: Mapping[str, Any]) -> str:
+    return (
+        f"{split} BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, exact match "
+        f"{scores['exact_match']:.1%}"
+    )
+
+
+def _starting_model(job: Any, src_tok, tgt_tok):
+    """The model a fine-tuning run starts from: ``[model] init_from``'s weights in a model of
+    its config with the job's dropout rates, checked against the tokenizers it came with."""
+    from ..inference.modeldir import resolve_model_dir
+    from ..inference.scores import load_with_tokenizers
+    from ..models.transformer import Transformer
+
+    start = resolve_model_dir(job.init_from, name="[model] init_from")
+    try:
+        loaded, _, _ = load_with_tokenizers(start, device="cpu")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"[model] init_from: {e}") from None
+    for side, tokenizer, size in (
+        ("source", src_tok, loaded.config.vocab_size),
+        ("target", tgt_tok, loaded.config.target_vocab_size),
+    ):
+        if tokenizer.vocab_size != size:
+            raise ValueError(
+                f"[model] init_from: {start}: the {side} tokenizer has {tokenizer.vocab_size:,} "
+                f"tokens, the model's {side} vocabulary {size:,}"
+            )
+    model = Transformer(job.model_config())
+    model.load_state_dict(loaded.state_dict())
+    return model
+
+
+def validation_scores(
+    model, src_tok, tgt_tok, pairs, *, beam_size: int, alpha: float = 0.6
+) -> dict[str, float]:
+    """BLEU, chrF and exact match of ``model``'s translations of the validation ``pairs``
+    (decoding leaves the model in the mode it found it in): the hook's greedy scores during
+    training, and a fine-tuning run's before and after with the final test's decoding."""
+    from ..inference.scores import Translator, score
+
+    translator = Translator(model, src_tok, tgt_tok, beam_size=beam_size, alpha=alpha)
+    hyps = translator.translate([s for s, _ in pairs])
+    scores = score(hyps, [t for _, t in pairs])
+    return {"bleu": scores.bleu, "chrf": scores.chrf, "exact_match": scores.exact_match}
