@@ -56,7 +56,7 @@ from torch import Tensor, nn
 
 import attnlab
 from attnlab.decode.fast import FastDecoder, why_not_fast_path
-from attnlab.nn.feedforward import ACTIVATIONS
+from attnlab.nn.layers import ACTIVATIONS
 from attnlab.train.step import why_not_compile
 from common import Row, base_parser, finish, interleaved, print_table, summary
 

@@ -137,7 +137,9 @@ def test_no_module_imports_another_modules_private_name():
 
 
 #: The package's top level: the public face and the ground floor, then the packages.
-TOP_MODULES = {"__init__", "__main__", "_checks", "_io", "_moved", "_ops", "_tensorfile", "_version"}
+TOP_MODULES = {
+    "__init__", "__main__", "_checks", "_io", "_moved", "_ops", "_tensorfile", "_version",
+}  # fmt: skip
 PACKAGES = {
     "cli", "data", "decode", "formats", "inference", "instruments", "jobs", "models", "nn",
     "serve", "tasks", "train",

@@ -250,12 +250,13 @@ def test_the_quick_start_page_keeps_the_two_commands():
 def test_every_public_module_gets_an_api_page():
     modules = hooks.api_modules()
     for name in (
-        "attention", "masks", "positional", "layers", "model", "config", "generate", "export",
-        "train", "evaluate", "flops", "viz", "explain", "serve",
+        "nn.attention", "nn.masks", "nn.positional", "nn.layers", "models.transformer",
+        "models.config", "decode.search", "formats", "formats.marian", "train", "tasks",
+        "inference.scores", "instruments.flops", "instruments.viz", "instruments.explain", "serve",
     ):  # fmt: skip
         assert name in modules
     assert "cli" not in modules and len(modules) == len(set(modules))
-    assert hooks.api_page("masks") == "::: attnlab.nn.masks\n"
+    assert hooks.api_page("nn.masks") == "::: attnlab.nn.masks\n"
 
 
 def test_the_exports_page_names_everything_attnlab_exports():

@@ -828,3 +828,12 @@ def test_from_torch_stack_with_differing_layers_is_refused():
     ref.layers[1] = nn.TransformerEncoderLayer(D, H, FF, activation="gelu")
     with pytest.raises(ValueError, match=r"^stack: the torch stack's layers differ"):
         Encoder.from_torch(ref)
+
+
+def test_the_config_names_exactly_the_activations_the_network_has():
+    """TransformerConfig checks ``activation`` against the names the feed-forward network maps
+    to functions: the two lists are one."""
+    from attnlab.models.config import ACTIVATIONS as NAMES
+    from attnlab.nn.layers import ACTIVATIONS
+
+    assert tuple(ACTIVATIONS) == NAMES

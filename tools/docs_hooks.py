@@ -223,27 +223,44 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
 #: The order of the API pages (the way data flows); a public module not named here follows,
 #: alphabetically, so a new module gets its page without an edit here.
 API_ORDER = (
-    "masks", "attention", "positional", "feedforward", "layers", "cache", "embeddings",
-    "config", "model", "pretrained", "modeldir", "vision", "torch_interop", "interop",
-    "generate", "constraints", "decoding", "fastdecode", "export", "data", "train", "jobs",
-    "translator", "evaluate", "bounds",
-    "schedule", "flops", "viz", "explain", "serve",
+    "nn.masks", "nn.attention", "nn.positional", "nn.layers", "nn.cache", "nn.embeddings",
+    "models.config", "models.transformer", "models.saved", "models.vision",
+    "decode.search", "decode.constraints", "decode.session", "decode.fast",
+    "inference.translator", "inference.modeldir", "inference.scores", "inference.bounds",
+    "formats", "formats.marian", "formats.ctranslate2", "formats.bert", "formats.torch_nn",
+    "data", "tasks", "train", "jobs",
+    "instruments.flops", "instruments.viz", "instruments.explain", "serve",
 )  # fmt: skip
 #: Public modules without a page here: the command line has its own (cli.md).
 API_SKIP = frozenset({"cli"})
+#: The packages whose modules have a page each; those in GROUPS_ONLY only group modules and
+#: have no page of their own.
+GROUPS = frozenset({"nn", "models", "decode", "inference", "formats", "instruments"})
+GROUPS_ONLY = GROUPS - {"formats"}
 
 
 def api_modules() -> list[str]:
-    """The public modules of attnlab (no leading underscore), in page order."""
+    """The public modules of attnlab (no leading underscore), in page order: the modules of
+    the packages that group them (``nn.masks``), and the packages documented whole (``data``,
+    ``train``, ...)."""
+    import importlib
     import pkgutil
 
     import attnlab
 
-    found = {
-        info.name
-        for info in pkgutil.iter_modules(attnlab.__path__)
-        if not info.name.startswith("_") and info.name not in API_SKIP
-    }
+    found = set()
+    for info in pkgutil.iter_modules(attnlab.__path__):
+        if info.name.startswith("_") or info.name in API_SKIP:
+            continue
+        if info.name in GROUPS:
+            package = importlib.import_module(f"attnlab.{info.name}")
+            found |= {
+                f"{info.name}.{sub.name}"
+                for sub in pkgutil.iter_modules(package.__path__)
+                if not sub.name.startswith("_") and sub.name != "common"
+            }
+        if info.name not in GROUPS_ONLY:
+            found.add(info.name)
     return [m for m in API_ORDER if m in found] + sorted(found - set(API_ORDER))
 
 

@@ -36,6 +36,7 @@ MOVED: dict[str, str] = {
     "attnlab.modeldir": "attnlab.inference.modeldir",
     "attnlab.evaluate": "attnlab.inference.scores",
     "attnlab.bounds": "attnlab.inference.bounds",
+    "attnlab.export.marian_names": "attnlab.formats.marian",
     "attnlab.export.marian": "attnlab.formats.marian",
     "attnlab.export.ct2": "attnlab.formats.ctranslate2",
     "attnlab.export": "attnlab.formats",

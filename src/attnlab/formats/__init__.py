@@ -22,7 +22,7 @@ function on the same weights:
 
 The modules: :mod:`.common` (what each target can express, vocabularies, the output
 directory's checks), :mod:`.ctranslate2` (CTranslate2) and :mod:`.marian` (Hugging Face, both ways;
-its name map and permutation, once, in :mod:`.marian_names`).
+its name map and permutation, once).
 
 What a target cannot express is refused with a one-line ``ValueError`` naming the option and
 the target, before anything is written; :func:`unsupported` lists the reasons. CTranslate2

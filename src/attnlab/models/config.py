@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from .._checks import check_bool, check_int, check_positive_number, check_rate, dataclass_from
-from ..nn.layers import ACTIVATIONS
 
-__all__ = ["POSITIONAL_KINDS", "PresetConfig", "TransformerConfig"]
+#: The feed-forward network's activations (attnlab.nn.layers.ACTIVATIONS maps each to its
+#: function): ReLU (the paper's), exact GELU (BERT, ViT), GELU's tanh approximation (GPT-2),
+#: SiLU (Marian).
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+
+__all__ = ["ACTIVATIONS", "POSITIONAL_KINDS", "PresetConfig", "TransformerConfig"]
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "alibi", "none")
 C = TypeVar("C", bound="PresetConfig")

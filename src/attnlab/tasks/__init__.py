@@ -13,6 +13,20 @@ from . import numbers, multi30k, files, text, digits  # noqa: F401
 from .base import TASKS, Setup, Task, get_task, register_task
 from .translation import TRANSLATION_VALIDATION, TranslationTask
 
+
+def _import_the_others() -> None:
+    """Import every other module of this package: a new task's module registers it with no
+    edit here."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_the_others()
+
 __all__ = [
     "TASKS",
     "TRANSLATION_VALIDATION",
