@@ -302,7 +302,7 @@ def _evaluate_lm_file(args: argparse.Namespace) -> int:
         lines = lines[: args.limit]
     model, tokenizer, _ = load_with_tokenizers(args.model, device=device_of(args.device))
     result = lm_perplexity(model, tokenizer, lines)
-    result.update({"split": Path(args.src).name, "task": "files"})
+    result.update({"split": Path(args.src).name, "task": "text"})  # a language model's scores
     if args.json:
         print(json.dumps(result))
     else:

@@ -17,67 +17,20 @@ from ._args import (
 )
 
 
-def _translation_scores(result: dict) -> str:
-    """The translation scores on one line, the headline first (evaluate.headline)."""
-    shown = {
-        "bleu": f"BLEU {result['bleu']:.2f}",
-        "chrf": f"chrF {result['chrf']:.2f}",
-        "exact_match": f"exact match {result['exact_match']:.1%}",
-    }
-    lead = [shown.pop(key) for key in result.get("headline", ("bleu", "chrf"))]
-    return ", ".join(lead) + (f"; {', '.join(shown.values())}" if shown else "")
-
-
-def _decoding(beam_size: object, alpha: object = None) -> str:
-    """The decoder, for the summary line: ', greedy', ', beam search (4)', ', beam search (4,
-    alpha 1.0)' when the length penalty is known, or '' if the beam is unknown."""
-    if not isinstance(beam_size, int):
-        return ""
-    if beam_size == 1:
-        return ", greedy"
-    penalty = f", alpha {alpha:g}" if isinstance(alpha, int | float) else ""
-    return f", beam search ({beam_size}{penalty})"
-
-
 def print_scores(
     result: dict, show: int = 3, beam_size: int | None = None, tokenized: bool = False
 ) -> None:
-    if "accuracy" in result:  # an image classifier
-        print(
-            f"{result['split']} ({result['images']:,} images): accuracy "
-            f"{result['accuracy']:.2%} ({result['correct']:,} correct)"
-        )
-        worst = sorted(result["per_class"].items(), key=lambda kv: (kv[1] is None, kv[1]))[:3]
-        print("  hardest classes: " + ", ".join(f"{k} {v:.1%}" for k, v in worst if v is not None))
-        for error in result.get("examples", [])[:show]:
-            print(
-                f"  image {error['index']}: a {error['label']} taken for a {error['predicted']} "
-                f"(p = {error['confidence']:.2f})"
-            )
+    """Print the result's lines as its task writes them (no scores: a job without a test
+    split)."""
+    from ..tasks import get_task
+
+    if result.get("split") is None:
+        print("no test split: nothing scored on test")
         return
-    if "perplexity" in result:  # a language model
-        print(
-            f"{result['split']} ({result['sentences']:,} lines, {result['tokens']:,} tokens): "
-            f"perplexity {result['perplexity']:.2f} (cross-entropy {result['loss']:.4f} nats)"
-        )
-        return
-    print(
-        f"{result['split']} ({result['sentences']:,} sentences"
-        f"{_decoding(result.get('beam_size', beam_size), result.get('alpha'))}): "
-        f"{_translation_scores(result)}"
-    )
-    if result.get("note"):
-        print(f"  note: {result['note']} (BLEU {result['bleu']:.2f})")
-    print(f"  BLEU signature: {result['bleu_signature']}")
-    print(f"  chrF signature: {result['chrf_signature']}")
-    if tokenized and result.get("bleu_tokenized") is not None:
-        print(
-            f"  BLEU lowercased and Moses-tokenised (the text-only literature's): "
-            f"{result['bleu_tokenized']:.2f}; signature: {result['bleu_tokenized_signature']}"
-        )
-    for example in result.get("examples", [])[:show]:
-        source, hypothesis = example["source"], example["hypothesis"]
-        print(f"  {source!r} -> {hypothesis!r} (reference {example['reference']!r})")
+    for line in get_task(result["task"]).report(
+        result, show=show, beam_size=beam_size, tokenized=tokenized
+    ):
+        print(line)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -91,24 +44,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         limit=args.limit,
         device=device_of(args.device),
     )  # split None: the task's own (test, or valid for a language model)
-    if args.json and "perplexity" in result:
-        print(json.dumps(result))
-        return 0
-    if args.json and "accuracy" in result:
-        keys = ("accuracy", "correct", "images", "per_class", "split", "task")
-        print(json.dumps({k: result[k] for k in keys}))
-        return 0
-    if args.tokenized_bleu and "bleu" in result and result.get("bleu_tokenized") is None:
-        raise ValueError(
-            f"--tokenized-bleu: {args.model}'s task names no target language (task.tgt_lang "
-            f"of its job.json), which Moses tokenisation needs"
-        )
+    from ..tasks import get_task
+
+    view = get_task(result["task"]).json_view(
+        result, tokenized=args.tokenized_bleu, model=str(args.model)
+    )
     if args.json:
-        keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task", "beam_size", "alpha")
-        keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
-        if args.tokenized_bleu:
-            keys += ("bleu_tokenized", "bleu_tokenized_signature")
-        print(json.dumps({k: result[k] for k in keys}))
+        print(json.dumps(view))
         return 0
     print_scores(result, show=args.show, beam_size=args.beam_size, tokenized=args.tokenized_bleu)
     return 0

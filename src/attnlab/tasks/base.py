@@ -161,6 +161,27 @@ class Task:
         """The result's headline scores, one line (for ``train.log``)."""
         raise NotImplementedError
 
+    @classmethod
+    def report(
+        cls,
+        result: Mapping[str, Any],
+        *,
+        show: int = 3,
+        beam_size: int | None = None,
+        tokenized: bool = False,
+    ) -> list[str]:
+        """The lines ``attnlab train`` and ``attnlab evaluate`` print for ``result`` (``show``
+        examples; a translation's decoding, and its tokenised BLEU when ``tokenized``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def json_view(
+        cls, result: Mapping[str, Any], *, tokenized: bool = False, model: str = "the model"
+    ) -> dict[str, Any]:
+        """What ``attnlab evaluate --json`` prints of ``result`` (all of it by default); a
+        ValueError naming ``model`` when ``tokenized`` (``--tokenized-bleu``) cannot be met."""
+        return dict(result)
+
     def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
         """What the task adds to ``setup.extras`` once trained (fine-tuning: its scores
         before and after). The default adds nothing."""

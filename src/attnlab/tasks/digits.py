@@ -90,5 +90,36 @@ class Digits(Task):
         result["examples"] = result.pop("errors")[:examples]
         return result
 
+    @classmethod
+    def report(
+        cls,
+        result: Mapping[str, Any],
+        *,
+        show: int = 3,
+        beam_size: int | None = None,
+        tokenized: bool = False,
+    ) -> list[str]:
+        lines = [
+            f"{result['split']} ({result['images']:,} images): accuracy "
+            f"{result['accuracy']:.2%} ({result['correct']:,} correct)"
+        ]
+        worst = sorted(result["per_class"].items(), key=lambda kv: (kv[1] is None, kv[1]))[:3]
+        lines.append(
+            "  hardest classes: " + ", ".join(f"{k} {v:.1%}" for k, v in worst if v is not None)
+        )
+        for error in result.get("examples", [])[:show]:
+            lines.append(
+                f"  image {error['index']}: a {error['label']} taken for a {error['predicted']} "
+                f"(p = {error['confidence']:.2f})"
+            )
+        return lines
+
+    @classmethod
+    def json_view(
+        cls, result: Mapping[str, Any], *, tokenized: bool = False, model: str = "the model"
+    ) -> dict[str, Any]:
+        keys = ("accuracy", "correct", "images", "per_class", "split", "task")
+        return {k: result[k] for k in keys}
+
     def score_line(self, result: Mapping[str, Any]) -> str:
         return f"{result['split']}: accuracy {result['accuracy']:.2%}"

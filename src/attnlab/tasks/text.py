@@ -112,5 +112,19 @@ class Text(Task):
         result.update({"split": split, "task": "text"})
         return result
 
+    @classmethod
+    def report(
+        cls,
+        result: Mapping[str, Any],
+        *,
+        show: int = 3,
+        beam_size: int | None = None,
+        tokenized: bool = False,
+    ) -> list[str]:
+        return [
+            f"{result['split']} ({result['sentences']:,} lines, {result['tokens']:,} tokens): "
+            f"perplexity {result['perplexity']:.2f} (cross-entropy {result['loss']:.4f} nats)"
+        ]
+
     def score_line(self, result: Mapping[str, Any]) -> str:
         return f"{result['split']}: perplexity {result['perplexity']:.2f}"

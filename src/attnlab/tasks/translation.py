@@ -214,11 +214,75 @@ class TranslationTask(Task):
         ]
         return result
 
+    @classmethod
+    def report(
+        cls,
+        result: Mapping[str, Any],
+        *,
+        show: int = 3,
+        beam_size: int | None = None,
+        tokenized: bool = False,
+    ) -> list[str]:
+        decoding = _decoding(result.get("beam_size", beam_size), result.get("alpha"))
+        lines = [
+            f"{result['split']} ({result['sentences']:,} sentences{decoding}): {_scores(result)}"
+        ]
+        if result.get("note"):
+            lines.append(f"  note: {result['note']} (BLEU {result['bleu']:.2f})")
+        lines.append(f"  BLEU signature: {result['bleu_signature']}")
+        lines.append(f"  chrF signature: {result['chrf_signature']}")
+        if tokenized and result.get("bleu_tokenized") is not None:
+            lines.append(
+                f"  BLEU lowercased and Moses-tokenised (the text-only literature's): "
+                f"{result['bleu_tokenized']:.2f}; signature: {result['bleu_tokenized_signature']}"
+            )
+        for example in result.get("examples", [])[:show]:
+            source, hypothesis = example["source"], example["hypothesis"]
+            lines.append(f"  {source!r} -> {hypothesis!r} (reference {example['reference']!r})")
+        return lines
+
+    @classmethod
+    def json_view(
+        cls, result: Mapping[str, Any], *, tokenized: bool = False, model: str = "the model"
+    ) -> dict[str, Any]:
+        if tokenized and result.get("bleu_tokenized") is None:
+            raise ValueError(
+                f"--tokenized-bleu: {model}'s task names no target language (task.tgt_lang "
+                f"of its job.json), which Moses tokenisation needs"
+            )
+        keys = ("bleu", "chrf", "exact_match", "sentences", "split", "task", "beam_size", "alpha")
+        keys += ("headline", "short_references", "note", "bleu_signature", "chrf_signature")
+        if tokenized:
+            keys += ("bleu_tokenized", "bleu_tokenized_signature")
+        return {k: result[k] for k in keys}
+
     def score_line(self, result: Mapping[str, Any]) -> str:
         return (
             f"{result['split']}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, exact "
             f"match {result['exact_match']:.1%}"
         )
+
+
+def _scores(result: Mapping[str, Any]) -> str:
+    """The translation scores on one line, the headline first (inference.scores.headline)."""
+    shown = {
+        "bleu": f"BLEU {result['bleu']:.2f}",
+        "chrf": f"chrF {result['chrf']:.2f}",
+        "exact_match": f"exact match {result['exact_match']:.1%}",
+    }
+    lead = [shown.pop(key) for key in result.get("headline", ("bleu", "chrf"))]
+    return ", ".join(lead) + (f"; {', '.join(shown.values())}" if shown else "")
+
+
+def _decoding(beam_size: object, alpha: object = None) -> str:
+    """The decoder, for the summary line: ', greedy', ', beam search (4)', ', beam search (4,
+    alpha 1.0)' when the length penalty is known, or '' if the beam is unknown."""
+    if not isinstance(beam_size, int):
+        return ""
+    if beam_size == 1:
+        return ", greedy"
+    penalty = f", alpha {alpha:g}" if isinstance(alpha, int | float) else ""
+    return f", beam search ({beam_size}{penalty})"
 
 
 def _scores_text(split: str, scores: Mapping[str, Any]) -> str:
