@@ -1,5 +1,6 @@
 """The release's files: CITATION.cff (Citation File Format), CHANGELOG.md (Keep a Changelog,
-with the version policy), and no tracked file naming a directory outside the repository."""
+with the version policy), no tracked file naming a directory outside the repository, and the
+Multi30K headline quoted alike everywhere, from its one results file."""
 
 from __future__ import annotations
 
@@ -65,3 +66,106 @@ def test_no_tracked_file_names_a_directory_outside_the_repository():
         for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
             found += [f"{name}:{number}: {line.strip()}" for piece in OUTSIDE if piece in line]
     assert not found, "a path outside the repository:\n" + "\n".join(found)
+
+
+#: The Multi30K headline: the test BLEU of the recipe's three seeds at the length penalty the
+#: recipe decodes with, read from the one results file that holds it.
+MULTI30K_RESULTS = ROOT / "benchmarks/results/multi30k_alpha.json"
+
+#: Every place that quotes the headline: per page, patterns whose named groups are keys of
+#: :func:`multi30k_headline`; each must match, and every match must give the file's figures.
+HEADLINE_QUOTES = {
+    "README.md": [
+        r"The Multi30K recipe scores (?P<bleu>[\d.]+) BLEU \(mean of 3 seeds; (?P<tok>[\d.]+) as",
+        r"\*\*(?P<bleu>[\d.]+) ± (?P<bleu_sd>[\d.]+) BLEU\*\* over 3 seeds, chrF (?P<chrf>[\d.]+);"
+        r" lowercased and Moses-tokenised as the literature reports it,"
+        r" (?P<tok>[\d.]+) ± (?P<tok_sd>[\d.]+)",
+    ],
+    "README.zh.md": [
+        r"Multi30K 配方的得分是 (?P<bleu>[\d.]+) BLEU（3 个随机种子的平均；"
+        r"按文献的算法，即小写并分词后，为 (?P<tok>[\d.]+)）",
+        r"3 个随机种子上 \*\*(?P<bleu>[\d.]+) ± (?P<bleu_sd>[\d.]+) BLEU\*\*，"
+        r"chrF (?P<chrf>[\d.]+)；"
+        r"按文献的算法（小写并用 Moses 分词）为 (?P<tok>[\d.]+) ± (?P<tok_sd>[\d.]+)",
+    ],
+    "docs/benchmarks.md": [
+        r"\| mean ± sd \(range\) \| \*\*(?P<bleu>[\d.]+) ± (?P<bleu_sd>[\d.]+) \([\d.-]+\)\*\* \|"
+        r" (?P<tok>[\d.]+) ± (?P<tok_sd>[\d.]+) \([\d.-]+\) \| (?P<chrf>[\d.]+) ±",
+        r"40\.0 cased, detokenised BLEU by (?P<gap>[\d.]+) \(mean (?P<bleu>[\d.]+) with the alpha",
+        r"41\.5 in\s+the literature's variant by (?P<tok_gap>[\d.]+) \(mean (?P<tok>[\d.]+);",
+        r"disagrees: \*\*(?P<bleu>[\d.]+) ± (?P<bleu_sd>[\d.]+)\*\* cased",
+        r"(?P<tok>[\d.]+) against [\d.]+ in the literature's variant, while chrF",
+    ],
+}
+#: Where in a page the current recipe's figures stand (the pages before and after it hold the
+#: earlier recipes' tables).
+HEADLINE_SECTIONS = {"docs/benchmarks.md": ("### Training on Multi30K", "#### How the recipe")}
+#: A figure quoted as Multi30K's BLEU: a number just before "BLEU" on a line naming Multi30K.
+BLEU_QUOTE = re.compile(r"(\d+\.\d+)(?:\*\*)?(?: ± \d+\.\d+)?(?:\*\*)? BLEU")
+
+
+def multi30k_headline() -> dict[str, str]:
+    """The headline's figures as the pages write them (2 decimals), from the results file."""
+    import json
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    data = json.loads(MULTI30K_RESULTS.read_text(encoding="utf-8"))
+    recipe = (ROOT / "src/attnlab/recipes/multi30k-en-de.toml").read_text(encoding="utf-8")
+    alpha = tomllib.loads(recipe)["eval"]["alpha"]
+    assert data["chosen_alpha"] == alpha, "the results file is not the recipe's decoding"
+    (summary,) = [s for a, s in data["test_summary"].items() if float(a) == alpha]
+    bleu, tok, chrf = summary["bleu"], summary["bleu_tokenized"], summary["chrf"]
+    return {
+        "bleu": f"{bleu['mean']:.2f}",
+        "bleu_sd": f"{bleu['sd']:.2f}",
+        "tok": f"{tok['mean']:.2f}",
+        "tok_sd": f"{tok['sd']:.2f}",
+        "chrf": f"{chrf['mean']:.2f}",
+        "gap": f"{40.0 - bleu['mean']:.2f}",  # the goals: 40.0 cased, 41.5 tokenised
+        "tok_gap": f"{41.5 - tok['mean']:.2f}",
+    }
+
+
+def other_bleu_quotes(text: str, bleu: str) -> list[str]:
+    """The lines of ``text`` that quote a Multi30K BLEU other than ``bleu``."""
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if "Multi30K" in line and any(f != bleu for f in BLEU_QUOTE.findall(line))
+    ]
+
+
+def test_every_page_quotes_the_multi30k_headline_from_its_one_results_file():
+    headline = multi30k_headline()
+    wrong = []
+    for name, patterns in HEADLINE_QUOTES.items():
+        text = (ROOT / name).read_text(encoding="utf-8")
+        if name in HEADLINE_SECTIONS:
+            start, end = HEADLINE_SECTIONS[name]
+            text = text.split(start, 1)[1].split(end, 1)[0]
+        for pattern in patterns:
+            matches = list(re.finditer(pattern, text))
+            assert matches, f"{name}: no quote of the headline matches {pattern!r}"
+            for match in matches:
+                wrong += [
+                    f"{name}: {key} {value} in {match.group(0)!r}, the results say {headline[key]}"
+                    for key, value in match.groupdict().items()
+                    if value != headline[key]
+                ]
+    pages = [ROOT / "README.md", ROOT / "README.zh.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        if page.name != "benchmarks.md":  # the earlier recipes' tables; its quotes are above
+            quotes = other_bleu_quotes(page.read_text(encoding="utf-8"), headline["bleu"])
+            wrong += [f"{page.relative_to(ROOT)}: {line}" for line in quotes]
+    assert not wrong, f"not the headline of {MULTI30K_RESULTS.name}:\n" + "\n".join(wrong)
+
+
+def test_a_drifted_multi30k_figure_is_found():
+    old = "here was run on a GPU. The Multi30K recipe scores 39.9 BLEU (mean of 3 seeds; 40.3 as"
+    assert other_bleu_quotes(old, "39.55") == [old]
+    assert other_bleu_quotes(old.replace("39.9", "39.55"), "39.55") == []
+    assert other_bleu_quotes("Multi30K valid: BLEU | 28.82", "39.55") == []

@@ -133,7 +133,7 @@ def add_compile_flag(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run the training step through torch.compile (default: the job's [train] compile, "
-        "off: on a 2-core CPU it ran at 0.75x of eager; see benchmarks/model.py)",
+        "off: on a CPU the compiled step is slower than eager, see docs/benchmarks.md)",
     )
 
 

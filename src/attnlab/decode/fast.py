@@ -1,48 +1,31 @@
 """The lean decoder step behind :mod:`attnlab.decode.search`: its fast path.
 
 :meth:`attnlab.Transformer.decode` with a :class:`attnlab.nn.layers.DecoderCache` is the readable
-reference of incremental decoding: every step goes through the modules, checks its arguments,
-builds masks and calls scaled dot-product attention. At batch 1 a step of the ``small`` model
-streams 19 MB of weights for one token, and the Python and op dispatch around several hundred
-small ops cost a large part of it (on a model with tiny widths, where only that overhead is
-left, the reference step took 1.8x the time of this one). :class:`FastDecoder`
-computes the same numbers (tested equal, outputs and caches, in ``tests/test_fastdecode.py``)
-with fewer, larger ops and nothing else on the hot path:
+reference of incremental decoding. :class:`FastDecoder` computes the same numbers (tested equal,
+outputs and caches, in ``tests/test_fastdecode.py``) with fewer, larger ops and nothing else on
+the hot path, since at batch 1 a step is a few hundred small ops around 19 MB of weights:
 
 * weights packed once per model and parameter version (:func:`pack`): each linear map
-  pre-transposed for ``torch.addmm`` (``x @ W^T + b`` without a transposed operand), the
-  ``1 / sqrt(d_k)`` score scale (eq. 1) folded into the query rows, the memory's key/value
-  projections of every layer fused into one matrix (the memory is projected once per batch,
-  in one GEMM);
-* one preallocated key/value store for the whole decoder, written in place, one copy per layer
-  per step;
-* attention for one new query as ``bmm -> softmax -> bmm`` on views of the store: no mask is
-  built for greedy decoding, no padding check runs per step;
-* beam search without reordering the cache. The reference gathers every layer's keys and values
-  into beam order after each step (at 32 sentences x 4 beams x 128 positions that is 100 MB
-  read and written per step); here each beam writes its own slot at each position, the beams of
-  a sentence attend together to all slots of their sentence, and a small additive mask (which
-  slot was this beam's ancestor at each position, ``(rows, positions, beams)`` floats) hides
-  the others. Only that mask is reordered. The memory's keys and values are stored once per
-  sentence, not once per beam: a sentence's beams are its queries.
+  pre-transposed for ``torch.addmm``, the ``1 / sqrt(d_k)`` score scale (eq. 1) folded into the
+  query rows, the memory's key/value projections of every layer fused into one matrix (the
+  memory is projected once per batch, in one GEMM);
+* one preallocated key/value store for the whole decoder, written in place;
+* attention for one new query as ``bmm -> softmax -> bmm`` on views of the store, with no mask
+  for greedy decoding and no padding check per step;
+* beam search without reordering the cache: each beam writes its own slot at each position, a
+  sentence's beams attend together to all of its slots, and a small additive ancestry mask
+  (``(rows, positions, beams)`` floats) hides the others; only that mask is reordered. The
+  memory's keys and values are stored once per sentence, not once per beam.
 
 Optional int8 weights (``quantize="int8"``): every decoder linear map and the output projection
 run as torch's dynamic-quantized linear (FBGEMM: int8 weights with a scale per output channel,
-activations quantized per call to 7-bit unsigned integers, int32 accumulation). The encoder
-stays in float32. Activations are quantized with one scale per call, over the whole batch, so
-an int8 output may depend on the batch it is decoded in (float32 outputs do not).
+activations quantized per call to 7 bits); the encoder stays float32. Activations share one
+scale per call over the batch, so an int8 output may depend on its batch (float32 ones do not).
 
 :func:`why_not_fast_path` says why a model takes the reference path instead ("" when it does
-not), in the manner of torch.nn.MultiheadAttention's ``why_not_sparsity_fast_path``.
-
-Not used, measured: ``torch.compile`` of the step (inductor, ``dynamic=True``) on this 2-core
-AVX2 CPU took 217 s to compile, recompiled for every position (the in-place write into the
-store specialises on it) until dynamo's recompile limit sent it back to eager, and ran 1.4-1.5x
-slower per step than eager. Pre-transposed weights beat ``F.linear`` by 1.3-2x on the output
-projection (MKL's transposed-B path); MKL-packed and oneDNN linear ops, SDPA for one query, and
-splitting the output projection into column blocks were no faster here. torch's weight-only int8
-product (``_weight_int8pack_mm``: int8 weights, float activations) took 4-13x the time of
-float32 ``addmm`` at one row (``benchmarks/int8_linear.py``), so int8 stays FBGEMM's.
+not), in the manner of torch.nn.MultiheadAttention's ``why_not_sparsity_fast_path``. The step is
+not compiled: ``torch.compile`` of it recompiles at every position and is slower on CPU, see
+docs/benchmarks.md ("Decoding").
 """
 
 from __future__ import annotations

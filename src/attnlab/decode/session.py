@@ -225,13 +225,11 @@ def pack(ids: Tensor, pad_id: int, *, real_first: bool) -> Tensor:
 
 
 #: Below this many rows per step (sentences x beams) decoding runs on one CPU thread unless
-#: this process may run on two physical cores (:func:`separate_cores`). On an earlier 2-vCPU AMD
-#: machine (topology not recorded) batch-1 greedy at 2 threads ran at half its 1-thread speed:
-#: the matrix products were too small to share, and waking a second thread for each of a step's
-#: ~100 ops cost more than it saved, as it must where the two CPUs are one core's hyperthreads.
-#: On two separate cores a second thread streams half of the weights through its own caches:
-#: batch-1 greedy ran 1.45x faster (benchmarks/decode.py, 2026-12-03, an Intel Xeon with 2
-#: cores; benchmarks/results/decode_2core_xeon.json).
+#: this process may run on two physical cores (:func:`separate_cores`): a small step's matrix
+#: products are too small to share, so waking a second thread for each of its ~100 ops costs
+#: more than it saves where the two CPUs are one core's hyperthreads, while on two separate
+#: cores the second thread streams half of the weights through its own caches (both measured
+#: in docs/benchmarks.md, "Decoding").
 SINGLE_THREAD_ROWS = 8
 
 

@@ -1,8 +1,9 @@
 """Evaluation: translate text with a saved model, and score it (sacreBLEU, chrF, exact match).
 
-* :class:`Translator` (:mod:`attnlab.inference.translator`, re-exported here): a model directory
-  turned into ``translate(list of str) -> list of str``, with constraints, prefixes and token
-scores. * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
+* :class:`Translator` (:mod:`attnlab.inference.translator`, re-exported here): a model
+  directory turned into ``translate(list of str) -> list of str``, with constraints, prefixes
+  and token scores.
+* :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
   and the fraction of exact matches; and which of them to read first (:func:`headline`).
 * :func:`tokenized_bleu`: BLEU as the text-only Multi30K literature reports it (lowercased,

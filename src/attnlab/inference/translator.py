@@ -1,5 +1,5 @@
 """Translating text with a saved model: :class:`Translator` (also importable from
-:mod:`attnlab.inference.scores`, where it began).
+:mod:`attnlab.inference.scores`).
 
 A model directory written by training (``config.json``, ``model.safetensors`` and the
 tokenizers) becomes ``translate(list of str) -> list of str``, with beam search (Vaswani et al.

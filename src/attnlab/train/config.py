@@ -83,8 +83,9 @@ class TrainConfig:
             ``torch.compile`` (inductor, dynamic shapes: one graph for every batch shape),
             drawing dropout from torch's own generator, so a compiled run follows the eager one
             to float rounding and resumes alike (:mod:`attnlab.train.step`). It pays for itself
-            only where inductor fuses better than eager runs (measured in benchmarks/model.py);
-            without a C++ compiler, or if compiling fails, training goes on eagerly, saying so.
+            only where inductor fuses better than eager runs (not on a 2-core CPU, see
+            docs/benchmarks.md); without a C++ compiler, or if compiling fails, training goes
+            on eagerly, saying so.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         seed: seeds dropout (and the batch order with the epoch).
         log_every: a metrics row every N steps.

@@ -6,24 +6,22 @@ target row that is not ``ignore_index``,
 
     loss = (1 - eps) * (-log p[target]) + eps * mean_c(-log p[c]),
 
-summed over the rows. Its autograd graph keeps the log-probabilities, and its backward pass
-builds the gradient of each term separately (zero-fill, scatter, a second full-size gradient for
-the smoothing term, their sum, then log-softmax's backward): about five passes over an
-``N x V`` tensor, which for a Multi30K step (4,096 target tokens x 8,000 types, 131 MB) cost a
-fifth of the whole training step on a CPU. The gradient has a closed form,
+summed over the rows. Its backward builds the gradient of each term separately (zero-fill,
+scatter, the smoothing term's gradient, their sum, then log-softmax's backward): about five
+passes over an ``N x V`` tensor (a Multi30K step: 4,096 target tokens x 8,000 types, 131 MB).
+The gradient has a closed form,
 
     d loss / d logits = p - q,   q = (1 - eps) * onehot(target) + eps / V,
 
 (zero on ignored rows), so :func:`cross_entropy` saves the log-probabilities and writes the
 gradient in one pass. It is tested equal to torch's, loss and gradient, in
-``tests/test_losses.py``; ``benchmarks/model.py`` times the two in a training step.
+``tests/test_losses.py``.
 
 With ``inplace=True`` (the trainer's choice: its logits are a fresh tensor nothing else reads)
 no ``N x V`` tensor is allocated at all: the log-probabilities are written over the logits, and
-the gradient over the log-probabilities. On a CPU that matters more than the passes: a fresh
-131 MB tensor is mapped from the kernel page by page (glibc serves blocks this large by
-``mmap``), and in the Multi30K step the log-softmax into a new tensor took five times as long
-as the same kernel writing over its input.
+the gradient over the log-probabilities. On a CPU that matters more than the passes: glibc
+serves a fresh tensor this large by ``mmap``, which the kernel maps page by page
+(docs/benchmarks.md, "A Transformer training step").
 """
 
 from __future__ import annotations
@@ -112,7 +110,7 @@ def cross_entropy(
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label_smoothing: expected a number in [0, 1), got {label_smoothing!r}")
     # Under torch.compile the graph plans its own buffers, and a write to an input inside an
-    # autograd.Function that does not mark it dirty is not traced faithfully (measured: wrong
+    # autograd.Function that does not mark it dirty is not traced faithfully (it gave wrong
     # gradients under DDP): there the loss is computed out of place.
     inplace = bool(inplace) and not torch.compiler.is_compiling()
     result: Tensor = _SmoothedCrossEntropy.apply(

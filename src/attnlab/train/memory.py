@@ -7,9 +7,9 @@ every step the kernel maps and zeroes those pages again, one page fault per 4 KB
 glibc never to use ``mmap`` for a block, and to give the top of its heap back only above
 1 GiB, keeps the freed memory in the process for the next step.
 
-Measured with ``benchmarks/model.py`` (see docs/benchmarks.md). The numbers a step computes
-do not change: only where its tensors live does (torch aligns every CPU tensor to 64 bytes
-either way).
+The numbers a step computes do not change, only where its tensors live (torch aligns every
+CPU tensor to 64 bytes either way); its effect on a step's speed is in docs/benchmarks.md
+(``benchmarks/model.py --system-allocator`` runs without it).
 """
 
 from __future__ import annotations

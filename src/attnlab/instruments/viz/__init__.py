@@ -16,8 +16,9 @@ the CPU (as float32). ``dpi`` sets the figure's resolution (and the PNG's): a fi
 :func:`attention_heatmaps`                layers x heads grid of attention weights (sec. 3.2;
                                           T2, T4)
 :func:`attention_maps`                    encoder / decoder / cross pictures of one sentence of
-                                          :class:`attnlab.models.transformer.AttentionMaps`, pads
-cropped :func:`positional_encoding`               the sinusoidal table and its similarity (sec. 3.5;
+                                          :class:`attnlab.models.transformer.AttentionMaps`,
+                                          pads cropped
+:func:`positional_encoding`               the sinusoidal table and its similarity (sec. 3.5;
                                           T7, T8)
 :func:`learned_positional_similarity`     cosine similarity of learned position vectors (T8)
 :func:`masks`                             padding, look-ahead and combined masks (sec. 3.2.3;
