@@ -1,4 +1,5 @@
-"""attnlab.data.batching: framing, the token budget, bucketing, determinism, sharding, collate."""
+"""attnlab.data.batching: framing, the token budget, bucketing, determinism, sharding, collate;
+the lean epoch batches against a frozen copy of the list-based batcher; mixing corpora."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnlab.data import batching
 from attnlab.data.batching import (
     Example,
     Examples,
+    IndexBatches,
+    Mixture,
     TokenBatcher,
     collate,
     make_examples,
     make_lm_examples,
+    share,
 )
 
 
@@ -190,3 +195,236 @@ def test_examples_accept_only_framed_examples() -> None:
         Examples([Example((1,), (1,))])
     with pytest.raises(TypeError, match="examples: expected Examples"):
         TokenBatcher.for_examples([Example((1,), (1, 2))], 10)  # type: ignore[arg-type]
+
+
+# -- the lean batcher: the same batches as the list-of-lists one it replaced ---------------------
+
+
+def reference_global_batches(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    max_tokens: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    length_noise: float = 1.0,
+) -> list[list[int]]:
+    """TokenBatcher's batches as it computed them before issue 40 (a frozen copy: int64
+    lengths, lexsort on them, packing one example at a time into lists, shuffling the lists)."""
+    src, tgt = np.asarray(src_lengths).astype(np.int64), np.asarray(tgt_lengths).astype(np.int64)
+    rng = np.random.default_rng((seed, epoch)) if shuffle else None
+    longer = np.maximum(src, tgt)
+    if rng is None:
+        order = np.lexsort((np.arange(len(src)), src, tgt, longer))
+    else:
+        noisy = np.floor(longer + rng.uniform(0.0, length_noise, len(src)))
+        order = np.lexsort((rng.random(len(src)), src, tgt, noisy))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest_src = longest_tgt = 0
+    for i in order.tolist():
+        s, t = max(longest_src, int(src[i])), max(longest_tgt, int(tgt[i]))
+        size = len(current) + 1
+        if current and (size * s > max_tokens or size * t > max_tokens):
+            batches.append(current)
+            current, s, t = [], int(src[i]), int(tgt[i])
+        current.append(i)
+        longest_src, longest_tgt = s, t
+    if current:
+        batches.append(current)
+    if rng is not None:
+        batches = [batches[j] for j in rng.permutation(len(batches)).tolist()]
+    return batches
+
+
+def reference_padding(src: np.ndarray, tgt: np.ndarray, batches: list[list[int]]) -> float:
+    real = padded = 0
+    for batch in batches:
+        if batch:
+            s, t = src[batch].astype(np.int64), tgt[batch].astype(np.int64)
+            real += int(s.sum() + t.sum())
+            padded += len(batch) * int(s.max() + t.max())
+    return 1.0 - real / padded if padded else 0.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 60)), min_size=1, max_size=300),
+    extra=st.integers(0, 400),
+    seed=st.integers(0, 2**32 - 1),
+    epochs=st.lists(st.integers(0, 1000), min_size=1, max_size=3),
+    shuffle=st.booleans(),
+    noise=st.sampled_from([1.0, 2.0, 7.5]),
+    replicas=st.integers(1, 4),
+    compact=st.booleans(),
+)
+def test_lean_batches_equal_the_reference_batches(
+    lengths: list[tuple[int, int]],
+    extra: int,
+    seed: int,
+    epochs: list[int],
+    shuffle: bool,
+    noise: float,
+    replicas: int,
+    compact: bool,
+) -> None:
+    """The same batches, in the same order, and the same shares and padding, as the frozen
+    reference, for int64 lengths and for the uint16 lengths of shards."""
+    src = np.array([s for s, _ in lengths])
+    tgt = np.array([t for _, t in lengths])
+    budget = int(max(src.max(), tgt.max())) + extra
+    given_src, given_tgt = (src.astype(np.uint16), tgt.astype(np.uint16)) if compact else (src, tgt)
+    options = {"seed": seed, "shuffle": shuffle, "length_noise": noise}
+    batchers = [
+        TokenBatcher(given_src, given_tgt, budget, num_replicas=replicas, rank=r, **options)
+        for r in range(replicas)
+    ]
+    for epoch in epochs:
+        expected = reference_global_batches(src, tgt, budget, epoch=epoch, **options)
+        for rank, batcher in enumerate(batchers):
+            assert batcher.global_batches(epoch) == expected
+            shares = [share(b, replicas, rank) for b in expected]
+            got = batcher.batches(epoch)
+            assert got == shares and list(got) == shares and len(got) == len(shares)
+            assert batcher.padding_fraction(epoch) == reference_padding(src, tgt, shares)
+
+
+def test_the_fast_packing_equals_the_readable_one() -> None:
+    """batching._pack (numpy windows) and batching._pack_reference (one example at a time) cut
+    the same batches, on sorted and unsorted lengths, small and large budgets, with empty
+    sources and examples that fill the budget alone."""
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        count = int(rng.integers(1, 3000))
+        src = rng.integers(0 if trial % 3 == 0 else 1, 80, count)
+        tgt = rng.integers(1, 80, count)
+        if trial % 2:
+            order = np.lexsort((src, tgt, np.maximum(src, tgt)))
+            src, tgt = src[order], tgt[order]
+        budget = int(max(src.max(), tgt.max()) + rng.choice([0, 5, 100, 2000, 30000]))
+        expected = batching._pack_reference(src.tolist(), tgt.tolist(), budget)
+        assert batching._pack(src, tgt, budget).tolist() == expected
+
+
+def test_index_batches_are_a_lean_sequence_of_index_lists() -> None:
+    src, tgt = corpus_lengths(3000, mean_log=2.5, seed=3)
+    batcher = TokenBatcher(src.astype(np.uint16), tgt.astype(np.uint16), 512, seed=4)
+    batches = batcher.batches(2)
+    assert isinstance(batches, IndexBatches)
+    assert batches.order.dtype == np.int32 and batches.starts.dtype == np.int64
+    as_lists = [batches[j] for j in range(len(batches))]
+    assert all(type(b) is list and all(type(i) is int for i in b) for b in as_lists)
+    assert batches[-1] == as_lists[-1] and batches[3:7] == as_lists[3:7]
+    assert isinstance(batches[3:7], IndexBatches) and batches[3:7].order is batches.order
+    assert batches == as_lists and as_lists == batches and batches != as_lists[:-1]
+    assert batches != batcher.batches(3)
+    assert np.array_equal(batches.array(5), as_lists[5]) and batches.sizes().sum() == 3000
+    with pytest.raises(IndexError):
+        batches[len(batches)]
+    batches[0].append(-1)  # items are fresh lists: the cached epoch is not changed
+    assert -1 not in batcher.batches(2)[0]
+    # The lengths of shards stay uint16: not copied into int64.
+    compact = src.astype(np.uint16)
+    assert TokenBatcher(compact, tgt, 512).src_lengths is compact
+
+
+def test_an_epoch_of_millions_of_pairs_is_a_few_arrays() -> None:
+    """500,000 pairs: an epoch's batches hold ~4 bytes per pair (the order, int32) plus 16 per
+    batch, and the batcher keeps the uint16 lengths given, uncopied."""
+    rng = np.random.default_rng(0)
+    src = rng.integers(20, 41, 500_000).astype(np.uint16)
+    tgt = rng.integers(20, 41, 500_000).astype(np.uint16)
+    batcher = TokenBatcher(src, tgt, 25_000, seed=1)
+    batches = batcher.batches(0)
+    held = batches.order.nbytes + batches.starts.nbytes + batches.stops.nbytes
+    assert batches.order.nbytes == 4 * 500_000 and held < 4.1 * 500_000
+    assert batcher.src_lengths is src and batcher.tgt_lengths is tgt
+    expected = reference_global_batches(src, tgt, 25_000, shuffle=True, seed=1, epoch=0)
+    assert batches == expected
+
+
+def test_a_subclass_may_draw_the_examples_of_each_epoch() -> None:
+    """The epoch_indices hook: batches over the drawn examples only (repeats allowed), as the
+    reference batches those examples' lengths; without a draw (None), today's batches."""
+    src, tgt = corpus_lengths(1000, mean_log=2.5, seed=5)
+
+    class Halves(TokenBatcher):
+        def epoch_indices(self, epoch: int) -> np.ndarray | None:
+            if epoch == 0:
+                return None
+            half = np.arange(epoch % 2, len(self), 2)
+            return np.concatenate([half, half[:10]])  # the first ten twice
+
+    batcher = Halves(src, tgt, 256, seed=2)
+    assert batcher.batches(0) == TokenBatcher(src, tgt, 256, seed=2).batches(0)
+    drawn = Halves(src, tgt, 256, seed=2).epoch_indices(3)
+    assert drawn is not None
+    expected = reference_global_batches(src[drawn], tgt[drawn], 256, shuffle=True, seed=2, epoch=3)
+    assert batcher.batches(3) == [[int(drawn[i]) for i in b] for b in expected]
+    flat = sorted(i for b in batcher.batches(3) for i in b)
+    assert flat == sorted(drawn.tolist())
+    # Evaluation (shuffle=False) uses every example once, whatever the hook.
+    unshuffled = Halves(src, tgt, 256, shuffle=False)
+    assert sorted(i for b in unshuffled.batches(5) for i in b) == list(range(1000))
+
+
+# -- mixing corpora ------------------------------------------------------------------------------
+
+
+def test_mixture_counts_by_weights_and_by_temperature() -> None:
+    by_weights = Mixture([1000, 3000], weights=[1, 1])
+    assert by_weights.counts.tolist() == [2000, 2000] and by_weights.epoch_size == 4000
+    proportional = Mixture([1000, 3000])  # T = 1: every example once
+    assert proportional.counts.tolist() == [1000, 3000]
+    hot = Mixture([100, 10_000], temperature=2.0)  # p ~ n ** 0.5: 10 : 100
+    assert hot.probabilities.tolist() == pytest.approx([10 / 110, 100 / 110])
+    assert hot.counts.sum() == 10_100 and hot.counts.tolist() == [918, 9182]
+    assert Mixture([5, 5, 5], weights=[1, 1, 1], epoch_size=10).counts.tolist() == [4, 3, 3]
+    assert Mixture([7, 0], weights=[1, 0]).counts.tolist() == [7, 0]
+    for bad, message in [
+        ({"sizes": []}, "sizes: expected at least one corpus"),
+        ({"sizes": [3, 4], "weights": [1]}, "weights: expected 2 finite numbers >= 0"),
+        ({"sizes": [3, 4], "weights": [0, 0]}, "every corpus has weight 0"),
+        ({"sizes": [3, 0], "weights": [1, 1]}, r"sizes\[1\]: the corpus is empty"),
+        ({"sizes": [3, 4], "temperature": 0}, "temperature: expected a number > 0"),
+        ({"sizes": [3, 4], "weights": [1, 1], "temperature": 2.0}, "give one of them"),
+        ({"sizes": [3, 4], "keys": ["a"]}, "keys: expected 2 keys"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Mixture(**bad)  # type: ignore[arg-type]
+
+
+def test_mixture_draws_without_replacement_then_whole_copies() -> None:
+    """A corpus drawn down gives distinct examples; one drawn up, whole copies and a distinct
+    remainder; both a function of (seed, epoch) and different between epochs."""
+    mixture = Mixture([50, 1000], weights=[1, 1], epoch_size=260)  # 130 of each
+    drawn = mixture.epoch_indices(seed=3, epoch=0)
+    assert drawn.dtype == np.int32 and len(drawn) == 260
+    small, large = drawn[drawn < 50], drawn[drawn >= 50]
+    assert len(small) == len(large) == 130
+    counts = np.bincount(small, minlength=50)
+    assert set(counts.tolist()) == {2, 3} and (counts == 3).sum() == 30  # 2 copies + 30
+    assert len(np.unique(large)) == 130 and large.min() >= 50 and large.max() < 1050
+    assert np.array_equal(drawn, mixture.epoch_indices(seed=3, epoch=0))
+    assert not np.array_equal(drawn, mixture.epoch_indices(seed=3, epoch=1))
+    assert not np.array_equal(drawn, mixture.epoch_indices(seed=4, epoch=0))
+    assert mixture.to_dict()["counts"] == [130, 130]
+
+
+def test_a_mixed_batcher_packs_each_epochs_draw() -> None:
+    src, tgt = corpus_lengths(1500, mean_log=2.5, seed=6)
+    mixture = Mixture([500, 1000], temperature=3.0)
+    batcher = TokenBatcher(src, tgt, 256, seed=9, mixture=mixture)
+    for epoch in (0, 4):
+        drawn = mixture.epoch_indices(9, epoch)
+        expected = reference_global_batches(
+            src[drawn], tgt[drawn], 256, shuffle=True, seed=9, epoch=epoch
+        )
+        assert batcher.batches(epoch) == [[int(drawn[i]) for i in b] for b in expected]
+    assert batcher.batches(0) != batcher.batches(1)
+    # Validation batches ignore the mixture: every example once.
+    plain = TokenBatcher(src, tgt, 256, shuffle=False, mixture=mixture)
+    assert plain.batches(0) == TokenBatcher(src, tgt, 256, shuffle=False).batches(0)
+    with pytest.raises(ValueError, match="mixture: its corpora hold 1500 examples, but there"):
+        TokenBatcher(src[:10], tgt[:10], 256, mixture=mixture)

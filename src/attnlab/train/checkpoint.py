@@ -295,6 +295,36 @@ def _delete(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _described_changes(saved: object, ours: dict[str, Any] | None) -> str:
+    """What differs between the saved and the current data descriptions, field by field
+    (``mixture.weights [1.0, 1.0] -> [3.0, 1.0]``; ``""`` when either is missing: the data
+    did not describe itself). Where the corpora differ in number, they are one field."""
+    if not isinstance(saved, dict) or ours is None:
+        return ""
+    before, after = _fields(saved), _fields(ours)
+    changed = [
+        f"{name} {before.get(name)!r:.80} -> {after.get(name)!r:.80}"
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name) and not name.endswith(".directory")
+    ]
+    return "; ".join(changed[:4]) or "other lengths"
+
+
+def _fields(value: object, name: str = "") -> dict[str, object]:
+    """``value``'s leaves by dotted name (lists of objects by index: ``corpora[1].key``)."""
+    if isinstance(value, dict):
+        found: dict[str, object] = {}
+        for key, item in value.items():
+            found.update(_fields(item, f"{name}.{key}" if name else str(key)))
+        return found
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        found = {f"{name}.count": len(value)}
+        for i, item in enumerate(value):
+            found.update(_fields(item, f"{name}[{i}]"))
+        return found
+    return {name: value}
+
+
 def load_checkpoint(
     path: Path,
     model: nn.Module,
@@ -303,6 +333,7 @@ def load_checkpoint(
     *,
     examples: int,
     fingerprint: str,
+    described: dict[str, Any] | None = None,
     scheduler: LRScheduler | None = None,
     unit: str = "tokens",
     epoch_batches: Callable[[int], int] | None = None,
@@ -336,7 +367,7 @@ def load_checkpoint(
         saved_config = TrainConfig.from_dict(state["train_config"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{state_path}: {e}") from None
-    _check_same_run(path, state, saved_config, model, config, examples, fingerprint)
+    _check_same_run(path, state, saved_config, model, config, examples, fingerprint, described)
     try:
         Position.check_state(state, unit, epoch_batches=epoch_batches)
         if scheduler is not None:
@@ -368,9 +399,11 @@ def _check_same_run(
     config: TrainConfig,
     examples: int,
     fingerprint: str,
+    described: dict[str, Any] | None = None,
 ) -> None:
     """``resume: ...`` unless checkpoint ``path`` continues this run: the settings that shape
-    the trajectory, the training data and the model's config are the same."""
+    the trajectory, the training data and the model's config are the same (data that
+    describes itself, as shards do, is named by what differs: corpora, max_len, mixture)."""
     changed = config.trajectory_changes(saved)
     if changed:
         raise ValueError(
@@ -379,6 +412,12 @@ def _check_same_run(
         )
     data = state["data"]
     if data["train_examples"] != examples or data["fingerprint"] != fingerprint:
+        changes = _described_changes(data.get("described"), described)
+        if changes:
+            raise ValueError(
+                f"resume: {path} was trained on other data ({changes}); resume with the same "
+                f"corpora, max_len and mixture, or start a new run directory"
+            )
         raise ValueError(
             f"resume: {path} was trained on other data ({data['train_examples']} examples, "
             f"now {examples}, or other lengths); pass the same train_examples"

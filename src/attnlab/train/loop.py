@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,14 @@ class Trainer:
         """A hash of the training data (computed once: it is saved with every checkpoint)."""
         return self.objective.fingerprint(self.train_examples)
 
+    @functools.cached_property
+    def _data_description(self) -> dict[str, Any] | None:
+        """What the training data is, when it says (``ShardExamples.describe``: corpora, keys,
+        mixture), saved beside the fingerprint so that a resume on other data names the
+        difference."""
+        describe = getattr(self.train_examples, "describe", None)
+        return describe() if callable(describe) else None
+
     def _save_checkpoint(self) -> None:
         """Write ``out/checkpoints/step-N`` (every replica must call it; rank 0 writes)."""
         rngs = all_gather_objects(capture_rng(self.device), self.world_size)
@@ -211,6 +219,7 @@ class Trainer:
             "data": {
                 "train_examples": len(self.train_examples),
                 "fingerprint": self._data_fingerprint,
+                **({"described": self._data_description} if self._data_description else {}),
             },
             "metrics_columns": self._reporter.columns if self._reporter is not None else [],
             "train_config": self.config.to_dict(),
@@ -230,6 +239,7 @@ class Trainer:
             self.config,
             examples=len(self.train_examples),
             fingerprint=self._data_fingerprint,
+            described=self._data_description,
             scheduler=self.scheduler,
             unit=self.objective.unit,
             epoch_batches=self.batcher.num_batches,
@@ -287,7 +297,7 @@ class Trainer:
         try:
             # A resumed run may have nothing left to do (it ended, or stopped early).
             stop_reason = self._stop_reason(evaluated=False) or self._stop_reason(evaluated=True)
-            epoch_batches: tuple[int, list[list[int]]] = (-1, [])
+            epoch_batches: tuple[int, Sequence[list[int]]] = (-1, [])
             compile_reported = not config.compile
             while stop_reason is None:
                 step_start = time.monotonic()

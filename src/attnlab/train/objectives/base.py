@@ -27,8 +27,9 @@ class Batcher(Protocol):
     """Batches of example indices: :class:`attnlab.data.batching.TokenBatcher` and
     :class:`attnlab.data.images.ImageBatcher`."""
 
-    def batches(self, epoch: int) -> list[list[int]]:
-        """This replica's batches of ``epoch`` (possibly empty shares of global batches)."""
+    def batches(self, epoch: int) -> Sequence[list[int]]:
+        """This replica's batches of ``epoch`` (possibly empty shares of global batches): a
+        list of lists, or :class:`attnlab.data.batching.IndexBatches` (the same, held lean)."""
         ...
 
     def num_batches(self, epoch: int) -> int:

@@ -1,5 +1,10 @@
 """What the sequence objectives share: framed token examples in token-budget batches, and the
-label-smoothed cross-entropy (Vaswani et al. 2017, sec. 5.4) over the non-pad target tokens."""
+label-smoothed cross-entropy (Vaswani et al. 2017, sec. 5.4) over the non-pad target tokens.
+
+The examples are in memory (:class:`~attnlab.data.batching.Examples`) or memory-mapped
+shards (:class:`~attnlab.data.shards.ShardExamples`, millions of pairs): for those, checking
+them against the model reads the shards' meta (their largest ids) and the lengths, not each
+example, and the data fingerprint is their preparation keys, not a hash of every length."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...data.batching import Examples, TokenBatcher, collate
+from ...data.shards import ShardExamples
 from ..config import TrainConfig
 from ..losses import cross_entropy
 from ..metrics import METRICS_COLUMNS
@@ -50,6 +56,9 @@ class TokenObjective:
             i = int(np.flatnonzero(examples.src_lengths == 0)[0])
             raise ValueError(f"{name}[{i}]: empty source; a Transformer needs a source sentence")
         src_vocab, tgt_vocab = config.vocab_size, config.target_vocab_size
+        if isinstance(examples, ShardExamples):
+            self._check_shard_ids(examples, name, src_vocab, tgt_vocab)
+            return examples
         for i, example in enumerate(examples):
             if example.src and self.uses_source and max(example.src) >= src_vocab:
                 raise ValueError(
@@ -62,6 +71,29 @@ class TokenObjective:
                     f"vocabulary [0, {tgt_vocab})"
                 )
         return examples
+
+    def _check_shard_ids(
+        self, examples: ShardExamples, name: str, src_vocab: int, tgt_vocab: int
+    ) -> None:
+        """The in-memory check's error, for the same first example, found from the shards'
+        largest ids (their ids are read only when an id is out of range)."""
+        first_src = None
+        if self.uses_source and not examples.lm:
+            first_src = examples.first_id_from("src", src_vocab)
+        framing = max(examples.bos_id, examples.eos_id) >= tgt_vocab and len(examples) > 0
+        first_tgt = 0 if framing else examples.first_id_from("tgt", tgt_vocab)
+        if first_src is not None and (first_tgt is None or first_src <= first_tgt):
+            source = examples[first_src].src
+            raise ValueError(
+                f"{name}[{first_src}]: source id {max(source)} is outside the model's "
+                f"vocabulary [0, {src_vocab})"
+            )
+        if first_tgt is not None:
+            target = examples[first_tgt].tgt
+            raise ValueError(
+                f"{name}[{first_tgt}]: target id {max(target)} is outside the model's "
+                f"vocabulary [0, {tgt_vocab})"
+            )
 
     def batcher(self, data: Examples, name: str, **options: Any) -> TokenBatcher:
         try:
@@ -102,6 +134,8 @@ class TokenObjective:
         return logits.float().sum() * 0.0
 
     def fingerprint(self, data: Examples) -> str:
+        if isinstance(data, ShardExamples):  # their preparation keys, max_len, framing, mixture
+            return data.fingerprint()
         digest = hashlib.sha256()
         digest.update(data.src_lengths.tobytes())
         digest.update(data.tgt_lengths.tobytes())

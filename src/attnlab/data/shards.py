@@ -1,0 +1,551 @@
+"""Prepared corpora read from disk: token-id shards, memory-mapped, as training examples.
+
+A corpus of millions of pairs is prepared once (:mod:`attnlab.data.prepare` writes it) into
+one directory, complete if and only if its ``meta.json`` exists::
+
+    src.ids, tgt.ids          every pair's token ids, concatenated, no specials, little-endian
+                              meta["dtype"] ("uint16" or "uint32")
+    src.offsets, tgt.offsets  little-endian int64, pairs + 1 of them, offsets[0] = 0: pair i's
+                              source is src.ids[src.offsets[i]:src.offsets[i + 1]]
+    meta.json                 {"format": "attnlab-shards", "version": 1, "pairs", "dtype",
+                              "src_vocab", "tgt_vocab", "src_max_id", "tgt_max_id",
+                              "src_tokens", "tgt_tokens", "key", "inputs", "filters",
+                              "dropped", "tokenizers"}
+
+* :class:`TokenShards` opens one directory read-only, with ``np.memmap``: nothing is read
+  until it is used, and the operating system's page cache holds the ids once for every
+  process that maps them. It pickles as its path (DataLoader workers map the same files).
+* :class:`ShardExamples` views one corpus, or several as one index space, as the
+  :class:`~attnlab.data.batching.Examples` that ``make_examples`` would have made of the same
+  pairs (the same framing, the same pairs left out for ``max_len``): what the
+  :class:`~attnlab.train.Trainer` and :class:`~attnlab.data.batching.TokenBatcher` take. It
+  holds 2 bytes per pair and side of lengths (4 more per pair where ``max_len`` drops some),
+  and collates a batch with a few numpy operations, not a loop over its rows. Given
+  ``weights`` or ``temperature``, each training epoch mixes its corpora anew
+  (:class:`~attnlab.data.batching.Mixture`).
+* :func:`batch_loader` is a ``torch.utils.data.DataLoader`` collating an epoch's batches in
+  worker processes.
+
+Example::
+
+    wmt = TokenShards("cache/shards/3f2a...")            # attnlab.data.prepare wrote it
+    examples = ShardExamples(wmt, max_len=256)           # or [wmt, opus], temperature=5.0
+    batcher = TokenBatcher.for_examples(examples, max_tokens=25_000, seed=0)
+    for indices in batcher.batches(epoch=0):
+        src, tgt_in, tgt_out = examples.collate(indices, pad_id=0)  # (B, S), (B, T), (B, T)
+    Trainer(model, examples, valid, config).train()      # the same, inside the trainer
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .batching import Example, Examples, Mixture, _check_int, _check_max_len, _index_dtype
+
+__all__ = [
+    "FORMAT",
+    "META_FILE",
+    "VERSION",
+    "ShardExamples",
+    "TokenShards",
+    "batch_loader",
+]
+
+PathLike = str | os.PathLike[str]
+
+#: The ``format`` and ``version`` fields of a shard directory's ``meta.json``.
+FORMAT = "attnlab-shards"
+VERSION = 1
+META_FILE = "meta.json"
+_SIDES = ("src", "tgt")
+_ID_DTYPES = ("uint16", "uint32")
+_OFFSETS = np.dtype("<i8")
+_CHUNK = 1 << 20  # offsets read at a time when computing the lengths
+
+
+class TokenShards:
+    """One prepared corpus, memory-mapped read-only.
+
+    Attributes:
+        directory: the shard directory.
+        meta: its ``meta.json``.
+        pairs: the number of pairs (also ``len(shards)``).
+        dtype: the ids' numpy dtype (little-endian uint16 or uint32).
+        key: ``meta["key"]``, the preparation's fingerprint (inputs, tokenizers, filters): a
+            cheap name for the data.
+        src_max_id, tgt_max_id: the largest id on each side (-1 when a side has no ids).
+        src_vocab, tgt_vocab: the tokenizers' vocabulary sizes.
+        src_ids, tgt_ids: every id of each side, concatenated (``np.memmap``, read-only).
+        src_offsets, tgt_offsets: int64 ``(pairs + 1,)`` (``np.memmap``).
+
+    :meth:`src` and :meth:`tgt` give one pair's ids; :attr:`src_lengths` and
+    :attr:`tgt_lengths` every pair's lengths (uint16 when they fit, else uint32; computed on
+    first use from the offsets, read in chunks, and then held: 2 bytes per pair and side).
+
+    Raises:
+        NotADirectoryError / FileNotFoundError: not a directory; no ``meta.json`` (not
+            prepared, or a preparation that never finished).
+        ValueError: another format or version, a malformed ``meta.json``, files whose sizes
+            do not match it, or offsets that do not start at 0 and end at the ids' count.
+    """
+
+    def __init__(self, directory: PathLike) -> None:
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            what = "no such directory" if not self.directory.exists() else "not a directory"
+            error = FileNotFoundError if not self.directory.exists() else NotADirectoryError
+            raise error(f"{self.directory}: {what} (expected a prepared shard directory)")
+        meta_path = self.directory / META_FILE
+        if not meta_path.is_file():
+            raise FileNotFoundError(
+                f"{self.directory}: not prepared (no {META_FILE}): an interrupted preparation? "
+                f"Prepare it again (attnlab.data.prepare)"
+            )
+        self.meta = _read_meta(meta_path)
+        self.pairs: int = self.meta["pairs"]
+        self.dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
+        self.key: str = self.meta["key"]
+        self.src_max_id: int = self.meta["src_max_id"]
+        self.tgt_max_id: int = self.meta["tgt_max_id"]
+        self.src_vocab: int | None = self.meta.get("src_vocab")
+        self.tgt_vocab: int | None = self.meta.get("tgt_vocab")
+        self.src_ids, self.src_offsets = self._open("src")
+        self.tgt_ids, self.tgt_offsets = self._open("tgt")
+
+    def _open(self, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """Map ``{side}.ids`` and ``{side}.offsets``, their sizes checked against the meta."""
+        tokens = self.meta[f"{side}_tokens"]
+        ids = _map(self.directory / f"{side}.ids", self.dtype, tokens, f"{side}_tokens")
+        offsets = _map(self.directory / f"{side}.offsets", _OFFSETS, self.pairs + 1, "pairs + 1")
+        first, last = int(offsets[0]), int(offsets[-1])
+        if first != 0 or last != tokens:
+            raise ValueError(
+                f"{self.directory / f'{side}.offsets'}: runs from {first} to {last}, expected 0 "
+                f"to {side}_tokens = {tokens} (a damaged or mismatched file)"
+            )
+        return ids, offsets
+
+    def __len__(self) -> int:
+        return self.pairs
+
+    def src(self, index: int) -> np.ndarray:
+        """Pair ``index``'s source ids (a read-only view of the mapped file)."""
+        return self._side(self.src_ids, self.src_offsets, index)
+
+    def tgt(self, index: int) -> np.ndarray:
+        """Pair ``index``'s target ids (a read-only view of the mapped file)."""
+        return self._side(self.tgt_ids, self.tgt_offsets, index)
+
+    def _side(self, ids: np.ndarray, offsets: np.ndarray, index: int) -> np.ndarray:
+        i = int(index)
+        if not -self.pairs <= i < self.pairs:
+            raise IndexError(f"pair {index} out of range ({self.pairs} pairs)")
+        i %= self.pairs
+        return np.asarray(ids[int(offsets[i]) : int(offsets[i + 1])])
+
+    @cached_property
+    def src_lengths(self) -> np.ndarray:
+        """Every pair's source length, ``(pairs,)``, uint16 when they fit (else uint32)."""
+        return self._lengths("src")
+
+    @cached_property
+    def tgt_lengths(self) -> np.ndarray:
+        """Every pair's target length, ``(pairs,)``, uint16 when they fit (else uint32)."""
+        return self._lengths("tgt")
+
+    def _lengths(self, side: str) -> np.ndarray:
+        """``np.diff`` of the offsets, read a chunk at a time with plain reads (the mapped
+        offsets stay unread: training touches only the batches' rows)."""
+        path = self.directory / f"{side}.offsets"
+        lengths = np.empty(self.pairs, np.uint32)
+        longest = 0
+        with open(path, "rb") as handle:
+            for start in range(0, self.pairs, _CHUNK):
+                count = min(_CHUNK, self.pairs - start)
+                handle.seek(start * _OFFSETS.itemsize)
+                chunk = np.fromfile(handle, _OFFSETS, count + 1)
+                step = np.diff(chunk)
+                if len(chunk) != count + 1 or (step < 0).any():
+                    bad = start + int(np.flatnonzero(step < 0)[0]) if len(step) else start
+                    raise ValueError(f"{path}: the offsets decrease at pair {bad} (damaged)")
+                if step.size:
+                    longest = max(longest, int(step.max()))
+                if longest > np.iinfo(np.uint32).max:
+                    raise ValueError(f"{path}: a pair longer than 2**32 - 1 tokens")
+                lengths[start : start + count] = step
+        return lengths.astype(np.uint16) if longest <= np.iinfo(np.uint16).max else lengths
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its directory and key: unpickling maps the files again (a DataLoader
+        worker shares the page cache; nothing of the corpus is copied), and refuses a
+        directory prepared again since."""
+        return (_reopen, (str(self.directory), self.key))
+
+    def __repr__(self) -> str:
+        return f"TokenShards({str(self.directory)!r}, {self.pairs} pairs, {self.dtype.name})"
+
+
+def _reopen(directory: str, key: str) -> TokenShards:
+    shards = TokenShards(directory)
+    if shards.key != key:
+        raise ValueError(
+            f"{directory}: prepared again since it was opened (key {key[:12]}... is now "
+            f"{shards.key[:12]}...)"
+        )
+    return shards
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """``meta.json``, its fields checked (the format, the version, the counts)."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a shard directory's {META_FILE} ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{path}: format {found!r:.40}, expected {FORMAT!r}")
+    if meta.get("version") != VERSION:
+        raise ValueError(
+            f"{path}: shard format version {meta.get('version')!r:.20}; this attnlab reads "
+            f"version {VERSION} (prepare the corpus again)"
+        )
+    if meta.get("dtype") not in _ID_DTYPES:
+        raise ValueError(f"{path}: dtype {meta.get('dtype')!r:.20}, expected one of {_ID_DTYPES}")
+    for name in ("pairs", "src_tokens", "tgt_tokens"):
+        value = meta.get(name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise ValueError(f"{path}: {name}: expected a non-negative int, got {value!r:.40}")
+    for name in ("src_max_id", "tgt_max_id"):
+        value = meta.get(name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= -1):
+            raise ValueError(f"{path}: {name}: expected an int >= -1, got {value!r:.40}")
+    if not isinstance(meta.get("key"), str) or not meta["key"]:
+        raise ValueError(f"{path}: key: expected the preparation's fingerprint, a string")
+    return meta
+
+
+def _map(path: Path, dtype: np.dtype[Any], count: int, what: str) -> np.ndarray:
+    """``path`` as a read-only array of ``count`` items of ``dtype``, its size checked."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: missing, though {META_FILE} is there") from None
+    if size != count * dtype.itemsize:
+        raise ValueError(
+            f"{path}: {size} bytes, expected {count} x {dtype.itemsize} = "
+            f"{count * dtype.itemsize} ({what} in {META_FILE}): a damaged or mismatched file"
+        )
+    if count == 0:  # mmap cannot map an empty file
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+
+
+class ShardExamples(Examples):
+    """Prepared corpora as training :class:`~attnlab.data.batching.Examples`, read from disk.
+
+    The same examples as ``make_examples(pairs, max_len=..., bos_id=..., eos_id=...)`` over the
+    corpora's pairs in order (corpus after corpus): item ``i`` is the same
+    :class:`~attnlab.data.batching.Example`, ``src_lengths`` / ``tgt_lengths`` the same
+    tensor lengths (``len(src)``; ``len(tgt ids) + 1``) in compact dtypes (uint16 when they
+    fit), ``dropped`` the same count of pairs longer than ``max_len``, and :meth:`collate` the
+    same tensors as :func:`~attnlab.data.batching.collate`. With ``lm=True``, what
+    ``make_lm_examples`` makes of the target sides (empty sources).
+
+    Memory: the lengths (2 bytes per kept pair and side; the source's shared with
+    :class:`TokenShards` when nothing is dropped) and, for a corpus of which ``max_len`` drops
+    pairs, the kept pairs' row numbers (int32: 4 bytes). The ids stay on disk.
+
+    Mixing: with several corpora and ``weights`` or ``temperature``, each training epoch draws
+    from each corpus anew (:class:`~attnlab.data.batching.Mixture` over the kept pairs:
+    ``mixture``), seeded by the batcher's seed and the epoch; without, every example once.
+
+    Args:
+        shards: a :class:`TokenShards` or its directory, or a sequence of them (one index
+            space: corpus 0's kept pairs first).
+        max_len: the longest tensor a model may see, or None to keep every pair.
+        bos_id, eos_id: the target framing.
+        lm: examples for a decoder-only model: the target side framed, empty sources.
+        weights, temperature, epoch_size: the mixture (see
+            :class:`~attnlab.data.batching.Mixture`); none of them: no mixture.
+    """
+
+    def __init__(
+        self,
+        shards: TokenShards | PathLike | Sequence[TokenShards | PathLike],
+        *,
+        max_len: int | None,
+        bos_id: int = 1,
+        eos_id: int = 2,
+        lm: bool = False,
+        weights: Sequence[float] | None = None,
+        temperature: float | None = None,
+        epoch_size: int | None = None,
+    ) -> None:
+        _check_max_len(max_len)
+        self.bos_id = _check_int(bos_id, "bos_id", 0)
+        self.eos_id = _check_int(eos_id, "eos_id", 0)
+        if not isinstance(lm, bool):
+            raise ValueError(f"lm: expected a bool, got {lm!r}")
+        self.max_len, self.lm = max_len, lm
+        items = [shards] if isinstance(shards, (TokenShards, str, os.PathLike)) else shards
+        self.shards = [s if isinstance(s, TokenShards) else TokenShards(s) for s in items]
+        if not self.shards:
+            raise ValueError("shards: expected at least one shard directory, got none")
+        self._kept: list[np.ndarray | None] = []
+        src_parts, tgt_parts, sizes = [], [], []
+        self.dropped = 0
+        for corpus in self.shards:
+            kept, src_lengths, tgt_lengths = self._keep(corpus)
+            self._kept.append(kept)
+            src_parts.append(src_lengths)
+            tgt_parts.append(tgt_lengths)
+            sizes.append(len(tgt_lengths))
+            self.dropped += len(corpus) - len(tgt_lengths)
+        self.corpus_sizes = sizes
+        self.corpus_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.src_lengths = _concatenate(src_parts)
+        self.tgt_lengths = _concatenate(tgt_parts)
+        self._mixing = {"weights": weights, "temperature": temperature, "epoch_size": epoch_size}
+        self.mixture: Mixture | None = None
+        if weights is not None or temperature is not None or epoch_size is not None:
+            self.mixture = Mixture(
+                sizes,
+                weights=weights,
+                temperature=temperature,
+                epoch_size=epoch_size,
+                keys=[corpus.key for corpus in self.shards],
+            )
+
+    def _keep(self, corpus: TokenShards) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """The kept rows of ``corpus`` (None: all) and their source and target tensor lengths."""
+        tgt = corpus.tgt_lengths
+        src = np.zeros(len(corpus), np.uint16) if self.lm else corpus.src_lengths
+        kept = None
+        if self.max_len is not None:
+            # make_examples: dropped when len(src) > max_len or len(tgt ids) + 1 > max_len.
+            fits = tgt < self.max_len
+            if not self.lm:
+                fits &= src <= self.max_len
+            if not fits.all():
+                kept = np.flatnonzero(fits).astype(_index_dtype(len(corpus)))
+                src, tgt = src[kept], tgt[kept]
+        if tgt.dtype == np.uint16 and (tgt.size == 0 or int(tgt.max()) < 0xFFFF):
+            return kept, src, tgt + np.uint16(1)
+        return kept, src, tgt.astype(np.uint32) + np.uint32(1)
+
+    # -- the Examples interface ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.corpus_starts[-1])
+
+    @overload
+    def __getitem__(self, index: int) -> Example: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Example]: ...
+    def __getitem__(self, index: int | slice) -> Example | list[Example]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = int(index)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"example {index} out of range ({len(self)} examples)")
+        corpus, row = self.locate(i % len(self))
+        shards = self.shards[corpus]
+        src = () if self.lm else tuple(shards.src(row).tolist())
+        return Example(src, (self.bos_id, *shards.tgt(row).tolist(), self.eos_id))
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Example ``index``'s corpus and its row (pair number) in that corpus's shards."""
+        corpus = int(np.searchsorted(self.corpus_starts, index, side="right")) - 1
+        local = index - int(self.corpus_starts[corpus])
+        kept = self._kept[corpus]
+        return corpus, int(kept[local]) if kept is not None else local
+
+    def collate(self, indices: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The padded tensors of the examples ``indices`` (a sequence or an int array),
+        int64 on the CPU, as :func:`~attnlab.data.batching.collate` makes them: ``src (B, S)``,
+        ``tgt_in (B, T)`` = ``[bos] + ids``, ``tgt_out (B, T)`` = ``ids + [eos]``, right-padded
+        with ``pad_id``. Gathered a corpus at a time with array operations."""
+        index = np.asarray(indices)
+        if index.size == 0:
+            raise ValueError("indices: expected at least one example index, got none")
+        _check_int(pad_id, "pad_id", 0)
+        if index.ndim != 1 or index.dtype.kind not in "iu":
+            raise ValueError(f"indices: expected a flat sequence of ints, got {indices!r:.80}")
+        index = index.astype(np.int64, copy=False)
+        if index.min() < -len(self) or index.max() >= len(self):
+            raise IndexError(f"indices: out of range ({len(self)} examples)")
+        index = index % len(self)
+        rows = len(index)
+        src_width = 0 if self.lm else int(self.src_lengths[index].max())
+        tgt_width = int(self.tgt_lengths[index].max())
+        src = np.full((rows, src_width), pad_id, dtype=np.int64)
+        tgt_in = np.full((rows, tgt_width), pad_id, dtype=np.int64)
+        tgt_out = np.full((rows, tgt_width), pad_id, dtype=np.int64)
+        groups = [(0, np.arange(rows), index)]  # (corpus, rows of the batch, its examples)
+        if len(self.shards) > 1:
+            corpus_of = np.searchsorted(self.corpus_starts, index, side="right") - 1
+            groups = []
+            for k in np.unique(corpus_of).tolist():
+                positions = np.flatnonzero(corpus_of == k)
+                groups.append((k, positions, index[positions] - self.corpus_starts[k]))
+        for k, positions, local in groups:
+            shards, kept = self.shards[k], self._kept[k]
+            pair = kept[local] if kept is not None else local
+            if not self.lm:
+                at, column, ids = _gather(shards.src_ids, shards.src_offsets, pair, positions)
+                src[at, column] = ids
+            at, column, ids = _gather(shards.tgt_ids, shards.tgt_offsets, pair, positions)
+            tgt_in[positions, 0] = self.bos_id
+            tgt_in[at, column + 1] = ids
+            tgt_out[at, column] = ids
+            lengths = shards.tgt_offsets[pair + 1] - shards.tgt_offsets[pair]
+            tgt_out[positions, lengths] = self.eos_id
+        return torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out)
+
+    def first_id_from(self, side: str, bound: int) -> int | None:
+        """The first example with a ``side`` (``"src"`` or ``"tgt"``) id >= ``bound``, or None.
+
+        Cheap when none has one: a corpus is read only if its meta's largest id reaches
+        ``bound`` (then its ids are scanned in chunks, and pairs ``max_len`` left out do not
+        count). The framing ids are not looked at."""
+        for k, shards in enumerate(self.shards):
+            if getattr(shards, f"{side}_max_id") < bound:
+                continue
+            ids, offsets = getattr(shards, f"{side}_ids"), getattr(shards, f"{side}_offsets")
+            kept = self._kept[k]
+            for start in range(0, len(ids), _CHUNK * 16):
+                hits = start + np.flatnonzero(ids[start : start + _CHUNK * 16] >= bound)
+                if not hits.size:
+                    continue
+                pairs = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
+                if kept is not None:  # the pairs kept, as their places among the kept
+                    places = np.minimum(np.searchsorted(kept, pairs), len(kept) - 1)
+                    pairs = places[kept[places] == pairs] if len(kept) else pairs[:0]
+                if pairs.size:
+                    return int(self.corpus_starts[k]) + int(pairs[0])
+        return None
+
+    # -- what a checkpoint remembers -----------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """What these examples are (JSON): each corpus's directory, key, pairs and kept
+        pairs; ``max_len``, the framing, ``lm``, the mixture. :meth:`fingerprint` hashes it
+        without the directories (a corpus moved elsewhere is the same data)."""
+        return {
+            "corpora": [
+                {"directory": str(s.directory), "key": s.key, "pairs": len(s), "kept": n}
+                for s, n in zip(self.shards, self.corpus_sizes, strict=True)
+            ],
+            "max_len": self.max_len,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "lm": self.lm,
+            "mixture": self.mixture.to_dict() if self.mixture is not None else None,
+        }
+
+    def fingerprint(self) -> str:
+        """A short hash of :meth:`describe` without the directories: cheap (no data read)."""
+        described = self.describe()
+        for corpus in described["corpora"]:
+            del corpus["directory"]
+        text = json.dumps(described, sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its shards' directories and options (a few hundred bytes): a DataLoader
+        worker under ``spawn`` recomputes the lengths; under ``fork`` it shares them."""
+        options = {
+            "max_len": self.max_len,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "lm": self.lm,
+            **self._mixing,
+        }
+        return (_rebuild, (self.shards, options))
+
+    def __repr__(self) -> str:
+        corpora = ", ".join(str(s.directory) for s in self.shards)
+        return f"ShardExamples({len(self)} examples, {self.dropped} dropped; {corpora})"
+
+
+def _rebuild(shards: list[TokenShards], options: dict[str, Any]) -> ShardExamples:
+    return ShardExamples(shards, **options)
+
+
+def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` as one array (the one part itself, uncopied), in the widest of their dtypes."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts).astype(np.result_type(*parts), copy=False)
+
+
+def _gather(
+    ids: np.ndarray, offsets: np.ndarray, pairs: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every id of ``pairs`` (row numbers in the shards) with the row of the batch it goes to
+    (``rows``) and its column: ``(at, column, ids)``, flat, so that ``out[at, column] = ids``
+    writes each pair's ids into its row."""
+    starts = np.asarray(offsets[pairs])
+    lengths = np.asarray(offsets[pairs + 1]) - starts
+    total = int(lengths.sum())
+    at = np.repeat(rows, lengths)
+    firsts = np.cumsum(lengths) - lengths  # where each pair's ids begin in the flat arrays
+    column = np.arange(total, dtype=np.int64) - np.repeat(firsts, lengths)
+    return at, column, np.asarray(ids[np.repeat(starts, lengths) + column])
+
+
+class _Collated:
+    """A map-style dataset for ``DataLoader(batch_sampler=batches)``: ``__getitems__`` turns a
+    batch's indices into its tensors (None for an empty share). Pickles as the examples (a
+    few hundred bytes) and the pad id."""
+
+    def __init__(self, examples: Examples, pad_id: int) -> None:
+        self.examples, self.pad_id = examples, pad_id
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor, Tensor] | None:
+        return self.examples.collate(indices, self.pad_id) if len(indices) else None
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, Tensor]:
+        return self.examples.collate([index], self.pad_id)
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
+def batch_loader(
+    examples: Examples,
+    batches: Iterable[Sequence[int]],
+    *,
+    pad_id: int,
+    num_workers: int = 0,
+    **options: Any,
+) -> torch.utils.data.DataLoader[Any]:
+    """A ``DataLoader`` yielding the tensors of ``batches`` in order: ``(src, tgt_in,
+    tgt_out)`` per batch (None for an empty share), collated in ``num_workers`` processes.
+
+    The batches stay in this process (the loader sends each worker a batch's indices); the
+    workers get the examples pickled, which for :class:`ShardExamples` is their directories:
+    each maps the same files, and the corpus is never copied. ``options`` go to the
+    ``DataLoader`` (``prefetch_factor``, ``multiprocessing_context``, ``pin_memory``...).
+    """
+    return torch.utils.data.DataLoader(
+        _Collated(examples, pad_id),  # type: ignore[arg-type]
+        batch_sampler=batches,  # type: ignore[arg-type]
+        collate_fn=_as_is,
+        num_workers=num_workers,
+        **options,
+    )
