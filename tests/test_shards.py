@@ -30,6 +30,7 @@ from safetensors.torch import load_file
 import _shard_worker as shard_worker
 import _train_worker as worker
 from _shards import random_pairs, write_shards
+from attnlab.data import shards as shards_module
 from attnlab.data.batching import (
     Examples,
     TokenBatcher,
@@ -128,6 +129,56 @@ def test_token_shards_errors_say_what_is_wrong(tmp_path: Path) -> None:
         TokenShards(directory)
 
 
+def test_rows_are_read_from_block_offsets_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TokenShards.rows finds each pair from every 64th offset (kept while the lengths are
+    read, chunk by chunk) and the lengths: the ids the memory maps hold, for corpora of a
+    multiple of 64 pairs and not, read in chunks of 128 offsets."""
+    monkeypatch.setattr(shards_module, "_CHUNK", 128)
+    rng = np.random.default_rng(7)
+    for count in (1, 63, 64, 65, 128, 129, 1000):
+        pairs_of = random_pairs(count, seed=count, longest=9)
+        shards = TokenShards(write_shards(tmp_path / f"c{count}", pairs_of))
+        for side in ("src", "tgt"):
+            pairs = rng.integers(0, count, 300)
+            ids, lengths = shards.rows(side, pairs)
+            offsets, mapped = getattr(shards, f"{side}_offsets"), getattr(shards, f"{side}_ids")
+            assert np.array_equal(lengths, offsets[pairs + 1] - offsets[pairs])
+            expected = [mapped[offsets[p] : offsets[p + 1]] for p in pairs.tolist()]
+            assert np.array_equal(ids, np.concatenate(expected))
+
+
+def mapped_kib(path: Path) -> int | None:
+    """The resident KiB of this process's mappings of ``path`` (None without /proc)."""
+    smaps = Path("/proc/self/smaps")
+    if not smaps.exists():
+        return None
+    total, current = 0, False
+    for line in smaps.read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and not parts[0].endswith(":"):
+            current = len(parts) > 5 and parts[5] == str(path)
+        elif current and parts[:1] == ["Rss:"]:
+            total += int(parts[1])
+    return total
+
+
+def test_collating_leaves_the_mapped_ids_unread(tmp_path: Path) -> None:
+    """Collating every example reads the ids through the page cache, not the memory maps:
+    none of the ids' pages become resident in this process."""
+    directory = write_shards(tmp_path / "s", random_pairs(20_000, seed=8, longest=40))
+    examples = ShardExamples(directory, max_len=None)
+    batcher = TokenBatcher.for_examples(examples, 2000, seed=0)
+    for batch in batcher.batches(0):
+        examples.collate(batch, 0)
+    for side in ("src", "tgt"):
+        resident = mapped_kib((directory / f"{side}.ids").resolve())
+        if resident is None:
+            pytest.skip("no /proc/self/smaps here")
+        assert resident == 0, side
+
+
 def test_token_shards_pickle_as_their_path(tmp_path: Path) -> None:
     """A few hundred bytes whatever the corpus: unpickling maps the same files again; a
     directory prepared again meanwhile (another key) is refused."""
@@ -209,8 +260,10 @@ def test_shard_examples_hold_compact_lengths_and_an_index_only_when_dropping(
     with pytest.raises(ValueError, match="shards: expected at least one"):
         ShardExamples([], max_len=None)
     # Lengths past uint16: targets of 65,535 ids are 65,536 tensor positions.
-    long = TokenShards(write_shards(a.parent / "long", [([4], [5] * 65_535)]))
-    assert ShardExamples(long, max_len=None).tgt_lengths.tolist() == [65_536]
+    long = TokenShards(write_shards(a.parent / "long", [([4] * 70_000, [5] * 65_535), ([4], [5])]))
+    assert long.src_lengths.dtype == np.uint32 and long.src_lengths.tolist() == [70_000, 1]
+    assert long.tgt_lengths.dtype == np.uint16
+    assert ShardExamples(long, max_len=None).tgt_lengths.tolist() == [65_536, 2]
 
 
 def test_pickled_shard_examples_are_a_few_hundred_bytes(corpora: tuple[list, Path, Path]) -> None:

@@ -12,15 +12,17 @@ one directory, complete if and only if its ``meta.json`` exists::
                               "src_tokens", "tgt_tokens", "key", "inputs", "filters",
                               "dropped", "tokenizers"}
 
-* :class:`TokenShards` opens one directory read-only, with ``np.memmap``: nothing is read
-  until it is used, and the operating system's page cache holds the ids once for every
-  process that maps them. It pickles as its path (DataLoader workers map the same files).
+* :class:`TokenShards` opens one directory read-only (``np.memmap`` of each file: nothing
+  is read until it is used). Training reads a batch's rows with ``os.pread`` through the
+  operating system's page cache, which holds the ids once for every process that reads
+  them, so that no process's resident set grows with the corpus (:meth:`TokenShards.rows`).
+  It pickles as its path (DataLoader workers and the ranks of a run open the same files).
 * :class:`ShardExamples` views one corpus, or several as one index space, as the
   :class:`~attnlab.data.batching.Examples` that ``make_examples`` would have made of the same
   pairs (the same framing, the same pairs left out for ``max_len``): what the
   :class:`~attnlab.train.Trainer` and :class:`~attnlab.data.batching.TokenBatcher` take. It
-  holds 2 bytes per pair and side of lengths (4 more per pair where ``max_len`` drops some),
-  and collates a batch with a few numpy operations, not a loop over its rows. Given
+  holds about 6 bytes per pair of lengths (4 more per pair where ``max_len`` drops some),
+  and collates a batch with a few numpy operations and a read per row. Given
   ``weights`` or ``temperature``, each training epoch mixes its corpora anew
   (:class:`~attnlab.data.batching.Mixture`).
 * :func:`batch_loader` is a ``torch.utils.data.DataLoader`` collating an epoch's batches in
@@ -41,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -71,10 +74,11 @@ _SIDES = ("src", "tgt")
 _ID_DTYPES = ("uint16", "uint32")
 _OFFSETS = np.dtype("<i8")
 _CHUNK = 1 << 20  # offsets read at a time when computing the lengths
+_BLOCK = 64  # the offsets kept in memory: every 64th (0.125 bytes per pair and side)
 
 
 class TokenShards:
-    """One prepared corpus, memory-mapped read-only.
+    """One prepared corpus, opened read-only.
 
     Attributes:
         directory: the shard directory.
@@ -88,9 +92,10 @@ class TokenShards:
         src_ids, tgt_ids: every id of each side, concatenated (``np.memmap``, read-only).
         src_offsets, tgt_offsets: int64 ``(pairs + 1,)`` (``np.memmap``).
 
-    :meth:`src` and :meth:`tgt` give one pair's ids; :attr:`src_lengths` and
-    :attr:`tgt_lengths` every pair's lengths (uint16 when they fit, else uint32; computed on
-    first use from the offsets, read in chunks, and then held: 2 bytes per pair and side).
+    :meth:`src` and :meth:`tgt` give one pair's ids, :meth:`rows` many pairs' at once;
+    :attr:`src_lengths` and :attr:`tgt_lengths` every pair's lengths (uint16 when they fit,
+    else uint32; computed on first use from the offsets, read in chunks, and then held: 2
+    bytes per pair and side, with every 64th offset).
 
     Raises:
         NotADirectoryError / FileNotFoundError: not a directory; no ``meta.json`` (not
@@ -121,6 +126,8 @@ class TokenShards:
         self.tgt_vocab: int | None = self.meta.get("tgt_vocab")
         self.src_ids, self.src_offsets = self._open("src")
         self.tgt_ids, self.tgt_offsets = self._open("tgt")
+        self._descriptors: dict[str, int] = {}
+        self._blocks: dict[str, np.ndarray] = {}  # every _BLOCK-th offset, read with the lengths
 
     def _open(self, side: str) -> tuple[np.ndarray, np.ndarray]:
         """Map ``{side}.ids`` and ``{side}.offsets``, their sizes checked against the meta."""
@@ -139,19 +146,57 @@ class TokenShards:
         return self.pairs
 
     def src(self, index: int) -> np.ndarray:
-        """Pair ``index``'s source ids (a read-only view of the mapped file)."""
-        return self._side(self.src_ids, self.src_offsets, index)
+        """Pair ``index``'s source ids."""
+        return self._one("src", index)
 
     def tgt(self, index: int) -> np.ndarray:
-        """Pair ``index``'s target ids (a read-only view of the mapped file)."""
-        return self._side(self.tgt_ids, self.tgt_offsets, index)
+        """Pair ``index``'s target ids."""
+        return self._one("tgt", index)
 
-    def _side(self, ids: np.ndarray, offsets: np.ndarray, index: int) -> np.ndarray:
+    def _one(self, side: str, index: int) -> np.ndarray:
         i = int(index)
         if not -self.pairs <= i < self.pairs:
             raise IndexError(f"pair {index} out of range ({self.pairs} pairs)")
-        i %= self.pairs
-        return np.asarray(ids[int(offsets[i]) : int(offsets[i + 1])])
+        ids, _ = self.rows(side, np.array([i % self.pairs]))
+        return ids
+
+    def rows(self, side: str, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of ``pairs`` (pair numbers, an int array) on ``side`` (``"src"`` or
+        ``"tgt"``), concatenated in that order, and each pair's length (int64).
+
+        Where a pair starts comes from memory: every 64th offset, kept when the lengths were
+        read, plus the lengths before it in its block. Its ids are read with ``os.pread``, a
+        call per pair: the pages come from the page cache, shared by every process reading
+        the files, without being mapped into this one. (Gathering through the memory maps
+        would map the pages around each row, 2 MiB of them on kernels with large folios, and
+        this process's resident set would grow to the size of the corpus within an epoch.)
+        """
+        lengths = self.src_lengths if side == "src" else self.tgt_lengths
+        pairs = np.asarray(pairs, dtype=np.int64)
+        block = pairs // _BLOCK
+        within = np.arange(_BLOCK, dtype=np.int64)
+        earlier = within < (pairs % _BLOCK)[:, None]  # (B, 64): the pairs before in its block
+        before = np.where(earlier, block[:, None] * _BLOCK + within, 0)
+        starts = self._blocks[side][block] + (lengths[before] * earlier).sum(1, dtype=np.int64)
+        sizes = lengths[pairs].astype(np.int64)
+        item, descriptor = self.dtype.itemsize, self._descriptor(f"{side}.ids")
+        places = zip((starts * item).tolist(), (sizes * item).tolist(), strict=True)
+        data = b"".join([os.pread(descriptor, size, at) for at, size in places if size])
+        if len(data) != int(sizes.sum()) * item:
+            raise OSError(
+                f"{self.directory / f'{side}.ids'}: shorter than its {META_FILE} says (changed "
+                f"since it was opened?)"
+            )
+        return np.frombuffer(data, self.dtype), sizes
+
+    def _descriptor(self, name: str) -> int:
+        """A read-only descriptor of file ``name``, opened once (closed with this object;
+        a forked process may share it: ``pread`` does not move a file position)."""
+        if name not in self._descriptors:
+            descriptor = os.open(self.directory / name, os.O_RDONLY)
+            self._descriptors[name] = descriptor
+            weakref.finalize(self, os.close, descriptor)
+        return self._descriptors[name]
 
     @cached_property
     def src_lengths(self) -> np.ndarray:
@@ -165,10 +210,11 @@ class TokenShards:
 
     def _lengths(self, side: str) -> np.ndarray:
         """``np.diff`` of the offsets, read a chunk at a time with plain reads (the mapped
-        offsets stay unread: training touches only the batches' rows)."""
+        offsets stay unread: training touches only the batches' rows), into uint16 until a
+        length does not fit (then uint32)."""
         path = self.directory / f"{side}.offsets"
-        lengths = np.empty(self.pairs, np.uint32)
-        longest = 0
+        lengths = np.empty(self.pairs, np.uint16)
+        blocks = np.empty(self.pairs // _BLOCK + 1, np.int64)
         with open(path, "rb") as handle:
             for start in range(0, self.pairs, _CHUNK):
                 count = min(_CHUNK, self.pairs - start)
@@ -178,12 +224,17 @@ class TokenShards:
                 if len(chunk) != count + 1 or (step < 0).any():
                     bad = start + int(np.flatnonzero(step < 0)[0]) if len(step) else start
                     raise ValueError(f"{path}: the offsets decrease at pair {bad} (damaged)")
-                if step.size:
-                    longest = max(longest, int(step.max()))
+                longest = int(step.max()) if step.size else 0
                 if longest > np.iinfo(np.uint32).max:
                     raise ValueError(f"{path}: a pair longer than 2**32 - 1 tokens")
+                if longest > np.iinfo(lengths.dtype).max:
+                    lengths = lengths.astype(np.uint32)
                 lengths[start : start + count] = step
-        return lengths.astype(np.uint16) if longest <= np.iinfo(np.uint16).max else lengths
+                blocks[start // _BLOCK : (start + count - 1) // _BLOCK + 1] = chunk[:-1:_BLOCK]
+        if self.pairs % _BLOCK == 0:
+            blocks[-1] = self.meta[f"{side}_tokens"]
+        self._blocks[side] = blocks
+        return lengths
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its directory and key: unpickling maps the files again (a DataLoader
@@ -402,13 +453,14 @@ class ShardExamples(Examples):
             shards, kept = self.shards[k], self._kept[k]
             pair = kept[local] if kept is not None else local
             if not self.lm:
-                at, column, ids = _gather(shards.src_ids, shards.src_offsets, pair, positions)
+                ids, lengths = shards.rows("src", pair)
+                at, column = _places(positions, lengths)
                 src[at, column] = ids
-            at, column, ids = _gather(shards.tgt_ids, shards.tgt_offsets, pair, positions)
+            ids, lengths = shards.rows("tgt", pair)
+            at, column = _places(positions, lengths)
             tgt_in[positions, 0] = self.bos_id
             tgt_in[at, column + 1] = ids
             tgt_out[at, column] = ids
-            lengths = shards.tgt_offsets[pair + 1] - shards.tgt_offsets[pair]
             tgt_out[positions, lengths] = self.eos_id
         return torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out)
 
@@ -421,10 +473,9 @@ class ShardExamples(Examples):
         for k, shards in enumerate(self.shards):
             if getattr(shards, f"{side}_max_id") < bound:
                 continue
-            ids, offsets = getattr(shards, f"{side}_ids"), getattr(shards, f"{side}_offsets")
-            kept = self._kept[k]
-            for start in range(0, len(ids), _CHUNK * 16):
-                hits = start + np.flatnonzero(ids[start : start + _CHUNK * 16] >= bound)
+            offsets, kept = getattr(shards, f"{side}_offsets"), self._kept[k]
+            for start, chunk in _chunks(shards.directory / f"{side}.ids", shards.dtype):
+                hits = start + np.flatnonzero(chunk >= bound)
                 if not hits.size:
                     continue
                 pairs = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
@@ -478,6 +529,18 @@ class ShardExamples(Examples):
         return f"ShardExamples({len(self)} examples, {self.dropped} dropped; {corpora})"
 
 
+def _chunks(path: Path, dtype: np.dtype[Any]) -> Iterable[tuple[int, np.ndarray]]:
+    """``path``'s items of ``dtype`` by chunks of 16 Mi, read (not mapped): ``(first, items)``."""
+    start, count = 0, _CHUNK * 16
+    with open(path, "rb") as handle:
+        while True:
+            chunk = np.fromfile(handle, dtype, count)
+            if not chunk.size:
+                return
+            yield start, chunk
+            start += chunk.size
+
+
 def _rebuild(shards: list[TokenShards], options: dict[str, Any]) -> ShardExamples:
     return ShardExamples(shards, **options)
 
@@ -489,19 +552,14 @@ def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts).astype(np.result_type(*parts), copy=False)
 
 
-def _gather(
-    ids: np.ndarray, offsets: np.ndarray, pairs: np.ndarray, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every id of ``pairs`` (row numbers in the shards) with the row of the batch it goes to
-    (``rows``) and its column: ``(at, column, ids)``, flat, so that ``out[at, column] = ids``
-    writes each pair's ids into its row."""
-    starts = np.asarray(offsets[pairs])
-    lengths = np.asarray(offsets[pairs + 1]) - starts
-    total = int(lengths.sum())
+def _places(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the ids of pairs of ``lengths``, concatenated, go in a batch: ``(row, column)``
+    of each, flat (pair ``j``'s ids in row ``rows[j]``, columns ``0 .. lengths[j] - 1``), so
+    that ``out[row, column] = ids`` writes them."""
     at = np.repeat(rows, lengths)
-    firsts = np.cumsum(lengths) - lengths  # where each pair's ids begin in the flat arrays
-    column = np.arange(total, dtype=np.int64) - np.repeat(firsts, lengths)
-    return at, column, np.asarray(ids[np.repeat(starts, lengths) + column])
+    firsts = np.cumsum(lengths) - lengths  # where each pair's ids begin among all of them
+    column = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(firsts, lengths)
+    return at, column
 
 
 class _Collated:
