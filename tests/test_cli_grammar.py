@@ -415,7 +415,7 @@ def test_the_old_max_len_of_translate_maps_to_the_same_budget(monkeypatch, capsy
         )
         with pytest.raises(SystemExit):
             translate.cmd_translate(args)
-        assert seen["max_new_tokens"] == 9, flag
+        assert seen["decoding"].max_new_tokens == 9, flag
 
 
 def test_demo_is_the_tour_under_its_old_name(monkeypatch, capsys):

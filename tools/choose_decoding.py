@@ -20,13 +20,13 @@ in 2 min 6 s on 2026-12-01).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from attnlab._io import write_json
+from attnlab.inference.modeldir import read_job_file
 from attnlab.jobs import Job, evaluate_model
 
 MODELS = ("model", "best")
@@ -36,7 +36,7 @@ def score_run(
     run: Path, split: str, beams: list[int], alphas: list[float], models: list[str]
 ) -> list[dict[str, Any]]:
     """One row per (model, beam, alpha) of run directory ``run``: BLEU and chrF on ``split``."""
-    job = Job.from_dict(json.loads((run / "model" / "job.json").read_text(encoding="utf-8")))
+    job = Job.from_dict(read_job_file(run / "model"))
     corpus = job.task.load()
     rows = []
     for name in models:

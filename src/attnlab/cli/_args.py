@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..decode.options import DecodingOptions
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -154,29 +158,27 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def decoding_of(
     args: argparse.Namespace, command: str, least_beam: tuple[int, str] | None = None
-) -> tuple[dict[str, float | int], str | None]:
-    """``beam_size`` and ``alpha`` for ``command`` on ``args.model``: ``--beam-size`` and
-    ``--alpha`` where given, else what the model directory carries
-    (:func:`attnlab.inference.modeldir.decoding_settings`), a carried beam raised to ``least_beam``
-    = ``(beam, the flag that needs it)``. With them, the line for stderr that says which were
-    used and where they came from (to print once the model has loaded), where a carried value
-    decides the search: None when both were given, or for an alpha under a given beam of 1
-    (greedy search has no length penalty)."""
-    from ..inference.modeldir import decoding_settings
+) -> tuple[DecodingOptions, str | None]:
+    """The :class:`~attnlab.decode.options.DecodingOptions` for ``command`` on ``args.model``:
+    ``--beam-size`` and ``--alpha`` where given, else what the model directory carries
+    (:meth:`~attnlab.decode.options.DecodingOptions.carried_by`), a carried beam raised to
+    ``least_beam`` = ``(beam, the flag that needs it)``. With them, the line for stderr that
+    says which were used and where they came from (to print once the model has loaded), where
+    a carried value decides the search: None when both were given, or for an alpha under a
+    given beam of 1 (greedy search has no length penalty)."""
+    from ..decode.options import DecodingOptions
 
-    settings, source = decoding_settings(args.model)
+    carried, source = DecodingOptions.carried_by(args.model)
     given = {k: getattr(args, k, None) for k in ("beam_size", "alpha")}
-    chosen = {k: v if v is not None else settings[k] for k, v in given.items()}
-    if given["beam_size"] is None and least_beam and least_beam[0] > chosen["beam_size"]:
-        chosen["beam_size"] = least_beam[0]
+    chosen = carried.updated(**given)
+    if given["beam_size"] is None and least_beam and least_beam[0] > chosen.beam_size:
+        chosen = chosen.updated(beam_size=least_beam[0])
         source += f", the beam raised to {least_beam[0]} for {least_beam[1]}"
-    carried = given["beam_size"] is None or (given["alpha"] is None and given["beam_size"] > 1)
-    if not carried:
+    beam = given["beam_size"]
+    if beam is not None and (given["alpha"] is not None or beam == 1):
         return chosen, None
     origin = source if all(v is None for v in given.values()) else "the flags and " + source
-    return chosen, (
-        f"attnlab {command}: beam {chosen['beam_size']}, alpha {chosen['alpha']:g}: {origin}"
-    )
+    return chosen, f"attnlab {command}: beam {chosen.beam_size}, alpha {chosen.alpha:g}: {origin}"
 
 
 def add_guide_flags(parser: argparse.ArgumentParser) -> None:

@@ -243,13 +243,9 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
     if not sources:
         raise ValueError(f"--src: {args.src}: no lines to score")
     decoding, notice = decoding_of(args, "evaluate")
-    beam, alpha = decoding["beam_size"], decoding["alpha"]
+    beam, alpha = decoding.beam_size, decoding.alpha
     translator = Translator.load(
-        args.model,
-        beam_size=beam,
-        alpha=alpha,
-        device=device_of(args.device),
-        too_long=args.too_long,
+        args.model, decoding=decoding, device=device_of(args.device), too_long=args.too_long
     )
     if notice:
         print(notice, file=sys.stderr, flush=True)
@@ -278,9 +274,10 @@ def cmd_evaluate(job_evaluate: Callable, args: argparse.Namespace) -> int:
 def _target_language(model_dir: str) -> str:
     """The target language of the task the model in ``model_dir`` was trained on (its
     job.json), for ``--tokenized-bleu``; ValueError naming the flag without one."""
-    job = Path(model_dir) / "job.json"
+    from ..inference.modeldir import read_job_file
+
     try:
-        lang = json.loads(job.read_text(encoding="utf-8"))["task"]["tgt_lang"]
+        lang = read_job_file(model_dir)["task"]["tgt_lang"]
     except (OSError, ValueError, KeyError, TypeError):
         lang = None
     if not isinstance(lang, str) or not lang:
@@ -318,6 +315,7 @@ def cmd_average(args: argparse.Namespace) -> int:
 
     from .._io import atomic_write, atomic_write_dir
     from ..inference.modeldir import resolve_model_dir
+    from ..models.saved import read_config_file
     from ..train.checkpoint import average_checkpoints
 
     dirs = [resolve_model_dir(path, name="CKPT") for path in args.checkpoints]
@@ -325,7 +323,7 @@ def cmd_average(args: argparse.Namespace) -> int:
     for path, directory in zip(args.checkpoints, dirs, strict=True):
         if not (directory / "model.safetensors").is_file():
             raise FileNotFoundError(f"CKPT: {path} holds no model.safetensors")
-        configs.append(json.loads((directory / "config.json").read_text(encoding="utf-8")))
+        configs.append(read_config_file(directory))
     for path, config in zip(args.checkpoints[1:], configs[1:], strict=True):
         if config != configs[0]:
             raise ValueError(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -173,8 +172,9 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
 
 
 def _viz_rollout(args: argparse.Namespace) -> list[Path]:
+    from ..inference.modeldir import read_job_file
     from ..instruments import viz
-    from ..jobs import JOB_FILE, Job
+    from ..jobs import Job
     from ..models.transformer import load_pretrained
     from ..models.vision import class_token_rollout
 
@@ -185,10 +185,8 @@ def _viz_rollout(args: argparse.Namespace) -> list[Path]:
             f"--model: {args.model} holds a {type(model).__name__}, not a VisionTransformer; "
             f"`attnlab viz attention` draws a text model's attention"
         )
-    job_file = Path(args.model) / JOB_FILE
-    if not job_file.is_file():
-        raise FileNotFoundError(f"{job_file}: missing; the images come from the model's task")
-    data = Job.from_dict(json.loads(job_file.read_text(encoding="utf-8"))).task.load()[args.split]
+    job = read_job_file(args.model, why="the images come from the model's task")
+    data = Job.from_dict(job).task.load()[args.split]
     bad = [i for i in args.index if not 0 <= i < len(data)]
     if bad or not args.index:
         raise ValueError(

@@ -171,6 +171,7 @@ def _scored_line(best, n_best: bool) -> str:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    from ..decode.options import BEAM_SIZE, DecodingOptions
     from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
 
@@ -180,29 +181,27 @@ def cmd_translate(args: argparse.Namespace) -> int:
     device = device_of(args.device)
     check_kind(args.model, {"transformer"}, "translate", "--model")
     notice = None
-    if not args.sample:  # the beam and its length penalty: given, or the model's own
+    if args.sample:  # no search: the flags' length penalty (else the default) scores the draws
+        decoding = DecodingOptions().updated(beam_size=args.beam_size, alpha=args.alpha)
+    else:  # the beam and its length penalty: given, or the model's own
         # --n-best N needs a beam of N; constraints a beam at all (the paper's 4 at least,
         # where the model's recipe chose greedy search for plain translation).
-        least = max(args.n_best or 1, 4 if args.constraints else 1)
-        reason = "--constraints" if args.constraints and least == 4 else "--n-best"
+        least = max(args.n_best or 1, BEAM_SIZE if args.constraints else 1)
+        reason = "--constraints" if args.constraints and least == BEAM_SIZE else "--n-best"
         decoding, notice = decoding_of(args, "translate", (least, reason))
-        args.beam_size, args.alpha = decoding["beam_size"], decoding["alpha"]
-    if args.n_best is not None and args.n_best > (args.beam_size or 4):
+    if args.n_best is not None and args.n_best > decoding.beam_size:
         raise ValueError(
-            f"--n-best: expected at most --beam-size ({args.beam_size}), got {args.n_best}"
+            f"--n-best: expected at most --beam-size ({decoding.beam_size}), got {args.n_best}"
         )
-    options = {
-        "beam_size": args.beam_size or 4,
-        "alpha": 0.6 if args.alpha is None else args.alpha,
-        "max_tokens": args.max_tokens,
-        "max_new_tokens": args.max_new_tokens,
-        "sample": args.sample,
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "seed": args.seed,
-        "too_long": args.too_long,
-    }
+    decoding = decoding.updated(
+        max_new_tokens=args.max_new_tokens,
+        sample=args.sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    options = {"max_tokens": args.max_tokens, "too_long": args.too_long}
     if getattr(args, "quantize", None):
         options["quantize"] = args.quantize
     from_text = bool(args.text) and args.text != ["-"]
@@ -212,7 +211,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         inputs = len(args.text) if from_text else _count_lines(args.input) if args.input else None
         name = "TEXT" if from_text else f"--input {args.input}"
         constraints = _Constraints(args.constraints, args.errors, inputs, name)
-    loaded = Translator.load(args.model, device=device, **options)
+    loaded = Translator.load(args.model, device=device, decoding=decoding, **options)
     if notice:
         print(notice, file=sys.stderr, flush=True)
     too_long = TooLongLines("translate", source or "standard input line")

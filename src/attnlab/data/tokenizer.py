@@ -46,7 +46,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tokenizers as hf
 
@@ -54,9 +54,7 @@ from .._checks import is_int
 from .._io import atomic_write
 from ._ids import as_id_list, check_id, check_texts
 from .byte_tokens import BYTE_SYMBOLS, BYTE_TOKENS, SYMBOL_TO_BYTE, byte_level_backend, bytes_text
-
-if TYPE_CHECKING:
-    from .sentencepiece import SentencePieceTokenizer
+from .tokens import TokenizerProtocol
 
 __all__ = [
     "BOS_ID",
@@ -217,6 +215,9 @@ class Tokenizer:
     bos_id = BOS_ID
     eos_id = EOS_ID
     unk_id = UNK_ID
+    #: :meth:`encode` appends no ``<eos>`` (nor any special token): callers frame the ids
+    #: (:class:`attnlab.data.tokens.TokenizerProtocol`).
+    add_eos = False
 
     def __init__(self, backend: hf.Tokenizer) -> None:
         """Wrap a Hugging Face ``tokenizers.Tokenizer`` laid out as attnlab's format 2 or 1,
@@ -505,7 +506,7 @@ def _tokenizer_kinds() -> tuple[type, ...]:
     return (Tokenizer, SentencePieceTokenizer)
 
 
-def load_tokenizer(path: PathLike) -> Tokenizer | SentencePieceTokenizer:
+def load_tokenizer(path: PathLike) -> TokenizerProtocol:
     """Read one tokenizer file of either kind: a
     :class:`~attnlab.data.sentencepiece.SentencePieceTokenizer` when the file says so at its
     top level (``"attnlab": {"format": "sentencepiece", ...}``), else a BPE :class:`Tokenizer`
@@ -524,8 +525,8 @@ def load_tokenizer(path: PathLike) -> Tokenizer | SentencePieceTokenizer:
 
 def save_tokenizers(
     directory: PathLike,
-    src: Tokenizer | SentencePieceTokenizer,
-    tgt: Tokenizer | SentencePieceTokenizer | None = None,
+    src: TokenizerProtocol,
+    tgt: TokenizerProtocol | None = None,
 ) -> None:
     """Write a translation model's tokenizers into ``directory`` (created if needed), each a
     BPE :class:`Tokenizer` or a :class:`~attnlab.data.sentencepiece.SentencePieceTokenizer`.
@@ -558,9 +559,7 @@ def save_tokenizers(
         (directory / name).unlink(missing_ok=True)
 
 
-def load_tokenizers(
-    directory: PathLike,
-) -> tuple[Tokenizer | SentencePieceTokenizer, Tokenizer | SentencePieceTokenizer]:
+def load_tokenizers(directory: PathLike) -> tuple[TokenizerProtocol, TokenizerProtocol]:
     """Read the tokenizers that :func:`save_tokenizers` wrote: ``(src, tgt)``, each of the
     kind its file holds (:func:`load_tokenizer`). With a joint vocabulary both are the same
     object.

@@ -44,6 +44,7 @@ from torch import Tensor
 from .._checks import check_optional_int, check_positive_int, check_positive_number, is_number
 from ..models.transformer import Transformer, TransformerLM
 from .constraints import Guide, allocate
+from .options import ALPHA, BEAM_SIZE
 from .session import EXTRA_LENGTH as EXTRA_LENGTH
 from .session import LM_MAX_NEW_TOKENS as LM_MAX_NEW_TOKENS
 from .session import SINGLE_THREAD_ROWS as SINGLE_THREAD_ROWS
@@ -309,8 +310,8 @@ def beam_search(
     model: Transformer | TransformerLM,
     inputs: Tensor | Sequence[Sequence[int]],
     *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    beam_size: int = BEAM_SIZE,
+    alpha: float = ALPHA,
     max_new_tokens: int | None = None,
     min_new_tokens: int = 0,
     fast: bool = True,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from ..data.tokens import TokenizerProtocol
 
 __all__ = ["CHARS_PER_TOKEN", "TOO_LONG_CHOICES", "TooLong", "bound_sources"]
 
@@ -58,7 +59,7 @@ class TooLong:
 
 
 def bound_sources(
-    tokenizer: Any,
+    tokenizer: TokenizerProtocol,
     texts: Sequence[str],
     limit: int,
     refuse: bool,
@@ -84,7 +85,7 @@ def bound_sources(
     if refuse and found and on_too_long is None:
         raise ValueError(f"{found[0]} (too_long='refuse'; 'cut' keeps the first tokens)")
     # A tokenizer that frames its sources (Marian's ends them in EOS) keeps its frame.
-    framed = getattr(tokenizer, "add_eos", False)
+    framed = tokenizer.add_eos
     for report in found:
         ids = encoded[report.index]
         cut = [*ids[: limit - 1], ids[-1]] if framed else ids[:limit]

@@ -20,23 +20,26 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "JOB_FILE",
     "TOKENIZER_NAMES",
-    "decoding_settings",
     "find_run_files",
     "kind_of",
     "load_with_tokenizers",
+    "read_job_file",
     "resolve_model_dir",
 ]
 
 #: The tokenizer files a model directory may hold (a joint one, or one per side).
 TOKENIZER_NAMES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
-_CONFIG, _WEIGHTS, _JOB = "config.json", "model.safetensors", "job.json"
+#: The job a model was trained by, beside it (and at the top of its run): :func:`read_job_file`.
+JOB_FILE = "job.json"
+_CONFIG, _WEIGHTS, _JOB = "config.json", "model.safetensors", JOB_FILE
 _VIEWS: list[str] = []
 
 
@@ -106,43 +109,43 @@ def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
     return view
 
 
-#: The decoding a model directory that carries none gets: the paper's (sec. 6.1).
-DEFAULT_DECODING = {"beam_size": 4, "alpha": 0.6}
-
-
-def decoding_settings(directory: str | os.PathLike) -> tuple[dict[str, float | int], str]:
-    """The beam size and length penalty to decode the model in ``directory`` with, and where
-    they come from: the ``[eval]`` section of its ``job.json`` (what its recipe chose on
-    validation; ``attnlab train`` writes it beside the model, as a generation config), else
-    :data:`DEFAULT_DECODING`. A value of the wrong type in the file is ignored."""
+def read_job_file(
+    directory: str | os.PathLike,
+    *,
+    why: str = "the model was not saved by `attnlab train`, so its task is unknown",
+) -> dict[str, Any]:
+    """The JSON object of ``job.json`` in ``directory`` (a model directory or a run), as it is:
+    the one place that file is opened and parsed (``Job.from_dict`` of :mod:`attnlab.jobs`
+    makes a job of it; :meth:`attnlab.decode.options.DecodingOptions.carried_by` reads its
+    ``[eval]``). FileNotFoundError ``PATH: missing; {why}``; ValueError naming the file for
+    bytes that are not UTF-8, invalid JSON, or another value than an object."""
     import json
 
     path = Path(directory) / _JOB
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; {why}")
     try:
-        section = json.loads(path.read_text(encoding="utf-8")).get("eval", {})
-    except (OSError, ValueError, AttributeError):
-        section = None
-    if not isinstance(section, dict):
-        return dict(DEFAULT_DECODING), "the paper's defaults (the model carries no [eval])"
-    found: dict[str, float | int] = {}
-    beam, alpha = section.get("beam_size"), section.get("alpha")
-    if isinstance(beam, int) and not isinstance(beam, bool) and beam >= 1:
-        found["beam_size"] = beam
-    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 <= alpha < 1e6:
-        found["alpha"] = float(alpha)
-    if not found:
-        return dict(DEFAULT_DECODING), "the paper's defaults (the model carries no [eval])"
-    return {**DEFAULT_DECODING, **found}, f"the model's recipe ({path} [eval])"
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def kind_of(directory: str | os.PathLike) -> str:
     """The model class a model directory holds (``"Transformer"``, ``"TransformerLM"``,
     ``"TransformerEncoder"``, ``"VisionTransformer"``), read from its ``config.json``
-    without loading weights; ``"unknown"`` when it does not say."""
-    import json
+    without loading weights (:func:`attnlab.models.saved.read_config_file`); ``"unknown"`` when
+    it does not say."""
+    from ..models.saved import read_config_file
 
     try:
-        config = json.loads((Path(directory) / _CONFIG).read_text(encoding="utf-8"))
+        config = read_config_file(directory)
     except (OSError, ValueError):
         return "unknown"
     kind = config.get("model_type") or config.get("architectures") or "unknown"

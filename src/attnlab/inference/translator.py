@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._checks import check_positive_int
+from ..data.tokens import TokenizerProtocol, without_framing_eos
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
+from ..decode.options import DecodingOptions
 from ..decode.search import Generation, beam_search, greedy_search, length_penalty, sample
 from ..decode.session import EXTRA_LENGTH
 from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
@@ -84,21 +86,21 @@ class Translator:
 
     Args:
         model: the Transformer (decoding runs it in eval mode and restores its mode).
-        src_tokenizer, tgt_tokenizer: :class:`attnlab.data.tokenizer.Tokenizer` (the same
-            object for a joint vocabulary).
-        beam_size: 1 decodes greedily; 4 is the paper's.
-        alpha: the length penalty's exponent (0.6 in the paper).
+        src_tokenizer, tgt_tokenizer: tokenizers of either kind
+            (:class:`attnlab.data.tokens.TokenizerProtocol`; the same object for a joint
+            vocabulary).
+        decoding: how to decode (:class:`~attnlab.decode.options.DecodingOptions`; default
+            its defaults, the paper's beam 4 and alpha 0.6). ``beam_size``, ``alpha``,
+            ``max_new_tokens``, ``sample``, ``temperature``, ``top_k``, ``top_p`` and
+            ``seed``, where not None, replace its fields (see there): 1 decodes greedily;
+            the longest translation is at most the model's ``max_len`` whatever is asked (a
+            sinusoidal model has no limit of its own, so the work a source may cause is
+            bounded here).
         max_tokens: source tokens per batch (sentences are sorted by length into batches).
-        max_new_tokens: the longest translation in tokens (default: the source length + 50),
-            at most the model's ``max_len`` whatever is asked (a sinusoidal model has no limit
-            of its own, so the work a source may cause is bounded here).
         too_long: a source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN``
             characters per token of it, checked before tokenizing): ``"cut"`` (default)
             translates its first ``max_len`` tokens, ``"refuse"`` leaves it untranslated.
             Either way :meth:`translate` reports it (see there).
-        sample: draw each token (:func:`attnlab.decode.search.sample`) instead of searching;
-            ``temperature``, ``top_k``, ``top_p`` shape the distribution and ``seed`` makes
-            the draws reproducible (None: unseeded).
         quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
             (:mod:`attnlab.decode.fast`; the encoder stays float32); None keeps the model's.
 
@@ -112,13 +114,14 @@ class Translator:
         src_tokenizer,
         tgt_tokenizer,
         *,
-        beam_size: int = 4,
-        alpha: float = 0.6,
+        decoding: DecodingOptions | None = None,
+        beam_size: int | None = None,
+        alpha: float | None = None,
         max_tokens: int = 4096,
         quantize: str | None = None,
         max_new_tokens: int | None = None,
-        sample: bool = False,
-        temperature: float = 1.0,
+        sample: bool | None = None,
+        temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
@@ -132,22 +135,29 @@ class Translator:
                 f"model: expected an encoder-decoder attnlab.Transformer, got "
                 f"{type(model).__name__}; only a Transformer translates"
             )
-        check_positive_int(beam_size, "beam_size")
+        if decoding is not None and not isinstance(decoding, DecodingOptions):
+            raise TypeError(
+                f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
+            )
+        #: How this translator decodes (its beam, length penalty, length limit, sampling).
+        self.decoding: DecodingOptions = (decoding or DecodingOptions()).updated(
+            beam_size=beam_size,
+            alpha=alpha,
+            max_new_tokens=max_new_tokens,
+            sample=sample,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+        )
         check_positive_int(max_tokens, "max_tokens")
         if check_quantize(quantize) is not None and why_not_fast_path(model, quantize):
             raise ValueError(why_not_fast_path(model, quantize))
         self.quantize = quantize
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
-        self.beam_size, self.alpha, self.max_tokens = beam_size, alpha, max_tokens
-        if max_new_tokens is not None:
-            check_positive_int(max_new_tokens, "max_new_tokens")
-        self.max_new_tokens = max_new_tokens
-        self.sample, self.temperature, self.top_k, self.top_p = sample, temperature, top_k, top_p
-        self.generator: torch.Generator | None = None
-        if seed is not None:
-            device = next(model.parameters()).device
-            self.generator = torch.Generator(device=device).manual_seed(int(seed))
+        self.max_tokens = max_tokens
+        self.generator = self.decoding.generator(next(model.parameters()).device)
         if too_long not in TOO_LONG_CHOICES:
             raise ValueError(
                 f"too_long: expected one of {', '.join(TOO_LONG_CHOICES)}, got {too_long!r}"
@@ -159,31 +169,63 @@ class Translator:
         self.max_len: int = model.config.max_len
         self._continuations: torch.Tensor | None = None
 
+    # -- how it decodes: its DecodingOptions' fields -------------------------------------------
+
+    @property
+    def beam_size(self) -> int:
+        return self.decoding.beam_size
+
+    @property
+    def alpha(self) -> float:
+        return self.decoding.alpha
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.decoding.max_new_tokens
+
+    @property
+    def sample(self) -> bool:
+        return self.decoding.sample
+
+    @property
+    def temperature(self) -> float:
+        return self.decoding.temperature
+
+    @property
+    def top_k(self) -> int | None:
+        return self.decoding.top_k
+
+    @property
+    def top_p(self) -> float | None:
+        return self.decoding.top_p
+
     @classmethod
     def load(
         cls,
         model_dir: str | os.PathLike,
         *,
         device: str | torch.device | None = None,
+        decoding: DecodingOptions | None = None,
         **options,
     ) -> Translator:
         """The model and tokenizers of ``model_dir`` (``config.json``, ``model.safetensors``,
         ``tokenizer.json`` or ``src_tokenizer.json`` + ``tgt_tokenizer.json``), on ``device``
-        (default: CUDA when available, else CPU); ``options`` as the constructor's, where
-        ``beam_size`` and ``alpha`` default to what the directory carries (the ``[eval]`` its
-        recipe chose on validation, :func:`attnlab.inference.modeldir.decoding_settings`), else 4
-        and 0.6. A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's
+        (default: CUDA when available, else CPU); ``decoding`` and ``options`` as the
+        constructor's, where ``decoding`` defaults to what the directory carries (the
+        ``[eval]`` its recipe chose on validation,
+        :meth:`~attnlab.decode.options.DecodingOptions.carried_by`), else the paper's 4 and
+        0.6. A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's
         tokenizers (:func:`attnlab.inference.modeldir.resolve_model_dir`)."""
-        from .modeldir import decoding_settings, load_with_tokenizers, resolve_model_dir
+        from .modeldir import load_with_tokenizers, resolve_model_dir
 
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         model_dir = resolve_model_dir(model_dir, name="model_dir")
         model, src, tgt = load_with_tokenizers(model_dir, device=device)
-        carried, _ = decoding_settings(model_dir)
-        options = {**carried, **options}
+        if decoding is None:
+            decoding = DecodingOptions.carried_by(model_dir)[0]
         try:
-            return cls(model, src, tgt, **options)
+            return cls(model, src, tgt, decoding=decoding, **options)
         except TypeError as e:
             raise ValueError(f"model_dir: {model_dir}: {e}") from None
 
@@ -354,8 +396,9 @@ class Translator:
 
     def _limit(self, source: list[int]) -> int:
         """The longest translation of ``source``, in tokens: ``max_new_tokens`` or the source
-        + 50, at most ``max_len``."""
-        return min(self.max_new_tokens or len(source) + EXTRA_LENGTH, self.max_len)
+        + 50, at most ``max_len`` (:meth:`~attnlab.decode.options.DecodingOptions.
+        output_limit`)."""
+        return self.decoding.output_limit(len(source), self.max_len)
 
     def _capped(self, source: list[int]) -> bool:
         """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
@@ -385,16 +428,17 @@ def search(
     translator's decoding (sampling, greedy search, beam search; constrained where
     ``constraints`` is given). ``beam_size`` and ``limit`` (the longest output) replace the
     translator's for this batch (the explorer's per-request beam)."""
-    beam_size = t.beam_size if beam_size is None else beam_size
+    options = t.decoding
+    beam_size = options.beam_size if beam_size is None else beam_size
     limit = t._output_limit(sources) if limit is None else limit
     guided = prefixes if any(prefixes) else None
-    if t.sample:
+    if options.sample:
         return sample(
             t.model,
             sources,
-            temperature=t.temperature,
-            top_k=t.top_k,
-            top_p=t.top_p,
+            temperature=options.temperature,
+            top_k=options.top_k,
+            top_p=options.top_p,
             generator=t.generator,
             max_new_tokens=limit,
             quantize=t.quantize,
@@ -408,7 +452,7 @@ def search(
         t.model,
         sources,
         beam_size=beam_size,
-        alpha=t.alpha,
+        alpha=options.alpha,
         max_new_tokens=limit,
         quantize=t.quantize,
         n_best=n,
@@ -440,15 +484,13 @@ def encode_sources(
     return encoded, order, {report.index for report in found if report.refused}
 
 
-def target_ids(tokenizer, text: str) -> list[int]:
-    """``text`` in ``tokenizer``'s ids, without the framing EOS a tokenizer may append."""
-    ids = list(tokenizer.encode(text))
-    if getattr(tokenizer, "add_eos", False) and ids and ids[-1] == tokenizer.eos_id:
-        ids.pop()
-    return ids
+def target_ids(tokenizer: TokenizerProtocol, text: str) -> list[int]:
+    """``text`` in ``tokenizer``'s ids, without the framing EOS a tokenizer may append
+    (:func:`~attnlab.data.tokens.without_framing_eos`)."""
+    return without_framing_eos(tokenizer, tokenizer.encode(text))
 
 
-def text_phrase(tokenizer, text: str, most_chars: int) -> Phrase:
+def text_phrase(tokenizer: TokenizerProtocol, text: str, most_chars: int) -> Phrase:
     """``text`` as a constraint :class:`~attnlab.decode.constraints.Phrase` of target ``tokenizer``:
     its tokenisations alone and after a space (a subword vocabulary spells a word differently
     at the start of a sentence and inside it), surrounding white space dropped. ValueError for
@@ -462,8 +504,8 @@ def text_phrase(tokenizer, text: str, most_chars: int) -> Phrase:
     if len(stripped) > most_chars:
         raise ValueError(f"{len(stripped):,} characters, more than {most_chars:,}")
     alone, inside = (tuple(target_ids(tokenizer, t)) for t in (stripped, " " + stripped))
-    unk = getattr(tokenizer, "unk_id", None)
-    if unk is not None and unk in alone and unk in inside:
+    unk = tokenizer.unk_id
+    if unk in alone and unk in inside:
         raise ValueError("the target vocabulary has no spelling for it (<unk>)")
     if alone == inside:  # a tokenizer that marks word starts itself (SentencePiece's ▁)
         return Phrase((alone,), stripped)
@@ -592,7 +634,7 @@ def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
     """One call from a trained model to translations: ``load_translator(dir)("text")`` or
     ``load_translator(dir, beam_size=1)(["a", "b"])``. ``model_dir``: ``OUT/model``, a
     checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``: ``device`` and the
-    :class:`Translator` constructor's (``beam_size``, ``alpha``, ``max_new_tokens``,
-    ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``max_tokens``,
-    ``quantize``, ``too_long``)."""
+    :class:`Translator` constructor's (``decoding``, or its fields ``beam_size``, ``alpha``,
+    ``max_new_tokens``, ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``; and
+    ``max_tokens``, ``quantize``, ``too_long``)."""
     return Translator.load(model_dir, **options)

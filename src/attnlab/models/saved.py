@@ -52,6 +52,7 @@ __all__ = [
     "model_class",
     "model_types",
     "read_config",
+    "read_config_file",
     "register_model_type",
     "set_weights",
 ]
@@ -123,10 +124,11 @@ def unique_state(module: nn.Module) -> dict[str, Tensor]:
 # -- config.json -------------------------------------------------------------------------------
 
 
-def read_config(directory: str | os.PathLike[str]) -> tuple[str, Any]:
-    """Read ``config.json`` of a saved model: ``(model_type, config)``, the config an instance of
-    the model class's ``config_class``, every size within :data:`LOAD_LIMITS`; errors name the
-    file and the field."""
+def read_config_file(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object of ``config.json`` in ``directory``, as it is (unchecked): the one place
+    that file is opened and parsed. FileNotFoundError for a missing directory or file;
+    ValueError, naming the file, for bytes that are not UTF-8, invalid JSON or another value
+    than an object. :func:`read_config` checks its fields."""
     path = Path(directory) / CONFIG_FILE
     if not Path(directory).is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")
@@ -144,6 +146,15 @@ def read_config(directory: str | os.PathLike[str]) -> tuple[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_config(directory: str | os.PathLike[str]) -> tuple[str, Any]:
+    """Read ``config.json`` of a saved model (:func:`read_config_file`): ``(model_type,
+    config)``, the config an instance of the model class's ``config_class``, every size within
+    :data:`LOAD_LIMITS`; errors name the file and the field."""
+    path = Path(directory) / CONFIG_FILE
+    data = read_config_file(directory)
     model_type = data.pop("model_type", None)
     data.pop("attnlab_version", None)
     if model_type not in _MODEL_TYPES:

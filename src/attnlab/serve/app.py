@@ -35,6 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._checks import is_int
+from ..decode.options import DecodingOptions
 from .errors import MAX_BODY_BYTES as MAX_BODY_BYTES
 from .errors import BodyGuard, clip, install_error_handlers
 from .explorer import ATTENTION_DECIMALS, Explorer
@@ -211,11 +212,13 @@ def create_app(
     static_dir: str | os.PathLike | None = None,
     limits: Limits | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
+    decoding: DecodingOptions | None = None,
 ) -> FastAPI:
     """The explorer's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
-    once). ``beam_size``: the default beam (1-16) and ``alpha`` the length penalty (None: what
-    the model directory carries, :func:`attnlab.inference.modeldir.decoding_settings`); ``device``:
-    default CUDA when available;
+    once). ``decoding``: how it decodes (default: what the model directory carries,
+    :meth:`~attnlab.decode.options.DecodingOptions.carried_by`); ``beam_size``, the default
+    beam (1-16), and ``alpha``, the length penalty, replace its fields where not None;
+    ``device``: default CUDA when available;
     ``static_dir``: the page's files (default the package's ``static/``); ``limits``: queue,
     timeouts, connection and answer sizes (:class:`Limits`' defaults); ``allowed_hosts``: the
     names the Host header may carry (default the loopback names; ``"*"``: any).
@@ -229,7 +232,9 @@ def create_app(
     if beam_size is not None and not 1 <= beam_size <= MAX_BEAM:
         raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {beam_size}")
     limits = limits if limits is not None else Limits()
-    explorer = Explorer(model_dir, beam_size=beam_size, alpha=alpha, device=device)
+    explorer = Explorer(
+        model_dir, beam_size=beam_size, alpha=alpha, device=device, decoding=decoding
+    )
     if explorer.beam_size > MAX_BEAM:
         raise ValueError(
             f"beam_size: the model carries {explorer.beam_size}; the explorer takes 1 to "
@@ -409,12 +414,13 @@ def run(
     allow_hosts: Sequence[str] = (),
     device: str | torch.device | None = None,
     notice: str | None = None,
+    decoding: DecodingOptions | None = None,
 ) -> None:
     """Serve the explorer of ``model_dir`` until interrupted; prints its URL. ``port`` 0
     picks a free port (the printed URL has the real one). The Host header must be a loopback
-    name, ``host``, or one of ``allow_hosts`` (``"*"``: any). ``device``: as
-    :func:`create_app`'s. ``notice``: a line for stderr once the model has loaded (the
-    decoding it uses, say)."""
+    name, ``host``, or one of ``allow_hosts`` (``"*"``: any). ``decoding``, ``beam_size``,
+    ``alpha``, ``device``: as :func:`create_app`'s. ``notice``: a line for stderr once the
+    model has loaded (the decoding it uses, say)."""
     sock = bind(host, port)  # first: a busy port fails before the model loads
     allowed = allowed_hosts_for(host, allow_hosts)
     try:
@@ -425,6 +431,7 @@ def run(
             device=device,
             limits=limits,
             allowed_hosts=allowed,
+            decoding=decoding,
         )
     except BaseException:
         sock.close()

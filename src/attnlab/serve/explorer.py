@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .._checks import check_positive_int, is_int
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
+from ..decode.options import DecodingOptions
 from ..decode.search import EXTRA_LENGTH, Generation, length_penalty
 from ..inference.bounds import CHARS_PER_TOKEN
 from ..inference.translator import as_hypotheses, search
@@ -119,9 +120,12 @@ class Explorer:
 
     Args:
         model_dir: a directory written by ``attnlab train`` (``OUT/model``).
-        beam_size, alpha: the default beam (1: greedy) and length penalty; None: what the
-            model carries (:func:`attnlab.inference.modeldir.decoding_settings`), else 4 and 0.6.
+        beam_size, alpha: the default beam (1: greedy) and length penalty; None: those of
+            ``decoding``.
         device: ``cpu`` or ``cuda``; default CUDA when available.
+        decoding: how to decode (:class:`~attnlab.decode.options.DecodingOptions`); None:
+            what the model carries (:meth:`~attnlab.decode.options.DecodingOptions.
+            carried_by`), else the paper's 4 and 0.6.
 
     Raises:
         FileNotFoundError: ``model_dir`` is not a directory.
@@ -135,6 +139,7 @@ class Explorer:
         beam_size: int | None = None,
         alpha: float | None = None,
         device: str | torch.device | None = None,
+        decoding: DecodingOptions | None = None,
     ) -> None:
         from ..inference.scores import Translator
 
@@ -143,8 +148,9 @@ class Explorer:
         path = Path(model_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
-        given = {k: v for k, v in (("beam_size", beam_size), ("alpha", alpha)) if v is not None}
-        translator = Translator.load(path, device=device, **given)  # refuses a non-Transformer
+        translator = Translator.load(  # refuses a non-Transformer
+            path, device=device, decoding=decoding, beam_size=beam_size, alpha=alpha
+        )
         #: Beam search's length penalty here, and in each answer's ``score``.
         self.alpha = float(translator.alpha)
         self.model_dir = path
