@@ -13,7 +13,9 @@ The rules a page's code blocks follow (CONTRIBUTING.md, "Examples in the docs"):
 * Before a page runs, its directory holds small trained models at the paths the pages use:
   ``runs/numbers`` (the numbers task, as ``attnlab train --task numbers`` but 1 + 1 narrow
   layers for a few steps), ``runs/digits`` (the digits ViT, a few steps) and ``runs/text`` (a
-  language model on ``book.txt``, which is there too), and ``opus-mt-en-de``: a tiny random
+  language model on ``book.txt``, which is there too), parallel files of the numbers task
+  (``data/train.en``, ``data/train.de``, ``valid.*``, ``test.*``, and the same files at the
+  top level), and ``opus-mt-en-de``: a tiny random
   ``MarianMTModel`` directory in opus-mt's layout (SentencePiece models trained on the numbers
   task's sentences, which need no data), standing in for the real download, which needs the
   network. The pages name these
@@ -321,10 +323,20 @@ _NARROW = [
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with ``runs/numbers``, ``runs/digits``, ``runs/text`` and ``book.txt``."""
+    """A directory with ``runs/numbers``, ``runs/digits``, ``runs/text``, ``book.txt`` and
+    parallel files (``data/{train,valid,test}.{en,de}``, and the same at the top level)."""
+    from attnlab.data.corpora import numbers as number_pairs
+
     root = tmp_path_factory.mktemp("docs-runs")
     lines = [f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(60)]
     (root / "book.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pairs = number_pairs(high=199, valid_size=20, test_size=20)
+    for directory in (root / "data", root):
+        directory.mkdir(exist_ok=True)
+        for split, sentences in pairs.splits.items():
+            for side, lang in enumerate(("en", "de")):
+                text = "\n".join(pair[side] for pair in sentences) + "\n"
+                (directory / f"{split}.{lang}").write_text(text, encoding="utf-8")
     numbers = [
         "--set", "model.num_encoder_layers=1", "--set", "model.num_decoder_layers=1",
         "--set", "task.high=99", "--set", "task.valid_size=10", "--set", "task.test_size=10",

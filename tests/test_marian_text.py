@@ -228,7 +228,6 @@ def test_fine_tuning_an_imported_model(imported, tmp_path):
     from _marian import multi30k_lines
     from attnlab import load_pretrained
     from attnlab.jobs import Job, train_job
-    from attnlab.jobs.run import _translation_setup
 
     _, out = imported
     task: dict[str, str] = {"name": "files"}
@@ -247,9 +246,9 @@ def test_fine_tuning_an_imported_model(imported, tmp_path):
             "eval": {"beam_size": 1, "bleu_sentences": 4, "max_tokens": 512},
         }
     )
-    src, tgt = load_tokenizers(out)
     corpus = job.task.load()
-    model, examples, _, _ = _translation_setup(job, corpus, src, tgt)
+    setup = job.task.setup(job, corpus, tmp_path / "setup", resume=False, rank=0, note=print)
+    model, examples = setup.model, setup.train
     pad = model.config.pad_id
     assert all(e.tgt[0] == pad and e.tgt[-1] == 0 for e in examples)
     assert all(e.src[-1] == 0 for e in examples)  # the source tokenizer's own framing

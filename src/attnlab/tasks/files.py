@@ -28,6 +28,7 @@ class Files(TranslationTask):
     valid_tgt: str | None = None
     test_src: str | None = None
     test_tgt: str | None = None
+    seed: int = 0
 
     def _pair(self, split: str) -> tuple[str | None, str | None]:
         return getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt")
