@@ -5,7 +5,8 @@
   make_examples / make_lm_examples and collate over the same pairs; several corpora as one
   index space, mixed; the objective's checks and fingerprint without a loop over examples.
 * A DataLoader with 2 workers gives the batches of no workers, the corpus not copied.
-* Training: the Trainer on shards = the Trainer on the same examples in memory, bit for bit;
+* Training: the Trainer on shards = the Trainer on the same examples in memory, bit for bit
+  (a Transformer, and a TransformerLM on the targets);
   (slow) a run SIGKILLed mid-epoch and resumed = the uninterrupted run; a resume with other
   corpora or mixture weights is refused; (slow) 2 processes under torchrun share each batch.
 """
@@ -464,6 +465,23 @@ def test_training_on_shards_is_training_on_the_same_examples_in_memory(tmp_path:
     ]
     state = json.loads((find_checkpoints(tmp_path / "shards")[-1] / "state.json").read_text())
     assert state["data"]["described"]["corpora"][0]["key"] == TokenShards(directory).key
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_language_model_trains_on_the_target_side_of_shards(tmp_path: Path) -> None:
+    """ShardExamples(lm=True) = make_lm_examples of the targets: the same weights."""
+    pairs = shard_worker.reversal_pairs(80, seed=3)
+    directory = write_shards(tmp_path / "shards", pairs)
+    runs = {
+        "memory": make_lm_examples([t for _, t in pairs], max_len=64),
+        "shards": ShardExamples(directory, max_len=64, lm=True),
+    }
+    for name, train in runs.items():
+        torch.manual_seed(0)
+        config = TransformerConfig.preset("tiny", vocab_size=24, d_model=32, d_ff=64)
+        model = TransformerLM(config)
+        Trainer(model, train, None, short_config(tmp_path / name), progress=False).train()
+    assert same_weights(tmp_path / "memory" / "model", tmp_path / "shards" / "model")
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -312,9 +312,10 @@ class ShardExamples(Examples):
     same tensors as :func:`~attnlab.data.batching.collate`. With ``lm=True``, what
     ``make_lm_examples`` makes of the target sides (empty sources).
 
-    Memory: the lengths (2 bytes per kept pair and side; the source's shared with
-    :class:`TokenShards` when nothing is dropped) and, for a corpus of which ``max_len`` drops
-    pairs, the kept pairs' row numbers (int32: 4 bytes). The ids stay on disk.
+    Memory: the lengths (2 bytes per kept pair and side, and the targets' ids counts in
+    :class:`TokenShards`, 2 more; the sources' shared with it when nothing is dropped) and,
+    for a corpus of which ``max_len`` drops pairs, the kept pairs' row numbers (int32: 4
+    bytes). The ids stay on disk, read a batch at a time through the page cache.
 
     Mixing: with several corpora and ``weights`` or ``temperature``, each training epoch draws
     from each corpus anew (:class:`~attnlab.data.batching.Mixture` over the kept pairs:
@@ -596,8 +597,8 @@ def batch_loader(
     tgt_out)`` per batch (None for an empty share), collated in ``num_workers`` processes.
 
     The batches stay in this process (the loader sends each worker a batch's indices); the
-    workers get the examples pickled, which for :class:`ShardExamples` is their directories:
-    each maps the same files, and the corpus is never copied. ``options`` go to the
+    workers get the examples pickled, which for :class:`ShardExamples` is their directories
+    and options: each opens the same files, and the corpus is never copied. ``options`` go to the
     ``DataLoader`` (``prefetch_factor``, ``multiprocessing_context``, ``pin_memory``...).
     """
     return torch.utils.data.DataLoader(
