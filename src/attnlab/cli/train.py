@@ -22,7 +22,7 @@ from ._args import (
     device_of,
     positive_int,
 )
-from .jobs import print_scores
+from .evaluate import print_scores
 
 
 def _setting(text: str) -> tuple[str, str, object]:

@@ -179,6 +179,13 @@ def _check_path_pair(value: object, name: str) -> tuple[PathLike, PathLike]:
     return value[0], value[1]
 
 
+def parallel_split(paths: tuple[PathLike, PathLike], name: str) -> list[tuple[str, str]]:
+    """The sentence pairs of one split's ``(source_path, target_path)``, as
+    :func:`parallel_files` reads them; errors name ``name`` (the option that gave them)."""
+    src_path, tgt_path = _check_path_pair(paths, name)
+    return _read_pairs(src_path, tgt_path)
+
+
 def parallel_files(
     train: tuple[PathLike, PathLike],
     valid: tuple[PathLike, PathLike] | None = None,

@@ -731,14 +731,20 @@ def cached_corpus(
 # -- tokenizers --------------------------------------------------------------------------------
 
 
-def _selected_lines(indices: np.ndarray, *paths: PathLike) -> Iterator[str]:
-    """The stripped, non-empty lines at ``indices`` (sorted) of each of ``paths`` read side
-    by side: line i of the first file, then of the second, ..."""
+def _stream(paths: Sequence[PathLike]) -> Iterator[str]:
+    """The lines of ``paths``, one file after the other."""
+    for path in paths:
+        yield from iter_lines(path)
+
+
+def _selected_lines(indices: np.ndarray, *sides: Sequence[PathLike]) -> Iterator[str]:
+    """The stripped, non-empty lines at ``indices`` (sorted) of each side (its files read as
+    one stream), the sides read side by side: line i of the first, then of the second, ..."""
     if not len(indices):
         return
     position = 0
     wanted = int(indices[0])
-    for number, lines in enumerate(zip(*(iter_lines(p) for p in paths), strict=True)):
+    for number, lines in enumerate(zip(*(_stream(s) for s in sides), strict=True)):
         if number != wanted:
             continue
         for line in lines:
@@ -752,8 +758,8 @@ def _selected_lines(indices: np.ndarray, *paths: PathLike) -> Iterator[str]:
 
 
 def train_tokenizer_on_sample(
-    src_path: PathLike,
-    tgt_path: PathLike | None,
+    src_path: PathLike | Sequence[PathLike],
+    tgt_path: PathLike | Sequence[PathLike] | None,
     vocab_size: int,
     *,
     joint: bool = True,
@@ -772,7 +778,8 @@ def train_tokenizer_on_sample(
     trains on a corpus in memory), returned twice; else one per side, on the same lines.
 
     Returns:
-        ``(src_tokenizer, tgt_tokenizer)`` (the same object when joint or one file).
+        ``(src_tokenizer, tgt_tokenizer)`` (the same object when joint or one file). Several
+    corpora: ``src_path`` and ``tgt_path`` lists, sampled as one stream (corpus after corpus).
 
     Raises:
         ValueError: the files fail :func:`~attnlab.data.textfiles.check_parallel` (``name``
@@ -782,18 +789,23 @@ def train_tokenizer_on_sample(
 
     check_int(sample_size, "sample_size")
     check_int(seed, "seed", minimum=0)
+    srcs = [src_path] if isinstance(src_path, (str, os.PathLike)) else list(src_path)
+    tgts = [tgt_path] if isinstance(tgt_path, (str, os.PathLike)) else list(tgt_path or [])
     if tgt_path is not None:
-        check_parallel(src_path, tgt_path, name, utf8=False)
-    indices = _reservoir_sample(src_path, k=sample_size, seed=seed)
+        if len(srcs) != len(tgts):
+            raise ValueError(f"{name}: {len(srcs)} source files but {len(tgts)} target files")
+        for src, tgt in zip(srcs, tgts, strict=True):
+            check_parallel(src, tgt, name, utf8=False)
+    indices = _reservoir_sample(*srcs, k=sample_size, seed=seed)
     assert isinstance(indices, np.ndarray)
     kwargs = {"min_frequency": min_frequency}
     if tgt_path is None:
-        tokenizer = Tokenizer.train(_selected_lines(indices, src_path), vocab_size, **kwargs)
+        tokenizer = Tokenizer.train(_selected_lines(indices, srcs), vocab_size, **kwargs)
         return tokenizer, tokenizer
     if joint:
-        texts = _selected_lines(indices, src_path, tgt_path)
+        texts = _selected_lines(indices, srcs, tgts)
         tokenizer = Tokenizer.train(texts, vocab_size, **kwargs)
         return tokenizer, tokenizer
-    src = Tokenizer.train(_selected_lines(indices, src_path), vocab_size, **kwargs)
-    tgt = Tokenizer.train(_selected_lines(indices, tgt_path), vocab_size, **kwargs)
+    src = Tokenizer.train(_selected_lines(indices, srcs), vocab_size, **kwargs)
+    tgt = Tokenizer.train(_selected_lines(indices, tgts), vocab_size, **kwargs)
     return src, tgt

@@ -92,11 +92,19 @@ def task_from(table: Mapping[str, Any], *, saved: bool = False) -> Task:
 class TokenizerOptions:
     """BPE over characters with byte fallback, trained on the training split: ``vocab_size``
     subwords (specials included), one vocabulary for both languages when ``joint`` (with
-    shared embeddings)."""
+    shared embeddings). A training split read from files (the ``files`` task) is sampled:
+    ``sample_size`` pairs at most, drawn with ``[task] seed``, so the tokenizer's memory stays
+    bounded whatever the corpus size."""
 
     vocab_size: int = 8000
     joint: bool = True
     min_frequency: int = 2
+    sample_size: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        from .._checks import check_positive_int
+
+        check_positive_int(self.sample_size, "sample_size")
 
 
 @dataclass

@@ -6,6 +6,7 @@ trained model and keeps its tokenizers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +14,24 @@ from typing import Any, ClassVar
 
 from .base import Setup, Task, seeded, shared_tokenizers
 
-__all__ = ["TRANSLATION_VALIDATION", "TranslationTask", "validation_scores"]
+__all__ = ["TRANSLATION_VALIDATION", "TrainCorpus", "TranslationTask", "validation_scores"]
 
 # What a translation job's validation hook adds to each evaluation during training: BLEU,
 # exact match and chrF of greedy translations of the first validation pairs (chrF also ranks
 # one-word outputs, such as the numbers task's, where BLEU is 0).
 TRANSLATION_VALIDATION = ("val_bleu", "val_exact", "val_chrf")
+
+
+@dataclass(frozen=True)
+class TrainCorpus:
+    """A training corpus on disk: its ``name``, line-aligned files, its ``weight`` in a
+    mixture, and the ``option`` that named it (for messages)."""
+
+    name: str
+    src: str
+    tgt: str
+    weight: float = 1.0
+    option: str = "[task] train_src, train_tgt"
 
 
 @dataclass
@@ -64,16 +77,46 @@ class TranslationTask(Task):
 
     # -- training --------------------------------------------------------------------------
 
+    def train_corpora(self) -> list[TrainCorpus] | None:
+        """The training corpora on disk, trained on from token shards (the tokenizers from a
+        sample of them); None: the training split is ``data["train"]``, in memory."""
+        return None
+
+    def cleaning(self):
+        """The cleaning of the corpora on disk (:class:`~attnlab.data.clean.CleaningOptions`)."""
+        from ..data.clean import CleaningOptions
+
+        return CleaningOptions.off()
+
+    def mixing(self, corpora: list[TrainCorpus]) -> dict[str, Any]:
+        """How several corpora mix (``weights`` or ``temperature``; none: each once)."""
+        return {}
+
     def train_texts(self, data: Any) -> tuple[list[str], list[str]]:
         """The training split's sources and targets, for the tokenizers."""
         train = data["train"]
         return [s for s, _ in train], [t for _, t in train]
 
     def train_tokenizers(self, job: Any, data: Any):
-        """BPE tokenizers on the training split: one joint, or one per side."""
+        """BPE tokenizers on the training split: one joint, or one per side (on disk: on a
+        seeded sample of ``[tokenizer] sample_size`` pairs)."""
         from ..data.tokenizer import Tokenizer
 
         options = job.tokenizer
+        corpora = self.train_corpora()
+        if corpora is not None:
+            from ..data.prepare import train_tokenizer_on_sample
+
+            return train_tokenizer_on_sample(
+                [c.src for c in corpora],
+                [c.tgt for c in corpora],
+                options.vocab_size,
+                joint=options.joint,
+                sample_size=options.sample_size,
+                seed=getattr(self, "seed", 0),
+                min_frequency=options.min_frequency,
+                name=corpora[0].option,
+            )
         kwargs = {"min_frequency": options.min_frequency}
         sources, targets = self.train_texts(data)
         if options.joint:
@@ -123,7 +166,10 @@ class TranslationTask(Task):
             config = job.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
             model = seeded(job.train.get("seed", 0), lambda: Transformer(config))
         c = model.config
-        train = self.examples(job, data, "train", src_tok, tgt_tok, c)
+        if self.train_corpora() is None:
+            train = self.examples(job, data, "train", src_tok, tgt_tok, c)
+        else:
+            train = self.shard_examples(job, src_tok, tgt_tok, c, rank=rank, note=note)
         valid = self.examples(job, data, "valid", src_tok, tgt_tok, c)
         valid_pairs = data["valid"][: job.eval.bleu_sentences]
 
@@ -158,6 +204,51 @@ class TranslationTask(Task):
             f"{self.max_len} tokens left out), padding {padding:.1%} of the batches"
         )
         return setup
+
+    def shard_examples(self, job: Any, src_tok, tgt_tok, config, *, rank: int, note):
+        """The training corpora as examples read from token shards: prepared once (cleaned,
+        encoded on every core, with progress) into the cache, reused after. In a distributed
+        run rank 0 prepares them; the other ranks wait, then open them."""
+        import torch.distributed as dist
+
+        from ..data.prepare import cached_corpus, format_progress
+        from ..data.shards import ShardExamples
+
+        corpora = self.train_corpora()
+        assert corpora is not None
+        distributed = dist.is_available() and dist.is_initialized()
+        if distributed and rank != 0:
+            dist.barrier()  # rank 0 has prepared them
+        directories = []
+        for corpus in corpora:
+            last = [0.0]
+
+            def progress(done, total, rate, eta, name=corpus.name, last=last) -> None:
+                now = time.monotonic()
+                if done == total or now - last[0] >= 10.0:
+                    last[0] = now
+                    note(format_progress(name, done, total, rate, eta))
+
+            prepared = cached_corpus(
+                corpus.src,
+                corpus.tgt,
+                src_tok,
+                tgt_tok,
+                cleaning=self.cleaning(),
+                cache_dir=getattr(self, "cache_dir", None),
+                progress=progress if rank == 0 else None,
+                name=corpus.option,
+            )
+            where = "reused" if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
+            note(f"{corpus.name}: shards {where}: {prepared.directory}")
+            note(f"{corpus.name}: {prepared.summary}")
+            directories.append(prepared.directory)
+        if distributed and rank == 0:
+            dist.barrier()
+        framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
+        return ShardExamples(
+            directories, max_len=self.max_len, **framing, **self.mixing(corpora)
+        )
 
     def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
         if job.init_from is None:
