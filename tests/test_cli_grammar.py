@@ -187,7 +187,7 @@ def test_top_k_means_sampling_only():
     from attnlab.cli._args import add_sampling_flags
 
     probe = argparse.ArgumentParser()
-    add_sampling_flags(probe, float, float)
+    add_sampling_flags(probe)
     shared = next(a for a in probe._actions if "--top-k" in a.option_strings)
     for name, parser in COMMANDS.items():
         for action in _live_actions(parser):

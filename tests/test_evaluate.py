@@ -178,7 +178,7 @@ def test_evaluate_json_names_the_headline_on_numbers(numbers_model_dir, capsys):
 
 
 def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_model_dir, capsys):
-    from attnlab.cli.jobs import print_scores
+    from attnlab.cli.evaluate import print_scores
 
     argv = ["evaluate", "--model", str(numbers_model_dir), "--limit", "5", "--show", "1"]
     assert main([*argv, "--beam-size", "1"]) == 0

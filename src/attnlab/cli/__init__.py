@@ -1,10 +1,12 @@
 """The ``attnlab`` command line. Thin: it parses arguments, calls the library and prints.
 
-One module per group of commands, each with an ``add_parsers(sub)`` that `build_parser` calls:
-`tour` (tour, masks, config, flops, explain), `pictures` (viz), `train`, `jobs` (translate,
-evaluate, serve), `export`, `imports` (import), `inference` (average, the decoding options,
-checkpoints as models) and `download` (data sets fetched on purpose); the arguments that
-several groups share, each flag defined once, and their deprecated spellings are in `_args`.
+One module per command (or per group of commands named for it), each with an
+``add_parsers(sub)`` that builds its parsers complete and that `build_parser` calls: `tour`
+(tour, demo, masks, config, flops, explain), `serve`, `pictures` (viz), `train`, `translate`,
+`evaluate`, `export`, `imports` (import), `average`, `generate`, `predict` and `download` (data
+sets fetched on purpose). The arguments that several commands share, each flag defined once,
+and their deprecated spellings are in `_args`; what the commands that run a model share (the
+model resolved and its kind checked, the report of over-long input lines) in `_model`.
 """
 
 from __future__ import annotations
@@ -14,18 +16,39 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import download, export, imports, inference, jobs, models, pictures, tour, train, translate
-from ._args import show_slots_required, take_deprecated_positionals
+from . import (
+    average,
+    download,
+    evaluate,
+    export,
+    generate,
+    imports,
+    pictures,
+    predict,
+    serve,
+    tour,
+    train,
+    translate,
+)
+from ._args import take_deprecated_positionals
 from .train import build_job
 
 __all__ = ["build_job", "build_parser", "describe_error", "main", "parse"]
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser that refuses abbreviations (``--beam 4`` is an error, not
+    ``--beam-size 4``): the class of every (sub)command's parser, which argparse gives each
+    subparser of a parser made of it."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="attnlab",
         description="The Transformer of 'Attention Is All You Need': exact, fast, explained.",
-        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     parser.add_argument(
@@ -34,22 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an error, show the full traceback instead of one line (for bug reports)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    tour.add_parsers(sub)
-    jobs.add_serve_parser(sub)
-    pictures.add_parsers(sub)
-    train.add_parsers(sub)
-    jobs.add_parsers(sub)
-    export.add_parsers(sub)
-    imports.add_parsers(sub)
-    inference.add_parsers(sub)
-    models.add_parsers(sub)
-    download.add_parsers(sub)
-    translate.extend(sub)  # translate's options
-    inference.extend(sub)  # options of evaluate; checkpoints as models
-    for each in _parsers(parser):
-        each.allow_abbrev = False  # `--beam 4` is an error, not --beam-size 4
-        show_slots_required(each)
+    modules = (tour, serve, pictures, train, translate, evaluate, export, imports, average)
+    for module in (*modules, generate, predict, download):  # in the order --help lists them
+        module.add_parsers(sub)
     return parser
 
 
@@ -78,15 +88,6 @@ def _command_parser(
             if chosen in action.choices:
                 return _command_parser(action.choices[chosen], args)
     return parser
-
-
-def _parsers(parser: argparse.ArgumentParser):
-    """``parser`` and every subcommand's parser under it, at any depth."""
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                yield from _parsers(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

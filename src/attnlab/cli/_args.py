@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +32,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _number(text: str, accept: Callable[[float], bool], expected: str) -> float:
+    """``text`` as a float that ``accept`` takes (NaN never does), else argparse's error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value != value or not accept(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    return _number(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def non_negative(text: str) -> float:
+    return _number(text, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
+
+
+def positive_number(text: str) -> float:
+    return _number(text, lambda v: 0 < v < float("inf"), "a finite number > 0")
 
 
 #: ``--device``: the same choices, default and help on every command that runs a model.
@@ -210,7 +234,7 @@ def add_guide_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_flags(parser: argparse.ArgumentParser, probability, positive_number) -> None:
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` the shared sampling flags: ``--sample``, ``--temperature``, ``--top-k``
     (sampling only: the k most probable tokens) and ``--top-p``."""
     parser.add_argument(

@@ -12,7 +12,9 @@ from ._args import (
     add_model_flag,
     add_out_flag,
     add_overwrite_flag,
+    show_slots_required,
 )
+from ._model import resolving
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -80,4 +82,5 @@ def add_parsers(sub) -> None:
     add_deprecated(export, "--quantization", use="--quantize", dest="quantize")
     add_overwrite_flag(export, "replace an existing --out, once the new one is complete")
     add_deprecated(export, "--force", use="--overwrite", dest="overwrite", takes_value=False)
-    export.set_defaults(func=cmd_export)
+    export.set_defaults(func=resolving(cmd_export))
+    show_slots_required(export)

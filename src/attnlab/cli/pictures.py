@@ -19,7 +19,9 @@ from ._args import (
     check_pad_to,
     device_of,
     positive_int,
+    show_slots_required,
 )
+from ._model import resolving
 
 
 def _ids(text: str) -> list[int]:
@@ -401,4 +403,6 @@ def add_parsers(sub) -> None:
         metavar="NAME",
         help="a run's name in the legend, once per CSV in order (default: its OUT directory)",
     )
-    viz.set_defaults(func=cmd_viz)
+    viz.set_defaults(func=resolving(cmd_viz))
+    for picture in pictures.choices.values():
+        show_slots_required(picture)

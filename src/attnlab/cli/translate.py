@@ -1,6 +1,6 @@
-"""``attnlab translate``: its options (added to the parser that :mod:`attnlab.cli.jobs`
-defines) and the command: text, standard input or a file, in bounded chunks, with constraints,
-a prefix and scores (:class:`attnlab.inference.translator.Translator`)."""
+"""``attnlab translate``: its parser and the command: text, standard input or a file, in
+bounded chunks, with constraints, a prefix and scores (:class:`attnlab.inference.translator.
+Translator`)."""
 
 from __future__ import annotations
 
@@ -11,43 +11,63 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ._args import (
+    QUANTIZE_METAVAR,
     add_deprecated,
+    add_device_flag,
     add_guide_flags,
     add_input_bound_flags,
     add_json_flag,
     add_max_new_tokens_flag,
+    add_model_flag,
     add_out_flag,
     add_sampling_flags,
     decoding_of,
     device_of,
+    non_negative,
     positive_int,
 )
-from .inference import (
-    EXIT_REFUSED,
-    TooLongLines,
-    check_kind,
-    non_negative,
-    positive_number,
-    probability,
-    resolving,
-)
+from ._model import EXIT_REFUSED, TooLongLines, check_kind, resolving
 
 
-def extend(sub) -> None:
-    """Add translate's options to the parser :mod:`attnlab.cli.jobs` defined."""
-    translate = sub.choices["translate"]
-    translate.description = (
-        "Translate TEXT arguments, standard input line by line (no TEXT, or '-'), or a file "
-        "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
-        "--sample); one translation per line, in order. A file is read in bounded chunks of "
-        "--batch-lines lines (memory stays flat however long it is), with a progress bar on "
-        "a terminal; --out (-o) writes the output file atomically (all of it, or nothing). "
-        "--model may be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT. Each "
-        "translation is at most --max-new-tokens tokens long (default: its source's length + "
-        "50), and never more than the model's max_len; a source is at most max_len tokens "
-        "(--too-long). --constraints FILE gives phrases each translation must contain, "
-        "--prefix TEXT the start it must have; --scores (or --json) says how sure the model "
-        "is of each token."
+def add_parsers(sub) -> None:
+    translate = sub.add_parser(
+        "translate",
+        help="translate text with a trained model (beam search)",
+        description=(
+            "Translate TEXT arguments, standard input line by line (no TEXT, or '-'), or a file "
+            "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
+            "--sample); one translation per line, in order. A file is read in bounded chunks of "
+            "--batch-lines lines (memory stays flat however long it is), with a progress bar on "
+            "a terminal; --out (-o) writes the output file atomically (all of it, or nothing). "
+            "--model may be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT. Each "
+            "translation is at most --max-new-tokens tokens long (default: its source's length + "
+            "50), and never more than the model's max_len; a source is at most max_len tokens "
+            "(--too-long). --constraints FILE gives phrases each translation must contain, "
+            "--prefix TEXT the start it must have; --scores (or --json) says how sure the model "
+            "is of each token."
+        ),
+    )
+    add_model_flag(translate)
+    translate.add_argument("text", nargs="*", help="sentences; none or '-' reads stdin")
+    translate.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        help="beam; default: the model's recipe ([eval] of its job.json), else 4",
+    )
+    translate.add_argument(
+        "--max-tokens", type=positive_int, default=4096, help="source tokens per batch (4096)"
+    )
+    translate.add_argument(
+        "--batch-lines", type=positive_int, default=64, help="stdin lines per batch (64)"
+    )
+    add_device_flag(translate)
+    translate.add_argument(
+        "--quantize",
+        choices=["int8"],
+        default=None,
+        metavar=QUANTIZE_METAVAR,
+        help="int8: decode with int8 weights (CPU, float32 models; faster for batches)",
     )
     translate.add_argument(
         "--alpha",
@@ -68,7 +88,7 @@ def extend(sub) -> None:
         help="the N best translations of each line (N <= --beam-size), best first, one a line "
         "as SCORE<tab>TEXT; SCORE is log P / length penalty",
     )
-    add_sampling_flags(translate, probability, positive_number)
+    add_sampling_flags(translate)
     translate.add_argument("--seed", type=int, default=None, help="--sample: random seed")
     add_guide_flags(translate)
     add_json_flag(translate)

@@ -1,0 +1,101 @@
+"""What the commands that run a model share: the model argument, resolved (:func:`resolving`,
+so that ``--model`` also takes a checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``) and
+checked to be of the kind the command runs (:func:`check_kind`), and the report of the input
+lines over the model's bounds (:class:`TooLongLines`, :data:`EXIT_REFUSED`), which
+``translate`` and ``evaluate`` print alike."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+#: translate's exit status when ``--too-long refuse`` left lines untranslated (bad input, as
+#: :data:`attnlab.cli.EXIT_INPUT`); the output is written all the same, a line for each line.
+EXIT_REFUSED = 2
+
+#: model_type (config.json) -> what it is, and the command that uses it.
+KINDS = {
+    "transformer": ("a Transformer (a translation model)", "attnlab translate"),
+    "lm": ("a TransformerLM (a language model)", "attnlab generate"),
+    "vit": ("a VisionTransformer (an image classifier)", "attnlab predict"),
+    "encoder": ("a TransformerEncoder (an encoder without a decoder)", "attnlab viz attention"),
+}
+
+
+def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str, flag: str):
+    """Refuse, in one line naming the kind found and the command that fits, a model of another
+    kind than ``wanted`` (model_type names)."""
+    from ..inference.modeldir import kind_of
+
+    kind = kind_of(directory)
+    if kind in wanted or kind == "unknown":
+        return
+    what, use = KINDS.get(kind, (f"a {kind!r} model", None))
+    hint = f"; use {use}" if use and use.split()[1] != command else ""
+    raise ValueError(f"{flag}: {directory} is {what}; attnlab {command} needs another kind{hint}")
+
+
+def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``func`` with its ``--model`` resolved first (a checkpoint or a run to a model
+    directory, :func:`attnlab.inference.modeldir.resolve_model_dir`); where only a deprecated
+    positional could have named it, refused if missing. A command without ``--model`` runs as
+    it is."""
+    from ..inference.modeldir import resolve_model_dir
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        if not hasattr(args, "model"):
+            return func(args)
+        if args.model is None:
+            raise ValueError("--model: required (a model directory, checkpoint or run)")
+        args.model = str(resolve_model_dir(args.model, name="--model"))
+        return func(args)
+
+    return run
+
+
+class TooLongLines:
+    """Reports the sources over the model's max_len as one line each on stderr, naming where
+    each came from (``--input FILE line N``, ``standard input line N``, ``TEXT N``), and
+    counts the refused ones."""
+
+    def __init__(self, command: str, source: str) -> None:
+        self.command, self.source, self.refused, self.first = command, source, 0, 1
+
+    def at(self, first: int) -> TooLongLines:
+        """The reporter for a batch whose first line is line ``first`` (from 1)."""
+        self.first = first
+        return self
+
+    def unmet(self, report) -> None:
+        """A line refused for its prefix or constraints (a :class:`attnlab.inference.translator.
+        Refused`)."""
+        self.refused += 1
+        where = f"{self.source} {self.first + report.index:,}"
+        print(
+            f"attnlab {self.command}: error: {where}: {report.describe()}; its output line is "
+            f"left empty",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __call__(self, report) -> None:
+        where = f"{self.source} {self.first + report.index:,}"
+        if report.refused:
+            self.refused += 1
+            print(
+                f"attnlab {self.command}: error: {where}: {report.describe()} (--too-long "
+                f"refuse); its output line is left empty",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            print(
+                f"attnlab {self.command}: note: {where}: {report.describe()} (--too-long "
+                f"refuse would leave it out)",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -1,0 +1,106 @@
+"""``attnlab serve``: the attention explorer (:mod:`attnlab.serve`) over a trained model, a
+page and a JSON API, decoding as the model's recipe chose unless told."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._args import add_device_flag, add_model_flag, decoding_of, device_of, positive_int
+from ._model import resolving
+
+
+def _queue_size(text: str) -> int:
+    """``--queue``: 0 to 256."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 256, got {text!r}")
+    return value
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ..serve import run
+    from ..serve.limits import Limits
+
+    if not Path(args.model).is_dir():
+        raise FileNotFoundError(f"--model: {args.model}: no such model directory (OUT/model)")
+    if not 0 < args.request_timeout <= 3600:
+        raise ValueError(
+            f"--request-timeout: expected 0 < seconds <= 3600, got {args.request_timeout}"
+        )
+    limits = Limits(
+        queue=args.queue,
+        request_timeout=args.request_timeout,
+        attention_elements=args.max_weights,
+    )
+    device = device_of(args.device)  # --device cuda without CUDA: before anything is said
+    decoding, notice = decoding_of(args, "serve")
+    run(
+        args.model,
+        host=args.host,
+        port=args.port,
+        decoding=decoding,
+        limits=limits,
+        allow_hosts=args.allow_host or (),
+        device=device,
+        notice=notice,
+    )
+    return 0
+
+
+def add_parsers(sub) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="the attention explorer: a web page and JSON API over a trained model",
+        description=(
+            "Serve the attention explorer of an encoder-decoder model trained by `attnlab "
+            "train`: a page at / and a JSON API under /api (docs/serve.md). It binds the "
+            "loopback interface by default and answers only requests addressed to it (the Host "
+            "header); the API has no authentication. The model runs one request at a time, "
+            "with --queue more waiting; beyond, or after --request-timeout, a request gets a "
+            "503 with Retry-After. --port 0 picks a free port; the URL printed has the real one."
+        ),
+    )
+    add_model_flag(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
+    serve.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        help="default beam, 1-16; default: the model's recipe ([eval] of its job.json), else 4",
+    )
+    add_device_flag(serve)
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the loopback names "
+        "and --host always; '*' any: no DNS-rebinding protection)",
+    )
+    serve.add_argument(
+        "--queue",
+        type=_queue_size,
+        metavar="N",
+        default=8,
+        help="model requests that may wait while one runs, 0-256; more get a 503 (8)",
+    )
+    serve.add_argument(
+        "--max-weights",
+        type=positive_int,
+        default=1 << 18,
+        metavar="N",
+        help="the most attention weights in one answer; the page fetches further layers as it "
+        "shows them (262144)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a model request's longest wait and run before its 503 (30)",
+    )
+    serve.set_defaults(func=resolving(cmd_serve))
