@@ -60,16 +60,16 @@ class _Progress:
 def cmd_download_multi30k(args: argparse.Namespace) -> int:
     from ..data.corpora import (
         MULTI30K_LANGS,
-        _missing,
         default_multi30k_dir,
         download_multi30k,
+        missing_files,
     )
 
     default = default_multi30k_dir()
     directory = Path(args.data_dir).expanduser() if args.data_dir else default
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"--data-dir: {directory} is a file, expected a directory")
-    progress = _Progress(sys.stderr, len(_missing(directory, MULTI30K_LANGS)))
+    progress = _Progress(sys.stderr, len(missing_files(directory, MULTI30K_LANGS)))
     try:
         status = download_multi30k(directory, base_url=args.url, progress=progress)
     finally:

@@ -124,7 +124,7 @@ def _check_ids(ids: object, where: str) -> tuple[int, ...]:
     return tuple(array.tolist())
 
 
-def _check_max_len(max_len: object) -> None:
+def check_max_len(max_len: object) -> None:
     if max_len is not None and (
         not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1
     ):
@@ -157,7 +157,7 @@ def make_examples(
     Raises:
         ValueError / TypeError: a malformed pair, naming its index.
     """
-    _check_max_len(max_len)
+    check_max_len(max_len)
     examples: list[Example] = []
     dropped = 0
     for i, pair in enumerate(pairs):
@@ -182,7 +182,7 @@ def make_lm_examples(
     """Examples for a decoder-only model (``TransformerLM``): an empty source and the sequence
     framed as ``[bos] + ids + [eos]``; sequences whose ``len(ids) + 1`` exceeds ``max_len`` are
     dropped (counted in ``Examples.dropped``)."""
-    _check_max_len(max_len)
+    check_max_len(max_len)
     examples: list[Example] = []
     dropped = 0
     for i, ids in enumerate(sequences):
@@ -207,7 +207,7 @@ def _as_lengths(values: object, name: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _check_int(value: object, name: str, minimum: int) -> int:
+def check_int(value: object, name: str, minimum: int) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
         kind = "positive" if minimum == 1 else "non-negative"
         raise ValueError(f"{name}: expected a {kind} int, got {value!r}")
@@ -355,13 +355,13 @@ class TokenBatcher:
                 f"src_lengths has {len(self.src_lengths)} entries but tgt_lengths has "
                 f"{len(self.tgt_lengths)}; expected one of each per example"
             )
-        self.max_tokens = _check_int(max_tokens, "max_tokens", 1)
+        self.max_tokens = check_int(max_tokens, "max_tokens", 1)
         if not isinstance(shuffle, bool):
             raise ValueError(f"shuffle: expected a bool, got {shuffle!r}")
         self.shuffle = shuffle
-        self.seed = _check_int(seed, "seed", 0)
-        self.num_replicas = _check_int(num_replicas, "num_replicas", 1)
-        self.rank = _check_int(rank, "rank", 0)
+        self.seed = check_int(seed, "seed", 0)
+        self.num_replicas = check_int(num_replicas, "num_replicas", 1)
+        self.rank = check_int(rank, "rank", 0)
         if self.rank >= self.num_replicas:
             raise ValueError(f"rank: expected 0 <= rank < num_replicas={num_replicas}, got {rank}")
         if not (
@@ -435,7 +435,7 @@ class TokenBatcher:
 
     def _global_batches(self, epoch: int) -> IndexBatches:
         """:meth:`global_batches`, computed once per epoch (the newest epoch is kept)."""
-        epoch = _check_int(epoch, "epoch", 0)
+        epoch = check_int(epoch, "epoch", 0)
         key = epoch if self.shuffle else 0
         if self._cached is not None and self._cached[0] == key:
             return self._cached[1]
@@ -450,7 +450,7 @@ class TokenBatcher:
         del src, tgt
         if chosen is not None:
             order = chosen[order]
-        order = order.astype(_index_dtype(len(self.src_lengths)), copy=False)
+        order = order.astype(index_dtype(len(self.src_lengths)), copy=False)
         starts, stops = bounds[:-1], bounds[1:]
         if rng is not None:
             permutation = rng.permutation(len(starts))
@@ -526,7 +526,7 @@ def _lexsort_after(order: np.ndarray, keys: Sequence[np.ndarray]) -> np.ndarray:
     return order
 
 
-def _index_dtype(count: int) -> type[np.signedinteger[Any]]:
+def index_dtype(count: int) -> type[np.signedinteger[Any]]:
     """The index dtype for ``count`` examples: int32 when it can hold every index."""
     return np.int32 if count <= np.iinfo(np.int32).max else np.int64
 
@@ -617,7 +617,7 @@ class Mixture:
         epoch_size: int | None = None,
         keys: Sequence[str] | None = None,
     ) -> None:
-        self.sizes = [_check_int(n, f"sizes[{k}]", 0) for k, n in enumerate(sizes)]
+        self.sizes = [check_int(n, f"sizes[{k}]", 0) for k, n in enumerate(sizes)]
         if not self.sizes:
             raise ValueError("sizes: expected at least one corpus, got none")
         if weights is not None and temperature is not None:
@@ -651,7 +651,7 @@ class Mixture:
             if n == 0 and p > 0:
                 raise ValueError(f"sizes[{k}]: the corpus is empty but has weight {p:.3g}")
         self.total = int(sizes_f.sum())
-        self.epoch_size = _check_int(
+        self.epoch_size = check_int(
             self.total if epoch_size is None else epoch_size, "epoch_size", 1
         )
         self.counts = _largest_remainder(self.probabilities, self.epoch_size)
@@ -664,7 +664,7 @@ class Mixture:
         """The indices of epoch ``epoch``'s examples, corpus by corpus (each corpus's in
         increasing order), int32 (int64 past 2**31 examples); ``epoch_size`` of them."""
         rng = np.random.default_rng((seed, epoch, _MIXTURE_STREAM))
-        dtype = _index_dtype(self.total)
+        dtype = index_dtype(self.total)
         parts = []
         for start, n, count in zip(
             self.starts.tolist(), self.sizes, self.counts.tolist(), strict=False
@@ -734,7 +734,7 @@ def _collate_rows(
     """:func:`collate`, one example at a time."""
     if len(indices) == 0:
         raise ValueError("indices: expected at least one example index, got none")
-    _check_int(pad_id, "pad_id", 0)
+    check_int(pad_id, "pad_id", 0)
     rows = [examples[i] for i in indices]
     src_len = max(len(e.src) for e in rows)
     tgt_len = max(len(e.tgt) for e in rows)

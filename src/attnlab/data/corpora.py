@@ -562,7 +562,7 @@ def _local(directory: Path, stem: str, lang: str) -> Path | None:
     return None
 
 
-def _missing(directory: Path, langs: Sequence[str]) -> list[str]:
+def missing_files(directory: Path, langs: Sequence[str]) -> list[str]:
     """The ``.gz`` names of the files of ``langs`` that ``directory`` has in neither form."""
     wanted = [(stem, lang) for stem in _MULTI30K_STEMS.values() for lang in langs]
     return [f"{stem}.{lang}.gz" for stem, lang in wanted if _local(directory, stem, lang) is None]
@@ -629,7 +629,7 @@ def download_multi30k(
     deadline = check_positive_number(deadline, "deadline")
     directory = Path(data_dir).expanduser() if data_dir is not None else default_multi30k_dir()
     langs = list(dict.fromkeys(langs))
-    missing = _missing(directory, langs)
+    missing = missing_files(directory, langs)
     status: dict[str, str] = {}
     for stem in _MULTI30K_STEMS.values():
         for lang in langs:
@@ -685,7 +685,7 @@ def multi30k(
     deadline = check_positive_number(deadline, "deadline")
     directory = Path(data_dir).expanduser() if data_dir is not None else default_multi30k_dir()
 
-    missing = _missing(directory, (src_lang, tgt_lang))
+    missing = missing_files(directory, (src_lang, tgt_lang))
     if missing and not download:
         raise FileNotFoundError(
             f"Multi30K: {directory} lacks {', '.join(missing)} (or the same names without .gz) "

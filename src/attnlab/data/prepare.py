@@ -66,6 +66,7 @@ from .._checks import check_int, check_optional_int
 from .._io import fsync_dir, fsync_file, replace_dir, write_json
 from . import clean
 from .clean import CleaningOptions
+from .shards import FORMAT, META_FILE, VERSION  # the reader's format, written here
 from .textfiles import FileInfo, check_parallel, decode_lines, iter_lines, line_chunks
 from .textfiles import reservoir_sample as _reservoir_sample
 
@@ -97,12 +98,8 @@ __all__ = [
 PathLike = str | os.PathLike
 Progress = Callable[[int, int, float, float], object]
 
-#: The ``format`` field of a shard directory's ``meta.json``, and its ``version``.
-FORMAT = "attnlab-shards"
-VERSION = 1
 SRC_IDS, TGT_IDS = "src.ids", "tgt.ids"
 SRC_OFFSETS, TGT_OFFSETS = "src.offsets", "tgt.offsets"
-META_FILE = "meta.json"
 #: Every file of a complete shard directory; ``meta.json`` (the last) marks it complete.
 SHARD_FILES = (SRC_IDS, SRC_OFFSETS, TGT_IDS, TGT_OFFSETS, META_FILE)
 #: The offsets' numpy dtype: little-endian int64.

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .batching import Example, Examples, Mixture, _check_int, _check_max_len, _index_dtype
+from .batching import Example, Examples, Mixture, check_int, check_max_len, index_dtype
 
 __all__ = [
     "FORMAT",
@@ -343,9 +343,9 @@ class ShardExamples(Examples):
         temperature: float | None = None,
         epoch_size: int | None = None,
     ) -> None:
-        _check_max_len(max_len)
-        self.bos_id = _check_int(bos_id, "bos_id", 0)
-        self.eos_id = _check_int(eos_id, "eos_id", 0)
+        check_max_len(max_len)
+        self.bos_id = check_int(bos_id, "bos_id", 0)
+        self.eos_id = check_int(eos_id, "eos_id", 0)
         if not isinstance(lm, bool):
             raise ValueError(f"lm: expected a bool, got {lm!r}")
         self.max_len, self.lm = max_len, lm
@@ -389,7 +389,7 @@ class ShardExamples(Examples):
             if not self.lm:
                 fits &= src <= self.max_len
             if not fits.all():
-                kept = np.flatnonzero(fits).astype(_index_dtype(len(corpus)))
+                kept = np.flatnonzero(fits).astype(index_dtype(len(corpus)))
                 src, tgt = src[kept], tgt[kept]
         if tgt.dtype == np.uint16 and (tgt.size == 0 or int(tgt.max()) < 0xFFFF):
             return kept, src, tgt + np.uint16(1)
@@ -430,7 +430,7 @@ class ShardExamples(Examples):
         index = np.asarray(indices)
         if index.size == 0:
             raise ValueError("indices: expected at least one example index, got none")
-        _check_int(pad_id, "pad_id", 0)
+        check_int(pad_id, "pad_id", 0)
         if index.ndim != 1 or index.dtype.kind not in "iu":
             raise ValueError(f"indices: expected a flat sequence of ints, got {indices!r:.80}")
         index = index.astype(np.int64, copy=False)
