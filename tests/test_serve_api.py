@@ -25,6 +25,7 @@ from fastapi.testclient import TestClient
 from _helpers import default_sigint
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
+from attnlab.decode.options import DecodingOptions
 from attnlab.decode.search import beam_search
 from attnlab.inference.scores import Translator
 from attnlab.models.transformer import (
@@ -300,6 +301,14 @@ def test_a_model_dir_without_a_translation_model(tmp_path, numbers_model_dir):
         create_app(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="beam_size"):
         create_app(numbers_model_dir, beam_size=17)
+    with pytest.raises(ValueError, match=r"^beam_size: expected 1 to 16, got 17$"):
+        create_app(numbers_model_dir, decoding=DecodingOptions(beam_size=17))  # before loading
+
+
+def test_serve_refuses_a_beam_over_16_before_loading_the_model(numbers_model_dir, capsys):
+    argv = ["serve", "--model", str(numbers_model_dir), "--port", "0", "--beam-size", "17"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "attnlab serve: error: beam_size: expected 1 to 16, got 17\n"
 
 
 # -- the page and the schema -------------------------------------------------------------------

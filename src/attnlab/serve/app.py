@@ -229,8 +229,9 @@ def create_app(
     """
     if beam_size is not None and not is_int(beam_size):
         raise TypeError(f"beam_size: expected an int, got {type(beam_size).__name__}")
-    if beam_size is not None and not 1 <= beam_size <= MAX_BEAM:
-        raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {beam_size}")
+    asked = beam_size if beam_size is not None or decoding is None else decoding.beam_size
+    if asked is not None and not 1 <= asked <= MAX_BEAM:  # before the model loads
+        raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {asked}")
     limits = limits if limits is not None else Limits()
     explorer = Explorer(
         model_dir, beam_size=beam_size, alpha=alpha, device=device, decoding=decoding
