@@ -36,7 +36,7 @@ def test_the_defaults_are_the_papers_and_every_decoder_shares_them() -> None:
         ("beam_size", True, "beam_size: expected a positive int, got True"),
         ("alpha", -0.1, "alpha: expected a finite number >= 0, got -0.1"),
         ("alpha", float("inf"), "alpha: expected a finite number >= 0, got inf"),
-        ("max_new_tokens", 0, "max_new_tokens: expected a positive int or None, got 0"),
+        ("max_new_tokens", 0, "max_new_tokens: expected a positive int, got 0"),
         ("sample", 1, "sample: expected a bool, got 1"),
         ("temperature", 0, "temperature: expected a positive number, got 0"),
         ("top_k", 0, "top_k: expected a positive int or None, got 0"),

@@ -83,7 +83,8 @@ class DecodingOptions:
         if not (is_number(alpha) and math.isfinite(alpha) and alpha >= 0):
             raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
         object.__setattr__(self, "alpha", float(alpha))
-        check_optional_int(self.max_new_tokens, "max_new_tokens")
+        if self.max_new_tokens is not None:
+            check_int(self.max_new_tokens, "max_new_tokens")
         check_bool(self.sample, "sample")
         temperature = check_positive_number(self.temperature, "temperature")
         object.__setattr__(self, "temperature", temperature)
