@@ -79,9 +79,10 @@ def test_the_shard_path_trains_the_model_the_in_memory_path_trains(files, tmp_pa
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert (a["bleu"], a["chrf"]) == (b["bleu"], b["chrf"])
-    again: list[str] = []  # a second run reuses the shards
+    again: list[str] = []  # a second run reuses the tokenizers and the shards
     train_job(on_disk, tmp_path / "disk2", progress=False, log=again.append)
     assert any("shards reused" in line for line in again)
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1
 
 
 @pytest.mark.slow

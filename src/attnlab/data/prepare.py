@@ -806,3 +806,61 @@ def train_tokenizer_on_sample(
     src = Tokenizer.train(_selected_lines(indices, srcs), vocab_size, **kwargs)
     tgt = Tokenizer.train(_selected_lines(indices, tgts), vocab_size, **kwargs)
     return src, tgt
+
+
+def cached_tokenizers(
+    src_paths: Sequence[PathLike],
+    tgt_paths: Sequence[PathLike],
+    vocab_size: int,
+    *,
+    joint: bool = True,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+    min_frequency: int = 2,
+    name: str = "train",
+    cache_dir: PathLike | None = None,
+) -> tuple[Any, Any, bool]:
+    """:func:`train_tokenizer_on_sample`'s tokenizers, kept under ``cache_dir`` (default
+    :func:`default_cache_dir`) in ``tokenizers/KEY``, KEY the files' digests and the
+    options: a second run on the same files finds them there instead of training again.
+    Returns ``(src, tgt, cached)``. The directory is written aside and renamed into place."""
+    from .tokenizer import load_tokenizers, save_tokenizers
+
+    infos = [
+        info.to_dict()
+        for src, tgt in zip(src_paths, tgt_paths, strict=True)
+        for info in check_parallel(src, tgt, name, utf8=False)
+    ]
+    for info in infos:
+        info.pop("path")  # the same bytes elsewhere are the same corpus
+    options = {
+        "vocab_size": vocab_size, "joint": joint, "sample_size": sample_size, "seed": seed,
+        "min_frequency": min_frequency, "version": VERSION,
+    }  # fmt: skip
+    text = json.dumps({"inputs": infos, "options": options}, sort_keys=True)
+    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "tokenizers"
+    directory = root / key
+    if directory.is_dir():
+        src, tgt = load_tokenizers(directory)
+        return src, tgt, True
+    src, tgt = train_tokenizer_on_sample(
+        list(src_paths),
+        list(tgt_paths),
+        vocab_size,
+        joint=joint,
+        sample_size=sample_size,
+        seed=seed,
+        min_frequency=min_frequency,
+        name=name,
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / f"{key}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        save_tokenizers(partial, src, None if tgt is src else tgt)
+        fsync_dir(partial)
+        if not directory.exists():
+            replace_dir(partial, directory)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return src, tgt, False

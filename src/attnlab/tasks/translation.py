@@ -104,10 +104,10 @@ class TranslationTask(Task):
 
         options = job.tokenizer
         corpora = self.train_corpora()
-        if corpora is not None:
-            from ..data.prepare import train_tokenizer_on_sample
+        if corpora is not None:  # trained once per files and options, then cached
+            from ..data.prepare import cached_tokenizers
 
-            return train_tokenizer_on_sample(
+            src, tgt, _ = cached_tokenizers(
                 [c.src for c in corpora],
                 [c.tgt for c in corpora],
                 options.vocab_size,
@@ -116,7 +116,9 @@ class TranslationTask(Task):
                 seed=getattr(self, "seed", 0),
                 min_frequency=options.min_frequency,
                 name=corpora[0].option,
+                cache_dir=getattr(self, "cache_dir", None),
             )
+            return src, tgt
         kwargs = {"min_frequency": options.min_frequency}
         sources, targets = self.train_texts(data)
         if options.joint:
