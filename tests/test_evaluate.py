@@ -200,7 +200,7 @@ def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_m
 
 
 def test_scores_of_sentences_print_bleu_first():
-    from attnlab.cli.jobs import _translation_scores
+    from attnlab.tasks.translation import _scores as _translation_scores
 
     refs = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Gras."]
     line = _translation_scores({**score(refs, refs).to_dict()})

@@ -259,7 +259,7 @@ def test_a_job_json_that_is_not_tables_is_named(tmp_path):
     from attnlab.jobs import evaluate_model
 
     (tmp_path / "job.json").write_text("[]\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"job\.json: expected tables of settings, got list"):
+    with pytest.raises(ValueError, match=r"job\.json: expected a JSON object, got list"):
         evaluate_model(tmp_path)
 
 

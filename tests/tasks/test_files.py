@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from _paths import MULTI30K_DIR, needs_multi30k
 
+from _paths import MULTI30K_DIR, needs_multi30k
 from attnlab.cli import main
 from attnlab.data.corpora import numbers
 from attnlab.jobs import Job, recipe, train_job

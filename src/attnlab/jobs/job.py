@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import check_keys, closest, dataclass_from
+from ..decode.options import ALPHA, BEAM_SIZE
+from ..inference.modeldir import JOB_FILE
 from ..tasks import TASKS, Task, get_task
 
 __all__ = [
@@ -32,7 +34,6 @@ __all__ = [
     "toml_loads",
 ]
 
-JOB_FILE = "job.json"
 TABLES = ("task", "tokenizer", "model", "train", "eval")
 DEFAULT_TASK = "numbers"
 
@@ -113,8 +114,8 @@ class EvalOptions:
     at each evaluation during training on the first ``bleu_sentences`` validation pairs
     (greedy, for speed; 0 turns it off)."""
 
-    beam_size: int = 4
-    alpha: float = 0.6
+    beam_size: int = BEAM_SIZE
+    alpha: float = ALPHA
     bleu_sentences: int = 200
     max_tokens: int = 4096
 

@@ -4,7 +4,6 @@ the task object's (:mod:`attnlab.tasks`); this module asks it, and never which t
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -108,15 +107,13 @@ def train_job(
 
 def read_job(model_dir: str | os.PathLike) -> Job:
     """The job a model directory was trained by (its ``job.json``); errors name the file."""
-    path = Path(model_dir) / JOB_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path}: missing; the model was not saved by `attnlab train`, so its task is unknown"
-        )
+    from ..inference.modeldir import read_job_file
+
+    data = read_job_file(model_dir)
     try:
-        return Job.from_dict(json.loads(path.read_text(encoding="utf-8")), saved=True)
+        return Job.from_dict(data, saved=True)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise ValueError(f"{Path(model_dir) / JOB_FILE}: {e}") from None
 
 
 def evaluate_model(

@@ -412,14 +412,17 @@ def _starting_model(job: Any, src_tok, tgt_tok):
 
 
 def validation_scores(
-    model, src_tok, tgt_tok, pairs, *, beam_size: int, alpha: float = 0.6
+    model, src_tok, tgt_tok, pairs, *, beam_size: int, alpha: float | None = None
 ) -> dict[str, float]:
     """BLEU, chrF and exact match of ``model``'s translations of the validation ``pairs``
     (decoding leaves the model in the mode it found it in): the hook's greedy scores during
     training, and a fine-tuning run's before and after with the final test's decoding."""
-    from ..inference.scores import Translator, score
+    from ..decode.options import DecodingOptions
+    from ..inference.scores import score
+    from ..inference.translator import Translator
 
-    translator = Translator(model, src_tok, tgt_tok, beam_size=beam_size, alpha=alpha)
+    decoding = DecodingOptions().updated(beam_size=beam_size, alpha=alpha)
+    translator = Translator(model, src_tok, tgt_tok, decoding=decoding)
     hyps = translator.translate([s for s, _ in pairs])
     scores = score(hyps, [t for _, t in pairs])
     return {"bleu": scores.bleu, "chrf": scores.chrf, "exact_match": scores.exact_match}
