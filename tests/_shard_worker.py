@@ -1,4 +1,4 @@
-"""Training runs on memory-mapped shards for tests/test_shards.py, in their own processes.
+"""Training runs on memory-mapped shards for tests/data/test_shards.py, in their own processes.
 
 * ``python tests/_shard_worker.py train OUT SHARDS... [--resume] [--kill-after STEP]``: the
   SIGKILL test's run of tests/_train_worker.py (the "tiny" Transformer, dropout 0.1, one

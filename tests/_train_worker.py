@@ -1,4 +1,4 @@
-"""Training runs for tests/test_train.py that need their own processes.
+"""Training runs for tests/train/test_train.py that need their own processes.
 
 * ``python tests/_train_worker.py OUT [--resume] [--kill-after STEP]``: a small run of the
   "tiny" Transformer on a synthetic reversal task, with dropout, on one CPU thread (so that

@@ -15,7 +15,7 @@ The gradient has a closed form,
 
 (zero on ignored rows), so :func:`cross_entropy` saves the log-probabilities and writes the
 gradient in one pass. It is tested equal to torch's, loss and gradient, in
-``tests/test_losses.py``.
+``tests/train/test_losses.py``.
 
 With ``inplace=True`` (the trainer's choice: its logits are a fresh tensor nothing else reads)
 no ``N x V`` tensor is allocated at all: the log-probabilities are written over the logits, and

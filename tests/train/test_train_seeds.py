@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("train_seeds", ROOT / "tools/train_seeds.py")
 assert _spec is not None and _spec.loader is not None
 train_seeds = importlib.util.module_from_spec(_spec)

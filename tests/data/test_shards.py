@@ -45,7 +45,7 @@ from attnlab.train import TrainConfig, Trainer, find_checkpoints
 from attnlab.train.objectives.language_model import LanguageModelObjective
 from attnlab.train.objectives.translation import TranslationObjective
 
-WORKER = Path(__file__).parent / "_shard_worker.py"
+WORKER = Path(__file__).parents[1] / "_shard_worker.py"
 
 
 @pytest.fixture
@@ -515,7 +515,7 @@ def test_a_resume_on_other_corpora_or_weights_is_refused(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_a_run_on_mixed_shards_killed_mid_epoch_resumes_bit_for_bit(tmp_path: Path) -> None:
-    """tests/test_train.py's SIGKILL test on two shard directories mixed by weights (1, 2):
+    """tests/train/test_train.py's SIGKILL test on two shard directories mixed by weights (1, 2):
     the run killed right after its mid-epoch checkpoint at step 6 and resumed logs the same
     rows and ends with the same weights as the uninterrupted run."""
     pairs = shard_worker.reversal_pairs(120, seed=0)

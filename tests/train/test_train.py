@@ -31,11 +31,11 @@ from attnlab.train import METRICS_COLUMNS, TrainConfig, Trainer, find_checkpoint
 from attnlab.train.rng import capture_rng, restore_rng
 from attnlab.train.schedule import transformer_lr
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _train_worker as worker
 from _train_worker import small_model
 
-WORKER = Path(__file__).parent / "_train_worker.py"
+WORKER = Path(__file__).parents[1] / "_train_worker.py"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -333,7 +333,7 @@ def test_progress_goes_to_stderr_only_when_asked(
         Trainer(small_model(), train, None, config, progress=progress).train()
         captured = capsys.readouterr()
         assert captured.out == ""
-        # Not a terminal: plain lines (tests/test_progress.py), not a bar's redraws.
+        # Not a terminal: plain lines (tests/train/test_progress.py), not a bar's redraws.
         assert ("step 3/3 (100%) loss " in captured.err) == progress
         assert "\r" not in captured.err and (captured.err == "") != progress
 

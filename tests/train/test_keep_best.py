@@ -15,7 +15,7 @@ from attnlab.cli import main
 from attnlab.models.transformer import Transformer, load_pretrained
 from attnlab.train import TrainConfig, Trainer
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _train_worker as worker
 from _helpers import TINY_CLI
 from _train_worker import small_model

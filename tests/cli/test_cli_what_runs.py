@@ -18,7 +18,7 @@ from attnlab.cli.train import _check_startable, build_job
 from attnlab.jobs import TASKS, Job, recipe
 from attnlab.jobs.job import _toml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE_TASKS = [name for name, task in TASKS.items() if task.recipe is not None]
 
 

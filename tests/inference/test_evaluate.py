@@ -14,7 +14,7 @@ from attnlab.cli import main
 from attnlab.inference.scores import Headline, Scores, headline, perplexity, score
 from attnlab.jobs import Job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- scores ---------------------------------------------------------------------------------------

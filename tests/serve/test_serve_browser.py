@@ -429,7 +429,7 @@ def test_an_imported_marian_model(browser: Browser, tmp_path: Path) -> None:
     translation, its SentencePiece tokens (the source framed with ``</s>``, the decoder
     starting from ``<pad>``) on the heatmap, and the positional tab."""
     transformers = pytest.importorskip("transformers")
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     from _paths import skip_without_multi30k
     from test_marian_text import _marian_dir
 

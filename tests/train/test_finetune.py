@@ -159,7 +159,7 @@ def test_the_cli_flag_builds_a_fine_tuning_job(numbers_model_dir, tmp_path, caps
 @needs_multi30k
 def test_the_domain_shift_tool_runs(numbers_model_dir, tmp_path, capsys):
     """tools/finetune_domain.py (docs/pretrained.md's table), shrunk: 2 steps, 8 sentences."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     import finetune_domain
 
     argv = ["--model", str(numbers_model_dir), "--multi30k", str(MULTI30K)]

@@ -41,7 +41,7 @@ from _helpers import one_torch_thread
 from attnlab.train.checkpoint import CHECKPOINT_FILES, find_checkpoints
 from attnlab.train.integrity import file_digest, state_checksum
 
-WORKER = Path(__file__).parent / "_fault_worker.py"
+WORKER = Path(__file__).parents[1] / "_fault_worker.py"
 
 
 @pytest.fixture(scope="module", autouse=True)

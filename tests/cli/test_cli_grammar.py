@@ -521,7 +521,7 @@ def _documented_commands() -> list[tuple[str, str]]:
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     pages = [root / "README.md", root / "README.zh.md", root / "Makefile"]
     pages += sorted((root / "docs").glob("*.md"))
     found = []

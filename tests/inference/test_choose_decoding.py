@@ -12,7 +12,7 @@ import pytest
 
 from attnlab.jobs import evaluate_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("choose_decoding", ROOT / "tools/choose_decoding.py")
 assert _spec is not None and _spec.loader is not None
 choose_decoding = importlib.util.module_from_spec(_spec)

@@ -8,7 +8,7 @@ function: logits on padded batches within 1e-5, greedy output token for token eq
 penalties coincide (attnlab's ``alpha = 0``, transformers' ``length_penalty = 0``: both rank
 by log-probability; see :mod:`attnlab.formats`). Exporting the imported model back gives every
 tensor bit for bit. What attnlab cannot represent is refused, naming the field, before
-anything is written. Tokenizers and text: tests/test_marian_text.py.
+anything is written. Tokenizers and text: tests/formats/test_marian_text.py.
 """
 
 from __future__ import annotations

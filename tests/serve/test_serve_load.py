@@ -20,7 +20,7 @@ from attnlab.serve import create_app
 from attnlab.serve.app import make_server, url_of
 from attnlab.serve.limits import Limits
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script():

@@ -14,7 +14,7 @@ import torch
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train import step as step_module
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _train_worker as worker
 from _train_worker import small_model
 

@@ -15,7 +15,7 @@ from attnlab.cli import main
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train.progress import TRAIN_LOG, Progress, format_duration, step_line
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _train_worker as worker
 from _helpers import TINY_CLI
 
