@@ -492,3 +492,20 @@ def test_chunked_prepare_after_block_changes(corpus, tok, tmp_path: Path, monkey
     small = prepare_corpus(src, tgt, tok, tok, tmp_path / "b", workers=1, chunk_lines=333)
     assert _same_files(reference.directory, small.directory)
     shutil.rmtree(tmp_path / "a")
+
+
+def test_an_unchanged_file_is_scanned_once(tmp_path: Path, monkeypatch) -> None:
+    path = _write(tmp_path / "f", ["a", "b", "c"])
+    reads = []
+    scan = textfiles._scan
+    monkeypatch.setattr(textfiles, "_scan", lambda p, **kw: reads.append(kw) or scan(p, **kw))
+    assert textfiles.count_lines(path) == 3  # no digest
+    first = textfiles.scan_file(path)  # the digest: read again
+    assert textfiles.scan_file(path) == first and textfiles.count_lines(path) == 3
+    assert textfiles.check_parallel(path, path, "x", utf8=False) == (first, first)
+    assert len(reads) == 2
+    textfiles.scan_file(path, utf8=True)  # not checked yet: read again
+    assert textfiles.scan_file(path, digest=False, utf8=True).lines == 3 and len(reads) == 3
+    os.utime(path, ns=(1, 1))  # changed (as far as the file system says)
+    _write(path, ["a", "b", "c", "d"])
+    assert textfiles.count_lines(path) == 4 and len(reads) == 4

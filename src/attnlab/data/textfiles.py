@@ -243,9 +243,27 @@ class _HashingReader(io.RawIOBase):
             self.size += len(block)
 
 
+#: What this process found scanning a file, by its identity and state (device, inode, size,
+#: modification time): ``(digested, utf8 checked, FileInfo)``. A file scanned again unchanged
+#: (a job checks its files, then the tokenizer and shard caches look them up) is not re-read.
+_SCANS: dict[tuple[str, int, int, int, int], tuple[bool, bool, FileInfo]] = {}
+
+
+def _identity(path: Path) -> tuple[str, int, int, int, int]:
+    status = path.stat()
+    return (
+        os.path.realpath(path),
+        status.st_dev,
+        status.st_ino,
+        status.st_size,
+        status.st_mtime_ns,
+    )
+
+
 def scan_file(path: PathLike, *, digest: bool = True, utf8: bool = False) -> FileInfo:
     """One pass over the file: its SHA-256 (``digest``; else ``""``), size and line count,
-    and with ``utf8`` a check that every line is UTF-8.
+    and with ``utf8`` a check that every line is UTF-8. A file this process has scanned
+    before, unchanged since (same inode, size and modification time), is not read again.
 
     Raises:
         FileNotFoundError, IsADirectoryError: no such file; a directory.
@@ -253,6 +271,22 @@ def scan_file(path: PathLike, *, digest: bool = True, utf8: bool = False) -> Fil
         ValueError: not valid gzip; with ``utf8``, bytes that are not UTF-8 (naming the line).
     """
     path = _check_file(path)
+    identity = _identity(path)
+    known = _SCANS.get(identity)
+    if known is not None and (known[0] or not digest) and (known[1] or not utf8):
+        info = known[2]
+        return FileInfo(str(path), info.sha256 if digest else "", info.bytes, info.lines)
+    info = _scan(path, digest=digest, utf8=utf8)
+    if _identity(path) == identity:  # not changed while being read
+        if known is not None:
+            digest, utf8 = digest or known[0], utf8 or known[1]
+            if not info.sha256:
+                info = FileInfo(info.path, known[2].sha256, info.bytes, info.lines)
+        _SCANS[identity] = (digest, utf8, info)
+    return info
+
+
+def _scan(path: Path, *, digest: bool, utf8: bool) -> FileInfo:
     gz = is_gzip(path)
     lines = 0
     last = b"\n"
