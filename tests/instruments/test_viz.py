@@ -252,9 +252,7 @@ def test_attention_maps_errors(maps: AttentionMaps, kwargs, error, message) -> N
 
 
 def test_attention_maps_bad_maps() -> None:
-    with pytest.raises(
-        TypeError, match=r"^maps: expected attnlab.AttentionMaps"
-    ):
+    with pytest.raises(TypeError, match=r"^maps: expected attnlab.AttentionMaps"):
         viz.attention_maps([torch.rand(1, 1, 2, 2)])
     with pytest.raises(ValueError, match=r"^maps: no attention weights"):
         viz.attention_maps(AttentionMaps())

@@ -128,8 +128,7 @@ class Files(TranslationTask):
         if self.corpora is None:
             if not (src and tgt):
                 raise ValueError(
-                    "[task] train_src, train_tgt: required for the 'files' task (or [task] "
-                    "corpora)"
+                    "[task] train_src, train_tgt: required for the 'files' task (or [task] corpora)"
                 )
             return [TrainCorpus("train", src, tgt, 1.0, "[task] train_src, train_tgt")]
         if src or tgt:

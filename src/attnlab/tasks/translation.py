@@ -248,9 +248,7 @@ class TranslationTask(Task):
         if distributed and rank == 0:
             dist.barrier()
         framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
-        return ShardExamples(
-            directories, max_len=self.max_len, **framing, **self.mixing(corpora)
-        )
+        return ShardExamples(directories, max_len=self.max_len, **framing, **self.mixing(corpora))
 
     def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
         if job.init_from is None:
