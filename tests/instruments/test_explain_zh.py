@@ -44,7 +44,8 @@ def _attnlab(*argv: str) -> subprocess.CompletedProcess:
 
 
 #: These read one more quick run of every claim, through the CLI in both languages (about 6 s
-#: on an idle machine; tests/instruments/test_explain.py runs the claims themselves in the fast set).
+#: on an idle machine; tests/instruments/test_explain.py runs the claims themselves in the fast
+#: set).
 SECOND_RUN = pytest.mark.slow
 
 

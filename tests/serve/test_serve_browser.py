@@ -429,9 +429,10 @@ def test_an_imported_marian_model(browser: Browser, tmp_path: Path) -> None:
     translation, its SentencePiece tokens (the source framed with ``</s>``, the decoder
     starting from ``<pad>``) on the heatmap, and the positional tab."""
     transformers = pytest.importorskip("transformers")
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    from _paths import skip_without_multi30k
+    sys.path.insert(0, str(Path(__file__).parents[1] / "formats"))  # test_marian_text
     from test_marian_text import _marian_dir
+
+    from _paths import skip_without_multi30k
 
     skip_without_multi30k()
     from attnlab.cli import main

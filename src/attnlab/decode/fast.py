@@ -2,8 +2,8 @@
 
 :meth:`attnlab.Transformer.decode` with a :class:`attnlab.nn.layers.DecoderCache` is the readable
 reference of incremental decoding. :class:`FastDecoder` computes the same numbers (tested equal,
-outputs and caches, in ``tests/decode/test_fastdecode.py``) with fewer, larger ops and nothing else on
-the hot path, since at batch 1 a step is a few hundred small ops around 19 MB of weights:
+outputs and caches, in ``tests/decode/test_fastdecode.py``) with fewer, larger ops and nothing
+else on the hot path, since at batch 1 a step is a few hundred small ops around 19 MB of weights:
 
 * weights packed once per model and parameter version (:func:`pack`): each linear map
   pre-transposed for ``torch.addmm``, the ``1 / sqrt(d_k)`` score scale (eq. 1) folded into the
