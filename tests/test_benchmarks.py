@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from _paths import needs_multi30k
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # each runs a benchmark script (minutes on 2 busy cores)
 
@@ -190,3 +192,24 @@ def test_constrained_benchmark_small_run(numbers_model_dir: Path, tmp_path: Path
         ratio = row["constrained_tok_s"] / row["plain_tok_s"]
         assert abs(ratio - row["ratio"]) < 1e-9
     assert "constraints met" in done.stdout
+
+
+@pytest.mark.slow
+@needs_multi30k
+def test_data_scale_benchmark_smoke_run(tmp_path: Path) -> None:
+    """benchmarks/data_scale.py on 2,000 pairs: it builds the corpus, prepares it, reads it
+    and trains on it (a cold and a ready start), and reports the goals it could measure."""
+    out = tmp_path / "data_scale.json"
+    argv = ["--sizes", "0.002", "--skip-today", "--workers", "1", "--work", str(tmp_path / "w")]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "data_scale.py"), *argv, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    size = json.loads(out.read_text())["sizes"]["0.002M"]
+    assert size["prepare"]["pairs"] > 0 and size["loader"]["pairs_per_s"] > 0
+    assert size["training"]["cold"]["rc"] == 0 and size["training"]["ready"]["rc"] == 0
+    assert any("shards reused" in line for line in size["training"]["ready"]["data_lines"])
+    assert "goals:" in done.stdout
