@@ -13,7 +13,8 @@ The shard format (version 1), one directory per prepared corpus:
 
 * ``src.ids``, ``tgt.ids``: the kept pairs' token ids, concatenated, little-endian, of
   ``meta["dtype"]`` (``uint16`` when both vocabularies have at most 65,536 ids, else
-  ``uint32``); no special tokens (a SentencePiece tokenizer's final ``</s>`` is left out).
+  ``uint32``); the ids the tokenizer's ``encode`` gives (no bos / eos framing of
+  the target; a SentencePiece source side keeps its own ``</s>``, its ``add_eos``).
 * ``src.offsets``, ``tgt.offsets``: little-endian int64, ``pairs + 1`` of them: pair ``i``'s
   ids are ``ids[offsets[i]:offsets[i + 1]]``, ``offsets[0] == 0``.
 * ``meta.json``: ``{"format": "attnlab-shards", "version": 1, "pairs", "dtype", "src_vocab",
@@ -100,6 +101,10 @@ Progress = Callable[[int, int, float, float], object]
 
 SRC_IDS, TGT_IDS = "src.ids", "tgt.ids"
 SRC_OFFSETS, TGT_OFFSETS = "src.offsets", "tgt.offsets"
+#: What the ids are, part of the cache key: each side as its tokenizer's ``encode`` gives it
+#: (a SentencePiece source keeps its ``</s>``; shards of an earlier build that left it out are
+#: not reused).
+ENCODING = "as-encoded"
 #: Every file of a complete shard directory; ``meta.json`` (the last) marks it complete.
 SHARD_FILES = (SRC_IDS, SRC_OFFSETS, TGT_IDS, TGT_OFFSETS, META_FILE)
 #: The offsets' numpy dtype: little-endian int64.
@@ -134,7 +139,8 @@ def shard_key(
 ) -> str:
     """The cache key of a preparation: a SHA-256 hex digest of the inputs' SHA-256 digests
     (strings, or :class:`~attnlab.data.textfiles.FileInfo`), the tokenizers' fingerprints
-    (source, target), the cleaning options and the format version. Paths are not part of it:
+    (source, target), the cleaning options, the format version and what the ids are
+    (:data:`ENCODING`). Paths are not part of it:
     the same content elsewhere hits the cache."""
     digests = [item.sha256 if isinstance(item, FileInfo) else item for item in inputs]
     filters = cleaning.to_dict() if isinstance(cleaning, CleaningOptions) else dict(cleaning)
@@ -144,6 +150,7 @@ def shard_key(
         "inputs": digests,
         "tokenizers": list(tokenizers),
         "filters": filters,
+        "ids": ENCODING,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
@@ -211,10 +218,15 @@ def format_progress(name: str, done: int, total: int, lines_per_s: float, eta_s:
 
 
 def progress_printer(
-    name: str = "train", *, stream: TextIO | None = None, every_s: float = 5.0
+    name: str = "train",
+    *,
+    stream: TextIO | None = None,
+    every_s: float = 5.0,
+    write: Callable[[str], object] | None = None,
 ) -> Progress:
     """A ``progress`` callback for :func:`prepare_corpus` that writes :func:`format_progress`
-    lines to ``stream`` (default stderr): at most one per ``every_s`` seconds, and the last."""
+    lines to ``stream`` (default stderr), or passes them to ``write``: at most one per
+    ``every_s`` seconds, and the last."""
     last = [-float("inf")]
 
     def report(done: int, total: int, lines_per_s: float, eta_s: float) -> None:
@@ -222,7 +234,11 @@ def progress_printer(
         if done < total and now - last[0] < every_s:
             return
         last[0] = now
-        print(format_progress(name, done, total, lines_per_s, eta_s), file=stream or sys.stderr)
+        line = format_progress(name, done, total, lines_per_s, eta_s)
+        if write is not None:
+            write(line)
+        else:
+            print(line, file=stream or sys.stderr)
 
     return report
 
@@ -285,10 +301,9 @@ class _Encoder:
         self.chunk_lines = config["chunk_lines"]
 
     def _encode(self, tokenizer: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        # As the tokenizer encodes: a Marian source side keeps its </s> (its add_eos), exactly
+        # what the in-memory path gives the model.
         rows = tokenizer.encode_batch(texts)
-        if getattr(tokenizer, "add_eos", False):  # SentencePiece's source side: no </s> here
-            eos = tokenizer.eos_id
-            rows = [row[:-1] if row and row[-1] == eos else row for row in rows]
         lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
         total = int(lengths.sum())
         ids = np.fromiter(itertools.chain.from_iterable(rows), self.dtype, count=total)

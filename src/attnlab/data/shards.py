@@ -3,7 +3,8 @@
 A corpus of millions of pairs is prepared once (:mod:`attnlab.data.prepare` writes it) into
 one directory, complete if and only if its ``meta.json`` exists::
 
-    src.ids, tgt.ids          every pair's token ids, concatenated, no specials, little-endian
+    src.ids, tgt.ids          every pair's ids as its tokenizer encodes them, concatenated,
+                              little-endian,
                               meta["dtype"] ("uint16" or "uint32")
     src.offsets, tgt.offsets  little-endian int64, pairs + 1 of them, offsets[0] = 0: pair i's
                               source is src.ids[src.offsets[i]:src.offsets[i + 1]]

@@ -27,6 +27,7 @@ __all__ = [
     "Setup",
     "Task",
     "get_task",
+    "note_token_examples",
     "register_task",
     "seeded",
     "shared_tokenizers",
@@ -209,6 +210,23 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         return build()
+
+
+def note_token_examples(job: Any, out: Path, model: Any, train: Any, max_len: int, note) -> float:
+    """Say what a token model trains on (``note``: its size, the examples kept and left out
+    for ``max_len``, the padding of epoch 0's token-budget batches); returns that padding."""
+    from ..data.batching import TokenBatcher
+    from ..train.config import TrainConfig
+
+    max_tokens = TrainConfig(out=str(out), **job.train).max_tokens
+    seed = job.train.get("seed", 0)
+    padding = TokenBatcher.for_examples(train, max_tokens, seed=seed).padding_fraction(0)
+    note(
+        f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+        f"parameters; {len(train):,} training examples ({train.dropped:,} longer than "
+        f"{max_len} tokens left out), padding {padding:.1%} of the batches"
+    )
+    return padding
 
 
 def shared_tokenizers(directory: Path, *, reuse: bool, rank: int, train: Callable[[], tuple]):

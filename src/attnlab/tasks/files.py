@@ -34,7 +34,6 @@ sides, more than ``max_tokens`` = 250 tokens on a side, a length ratio above ``m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .base import register_task
@@ -70,7 +69,7 @@ class Files(TranslationTask):
     def check(self) -> None:
         """Every file named is there and each pair has the same number of lines; the splits
         (train, or corpora, and valid required), the mixture and the cleaning are whole."""
-        from ..data.textfiles import count_lines
+        from ..data.textfiles import check_parallel
 
         corpora = self.train_corpora()
         for split in ("valid", "test"):
@@ -85,20 +84,8 @@ class Files(TranslationTask):
             for split in ("valid", "test")
             if self._pair(split)[0]
         ]
-        for option, src, tgt in pairs:
-            counts = []
-            for path in (src, tgt):
-                if not Path(path).is_file():
-                    raise FileNotFoundError(f"{option}: {path}: no such file")
-                try:
-                    counts.append(count_lines(path))
-                except (OSError, ValueError) as e:
-                    raise ValueError(f"{option}: {path}: {e}") from None
-            if counts[0] != counts[1]:
-                raise ValueError(
-                    f"{option}: the files differ in length: {src} has {counts[0]:,} lines, "
-                    f"{tgt} has {counts[1]:,}"
-                )
+        for option, src, tgt in pairs:  # their digests, kept, name the caches later
+            check_parallel(src, tgt, option, utf8=False)
         if self.temperature is not None:
             if not isinstance(self.temperature, (int, float)) or not self.temperature > 0:
                 raise ValueError(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import Setup, Task, register_task, seeded, shared_tokenizers
+from .base import Setup, Task, note_token_examples, register_task, seeded, shared_tokenizers
 
 __all__ = ["Text"]
 
@@ -32,8 +32,7 @@ class Text(Task):
     def load(self) -> Any:
         from ..data import corpora
 
-        if not self.text_file:
-            raise ValueError("[task] text_file: required for the 'text' task")
+        self.check()
         return corpora.text_corpus(
             self.text_file, valid_fraction=self.valid_fraction, seed=self.seed
         )
@@ -47,10 +46,9 @@ class Text(Task):
         return TransformerConfig.preset(preset, **options)
 
     def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
-        from ..data.batching import TokenBatcher, make_lm_examples
+        from ..data.batching import make_lm_examples
         from ..data.tokenizer import Tokenizer
         from ..models.transformer import TransformerLM
-        from ..train.config import TrainConfig
 
         directory = out / "tokenizers"
 
@@ -71,15 +69,7 @@ class Text(Task):
         config = job.model_config(tokenizer.vocab_size, tokenizer.vocab_size)
         model = seeded(job.train.get("seed", 0), lambda: TransformerLM(config))
         train_examples = encode("train")
-        max_tokens = TrainConfig(out=str(out), **job.train).max_tokens
-        padding = TokenBatcher.for_examples(
-            train_examples, max_tokens, seed=job.train.get("seed", 0)
-        ).padding_fraction(0)
-        note(
-            f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
-            f"parameters; {len(train_examples):,} training examples ({train_examples.dropped:,} "
-            f"longer than {self.max_len} tokens left out), padding {padding:.1%} of the batches"
-        )
+        padding = note_token_examples(job, out, model, train_examples, self.max_len, note)
         setup = Setup(model, train_examples, encode("valid"), None, directory)
         setup.extras["padding_fraction"] = padding
         return setup

@@ -6,13 +6,12 @@ trained model and keeps its tokenizers."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import Setup, Task, seeded, shared_tokenizers
+from .base import Setup, Task, note_token_examples, seeded, shared_tokenizers
 
 __all__ = ["TRANSLATION_VALIDATION", "TrainCorpus", "TranslationTask", "validation_scores"]
 
@@ -154,9 +153,7 @@ class TranslationTask(Task):
         return make_examples(list(zip(src, tgt, strict=True)), max_len=self.max_len, **framing)
 
     def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
-        from ..data.batching import TokenBatcher
         from ..models.transformer import Transformer
-        from ..train.config import TrainConfig
 
         directory = out / "tokenizers"
         src_tok, tgt_tok = self.tokenizers(job, data, directory, resume=resume, rank=rank)
@@ -195,16 +192,8 @@ class TranslationTask(Task):
             )
             setup.extras["valid_before"] = before
             note(f"starting model ({job.init_from}): {_scores_text('valid', before)}")
-        max_tokens = TrainConfig(out=str(out), **job.train).max_tokens
-        padding = TokenBatcher.for_examples(
-            train, max_tokens, seed=job.train.get("seed", 0)
-        ).padding_fraction(0)
+        padding = note_token_examples(job, out, model, train, self.max_len, note)
         setup.extras["padding_fraction"] = padding
-        note(
-            f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
-            f"parameters; {len(train):,} training examples ({train.dropped:,} longer than "
-            f"{self.max_len} tokens left out), padding {padding:.1%} of the batches"
-        )
         return setup
 
     def shard_examples(self, job: Any, src_tok, tgt_tok, config, *, rank: int, note):
@@ -213,7 +202,7 @@ class TranslationTask(Task):
         run rank 0 prepares them; the other ranks wait, then open them."""
         import torch.distributed as dist
 
-        from ..data.prepare import cached_corpus, format_progress
+        from ..data.prepare import cached_corpus, progress_printer
         from ..data.shards import ShardExamples
 
         corpora = self.train_corpora()
@@ -223,14 +212,7 @@ class TranslationTask(Task):
             dist.barrier()  # rank 0 has prepared them
         directories = []
         for corpus in corpora:
-            last = [0.0]
-
-            def progress(done, total, rate, eta, name=corpus.name, last=last) -> None:
-                now = time.monotonic()
-                if done == total or now - last[0] >= 10.0:
-                    last[0] = now
-                    note(format_progress(name, done, total, rate, eta))
-
+            progress = progress_printer(corpus.name, every_s=10.0, write=note)
             prepared = cached_corpus(
                 corpus.src,
                 corpus.tgt,
