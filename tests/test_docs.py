@@ -288,4 +288,4 @@ def test_mkdocs_builds_the_site_strictly(tmp_path):
     cli = (tmp_path / "site/cli.html").read_text(encoding="utf-8")
     for name in COMMANDS:
         assert f'id="attnlab-{name.replace(" ", "-")}"' in cli, name
-    assert (tmp_path / "site/api/masks.html").is_file()
+    assert (tmp_path / "site/api/nn.masks.html").is_file()  # attnlab.nn.masks's page
