@@ -11,7 +11,7 @@ import pytest
 from _helpers import subcommands
 from attnlab import VisionConfig, VisionTransformer
 from attnlab.cli import build_parser, main
-from attnlab.cli._args import MODEL_HELP
+from attnlab.cli._args import MODEL_HELP, MODELS_HELP
 from attnlab.models.vision import count_vit_parameters
 
 COMMANDS = dict(subcommands(build_parser()))
@@ -22,6 +22,8 @@ READS_A_MODEL = {
 }  # fmt: skip
 #: Commands whose model was positional (viz's MODEL, export's MODEL_DIR): kept for a release
 #: as a deprecated spelling of --model.
+#: Commands whose --model may be repeated: an ensemble.
+ENSEMBLES = {"translate", "evaluate"}
 POSITIONAL_MODEL = {"viz attention", "viz learned-pe", "viz rollout", "export"}
 
 
@@ -37,7 +39,9 @@ def test_a_command_reading_a_model_takes_model(name):
         assert not model, name
         return
     assert [a.option_strings for a in model] == [["--model"]], name
-    assert (model[0].help, model[0].metavar) == (MODEL_HELP, "DIR"), name
+    wanted = MODELS_HELP if name in ENSEMBLES else MODEL_HELP
+    assert (model[0].help, model[0].metavar) == (wanted, "DIR"), name
+    assert (model[0].__class__.__name__ == "_AppendAction") == (name in ENSEMBLES), name
     slots = COMMANDS[name].get_default("_deprecated_positionals") or ()
     assert (name in POSITIONAL_MODEL) == any(dest == "model" for dest, _, _ in slots), name
 
@@ -219,6 +223,8 @@ SAME_NAME_EXCEPTIONS = {
     "--quantize": "weight types of different engines: translate's own int8 decoder, "
     "CTranslate2's types for export",
     "--preset": "a preset name; train's default is the task's recipe, flops counts paper-base",
+    "--model": "one model everywhere; translate and evaluate also take several (repeated), "
+    "an ensemble",
     "--src": "the source side: evaluate reads a FILE of sentences, viz attention draws one "
     "sentence (TEXT; issue 26 asks for that spelling); the metavar says which",
 }

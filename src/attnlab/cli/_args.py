@@ -96,6 +96,13 @@ MODEL_HELP = (
     "(OUT); required"
 )
 
+#: ``--model``'s help where it may be repeated (translate, evaluate).
+MODELS_HELP = MODEL_HELP + (
+    "; repeat it to decode with the ensemble of several models (the mean of their "
+    "probabilities at every step; they share their tokenizers, and the first one's recipe "
+    "gives the default decoding)"
+)
+
 #: ``--max-new-tokens``'s help: its unit is generated tokens, the start token not counted.
 MAX_NEW_TOKENS_HELP = (
     "the most tokens to generate after the start token (and the prompt, if any); default: "
@@ -106,10 +113,26 @@ MAX_NEW_TOKENS_HELP = (
 QUANTIZE_METAVAR = "TYPE"
 
 
-def add_model_flag(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+def add_model_flag(
+    parser: argparse.ArgumentParser, *, required: bool = True, many: bool = False
+) -> None:
     """Give ``parser`` the shared ``--model DIR`` (dest ``model``). ``required=False`` where a
-    deprecated positional may still name the model: the command checks it instead."""
-    parser.add_argument("--model", required=required, default=None, metavar="DIR", help=MODEL_HELP)
+    deprecated positional may still name the model: the command checks it instead. ``many``:
+    the flag may be repeated for an ensemble (``args.models`` then lists every directory, and
+    ``args.model`` is the first)."""
+    if not many:
+        parser.add_argument(
+            "--model", required=required, default=None, metavar="DIR", help=MODEL_HELP
+        )
+        return
+    parser.add_argument(
+        "--model",
+        required=required,
+        action="append",
+        default=None,
+        metavar="DIR",
+        help=MODELS_HELP,
+    )
 
 
 def add_out_flag(
@@ -409,3 +432,56 @@ def show_slots_required(parser: argparse.ArgumentParser) -> None:
         for action in actions:
             action.required = False
     parser.usage = usage.removeprefix("usage: ").rstrip("\n")
+
+
+# -- a job: `attnlab train` and `attnlab prepare` ----------------------------------------------
+
+
+def setting(text: str) -> tuple[str, str, object]:
+    """``TABLE.KEY=VALUE`` (VALUE read as JSON when it parses, else as a string)."""
+    import json
+
+    key, sep, raw = text.partition("=")
+    table, dot, name = key.partition(".")
+    if not (sep and dot and table and name):
+        raise argparse.ArgumentTypeError(
+            f"expected TABLE.KEY=VALUE, e.g. model.d_model=128, got {text!r}"
+        )
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return table, name, value
+
+
+def add_config_flag(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """Give ``parser`` the job's ``--config FILE`` (dest ``config``)."""
+    parser.add_argument(
+        "--config",
+        required=required,
+        default=None,
+        metavar="FILE",
+        help="a TOML job file (start one from `attnlab config --recipe NAME`), or the NAME "
+        "of a packaged recipe (a task's name gives its recipe)",
+    )
+
+
+def add_set_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the job's repeatable ``--set TABLE.KEY=VALUE`` (dest ``set``)."""
+    parser.add_argument(
+        "--set",
+        type=setting,
+        action="append",
+        metavar="TABLE.KEY=VALUE",
+        help="any other setting, e.g. model.d_model=128 (repeatable)",
+    )
+
+
+def add_verify_data_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` ``--verify-data`` (dest ``verify_data``)."""
+    parser.add_argument(
+        "--verify-data",
+        action="store_true",
+        help="read every training file in full for its digest, even when the shard cache "
+        "remembers it unchanged (same path, inode, size and modification time)",
+    )

@@ -51,10 +51,24 @@ def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
             return func(args)
         if args.model is None:
             raise ValueError("--model: required (a model directory, checkpoint or run)")
-        args.model = str(resolve_model_dir(args.model, name="--model"))
+        if isinstance(args.model, list):  # a repeatable --model: an ensemble
+            args.models = [str(resolve_model_dir(m, name="--model")) for m in args.model]
+            args.model = args.models[0]
+        else:
+            args.model = str(resolve_model_dir(args.model, name="--model"))
+            args.models = [args.model]
         return func(args)
 
     return run
+
+
+def model_dirs(args: argparse.Namespace) -> list[str]:
+    """Every ``--model`` of ``args`` (several for an ensemble): ``args.models`` as
+    :func:`resolving` sets it, else ``args.model`` (one, or a list)."""
+    models = getattr(args, "models", None)
+    if models:
+        return list(models)
+    return list(args.model) if isinstance(args.model, list) else [args.model]
 
 
 class TooLongLines:

@@ -20,7 +20,7 @@ from ._args import (
     non_negative,
     positive_int,
 )
-from ._model import EXIT_REFUSED, TooLongLines, check_kind, resolving
+from ._model import EXIT_REFUSED, TooLongLines, check_kind, model_dirs, resolving
 
 
 def print_scores(
@@ -43,9 +43,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score the model on its job's split, or on the parallel text of --src/--ref."""
     from ..inference.modeldir import kind_of
 
+    models = model_dirs(args)  # several: an ensemble
+    args.model = models[0]
     device_of(args.device)  # --device cuda without CUDA: before any work
     kind = kind_of(args.model)
     _check_decoding_flags(args, kind)
+    if len(models) > 1:
+        for model in models:
+            check_kind(model, {"transformer"}, "evaluate", "--model")
     if args.src is None and args.ref is None:
         for flag, default in (("too_long", "cut"), ("errors", "strict")):
             if getattr(args, flag) != default:
@@ -63,7 +68,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 "is measured on each line's first max_len tokens (cut)"
             )
         return _evaluate_lm_file(args)
-    check_kind(args.model, {"transformer"}, "evaluate --src/--ref", "--model")
+    for model in models:
+        check_kind(model, {"transformer"}, "evaluate --src/--ref", "--model")
     if args.src is None or args.ref is None:
         missing = "--ref" if args.ref is None else "--src"
         raise ValueError(f"{missing}: required with {'--src' if missing == '--ref' else '--ref'}")
@@ -83,7 +89,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     decoding, notice = decoding_of(args, "evaluate")
     beam, alpha = decoding.beam_size, decoding.alpha
     translator = Translator.load(
-        args.model, decoding=decoding, device=device_of(args.device), too_long=args.too_long
+        models, decoding=decoding, device=device_of(args.device), too_long=args.too_long
     )
     if notice:
         print(notice, file=sys.stderr, flush=True)
@@ -148,8 +154,9 @@ def _evaluate_split(args: argparse.Namespace) -> int:
     """The job's own split (no --src/--ref): :func:`attnlab.jobs.evaluate_model`."""
     from ..jobs import evaluate_model
 
+    models = model_dirs(args)
     result = evaluate_model(
-        args.model,
+        models if len(models) > 1 else args.model,
         split=args.split,
         beam_size=args.beam_size,
         alpha=args.alpha,
@@ -159,7 +166,7 @@ def _evaluate_split(args: argparse.Namespace) -> int:
     from ..tasks import get_task
 
     view = get_task(result["task"]).json_view(
-        result, tokenized=args.tokenized_bleu, model=str(args.model)
+        result, tokenized=args.tokenized_bleu, model=" + ".join(models)
     )
     if args.json:
         print(json.dumps(view))
@@ -215,7 +222,7 @@ def add_parsers(sub) -> None:
             "OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT."
         ),
     )
-    add_model_flag(evaluate)
+    add_model_flag(evaluate, many=True)
     evaluate.add_argument(
         "--split",
         choices=("test", "valid", "train"),

@@ -26,7 +26,7 @@ from ._args import (
     non_negative,
     positive_int,
 )
-from ._model import EXIT_REFUSED, TooLongLines, check_kind, resolving
+from ._model import EXIT_REFUSED, TooLongLines, check_kind, model_dirs, resolving
 
 
 def add_parsers(sub) -> None:
@@ -47,7 +47,7 @@ def add_parsers(sub) -> None:
             "is of each token."
         ),
     )
-    add_model_flag(translate)
+    add_model_flag(translate, many=True)
     translate.add_argument("text", nargs="*", help="sentences; none or '-' reads stdin")
     translate.add_argument(
         "--beam-size",
@@ -195,11 +195,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
 
+    models = model_dirs(args)  # several: an ensemble
+    args.model = models[0]
     _check_translate_flags(args)
     if args.input and args.errors == "strict":
         check_utf8(args.input, "--input")  # every line, before any model work
     device = device_of(args.device)
-    check_kind(args.model, {"transformer"}, "translate", "--model")
+    for model in models:
+        check_kind(model, {"transformer"}, "translate", "--model")
     notice = None
     if args.sample:  # no search: the flags' length penalty (else the default) scores the draws
         decoding = DecodingOptions().updated(beam_size=args.beam_size, alpha=args.alpha)
@@ -231,7 +234,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         inputs = len(args.text) if from_text else _count_lines(args.input) if args.input else None
         name = "TEXT" if from_text else f"--input {args.input}"
         constraints = _Constraints(args.constraints, args.errors, inputs, name)
-    loaded = Translator.load(args.model, device=device, decoding=decoding, **options)
+    loaded = Translator.load(models, device=device, decoding=decoding, **options)
     if notice:
         print(notice, file=sys.stderr, flush=True)
     too_long = TooLongLines("translate", source or "standard input line")

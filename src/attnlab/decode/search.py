@@ -44,20 +44,37 @@ from torch import Tensor
 from .._checks import check_optional_int, check_positive_int, check_positive_number, is_number
 from ..models.transformer import Transformer, TransformerLM
 from .constraints import Guide, allocate
-from .options import ALPHA, BEAM_SIZE
+from .ensemble import Ensemble, open_session
+from .options import ALPHA, BEAM_SIZE, DecodingOptions
 from .session import EXTRA_LENGTH as EXTRA_LENGTH
 from .session import LM_MAX_NEW_TOKENS as LM_MAX_NEW_TOKENS
 from .session import SINGLE_THREAD_ROWS as SINGLE_THREAD_ROWS
-from .session import EvalMode, Masker, Session, Threads, argmax, check_lengths
+from .session import EvalMode, Masker, Scoring, Threads, argmax, check_lengths
 
 __all__ = [
     "Generation",
+    "Scorer",
     "TokenCallback",
+    "as_scorer",
     "beam_search",
+    "decode",
     "greedy_search",
     "length_penalty",
     "sample",
 ]
+
+#: What the searches decode with: one model, an :class:`~attnlab.decode.ensemble.Ensemble`, or a
+#: list of models (their ensemble).
+Scorer = Transformer | TransformerLM | Ensemble | Sequence[Transformer | TransformerLM]
+
+
+def as_scorer(model: Scorer) -> Transformer | TransformerLM | Ensemble:
+    """``model`` as a search takes it: a list or tuple of models becomes their
+    :class:`~attnlab.decode.ensemble.Ensemble`; a model or an Ensemble is returned as it is."""
+    if isinstance(model, (list, tuple)):
+        return Ensemble(model)
+    return model  # type: ignore[return-value]
+
 
 #: ``on_token(rows, tokens)`` of :func:`greedy_search` and :func:`sample`: the ``(N,)`` indices
 #: of the inputs still decoding and the ``(N,)`` tokens they chose at this step.
@@ -116,7 +133,7 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 
 def _decode_rows(
-    model: Transformer | TransformerLM,
+    model: Scorer,
     inputs: object,
     choose: Callable[[Tensor], Tensor],
     max_new_tokens: int | None,
@@ -132,7 +149,8 @@ def _decode_rows(
     check_lengths(max_new_tokens, min_new_tokens)
     if on_token is not None and not callable(on_token):
         raise TypeError(f"on_token: expected a callable or None, got {type(on_token).__name__}")
-    session = Session(model, inputs, fast, quantize)
+    model = as_scorer(model)
+    session = open_session(model, inputs, fast, quantize)
     eos = session.config.eos_id
     with EvalMode(model), Threads(session.start.shape[0], session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
@@ -198,7 +216,7 @@ def _decode_rows(
 
 
 def greedy_search(
-    model: Transformer | TransformerLM,
+    model: Scorer,
     inputs: Tensor | Sequence[Sequence[int]],
     *,
     max_new_tokens: int | None = None,
@@ -240,7 +258,7 @@ def greedy_search(
 
 
 def sample(
-    model: Transformer | TransformerLM,
+    model: Scorer,
     inputs: Tensor | Sequence[Sequence[int]],
     *,
     temperature: float = 1.0,
@@ -307,7 +325,7 @@ def _nucleus(logits: Tensor, top_p: float) -> Tensor:
 
 
 def beam_search(
-    model: Transformer | TransformerLM,
+    model: Scorer,
     inputs: Tensor | Sequence[Sequence[int]],
     *,
     beam_size: int = BEAM_SIZE,
@@ -371,7 +389,8 @@ def beam_search(
     if not (is_number(alpha) and math.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"alpha: expected a finite number >= 0, got {alpha!r}")
     check_lengths(max_new_tokens, min_new_tokens)
-    session = Session(model, inputs, fast, quantize)
+    model = as_scorer(model)
+    session = open_session(model, inputs, fast, quantize)
     rows = session.start.shape[0] * beam_size
     with EvalMode(model), Threads(rows, session.start.device):
         limit = session.max_new_tokens(max_new_tokens)
@@ -396,7 +415,7 @@ class _BeamSearch:
 
     def __init__(
         self,
-        session: Session,
+        session: Scoring,
         limit: Tensor,
         beam: int,
         alpha: float,
@@ -589,3 +608,83 @@ class _BeamSearch:
 def _expand(index: Tensor, like: Tensor) -> Tensor:
     """``index`` ``(n, m)`` broadcast over the trailing dimensions of ``like`` for gather."""
     return index.view(*index.shape, *([1] * (like.dim() - 2))).expand(*index.shape, *like.shape[2:])
+
+
+# -- the one entry point: DecodingOptions -> a search ------------------------------------------
+
+
+def decode(
+    model: Scorer,
+    inputs: Tensor | Sequence[Sequence[int]],
+    options: DecodingOptions | None = None,
+    *,
+    n_best: int = 1,
+    max_new_tokens: int | None = None,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    constraints: Sequence[Sequence[object]] | None = None,
+    continuations: Tensor | None = None,
+    quantize: str | None = None,
+    generator: torch.Generator | None = None,
+    fast: bool = True,
+) -> Generation:
+    """Decode ``inputs`` as ``options`` say (:class:`~attnlab.decode.options.DecodingOptions`,
+    default its defaults): :func:`sample` when ``options.sample``, else :func:`greedy_search`
+    for a beam of 1 (one best, unconstrained), else :func:`beam_search`. The Translator, the
+    explorer and training's validation all decode through here.
+
+    Args:
+        model: a model, an :class:`~attnlab.decode.ensemble.Ensemble` or a list of models.
+        inputs: as the searches'.
+        n_best: hypotheses per input (beam search only; at most the beam).
+        max_new_tokens: the longest output for every row (None: ``options.max_new_tokens``,
+            and where that is None each row's source length + 50).
+        prefixes, constraints, continuations, quantize, fast: as :func:`beam_search`'s
+            (prefixes also for greedy search and sampling).
+        generator: the random generator of a sampled decoding (None: a new one seeded with
+            ``options.seed`` where it is set).
+    """
+    options = DecodingOptions() if options is None else options
+    if not isinstance(options, DecodingOptions):
+        raise TypeError(f"options: expected a DecodingOptions, got {type(options).__name__}")
+    limit = options.max_new_tokens if max_new_tokens is None else max_new_tokens
+    guided = prefixes if prefixes is not None and any(prefixes) else None
+    if options.sample:
+        if n_best != 1:
+            raise ValueError("n_best: n-best lists come from beam search, not from sampling")
+        if constraints is not None:
+            raise ValueError(
+                "constraints: lexically constrained decoding is a beam search; not with sample=True"
+            )
+        scorer = as_scorer(model)
+        if generator is None:
+            device = next(scorer.parameters()).device
+            generator = options.generator(device)
+        return sample(
+            scorer,
+            inputs,
+            temperature=options.temperature,
+            top_k=options.top_k,
+            top_p=options.top_p,
+            generator=generator,
+            max_new_tokens=limit,
+            fast=fast,
+            quantize=quantize,
+            prefixes=guided,
+        )
+    if options.beam_size == 1 and constraints is None and n_best == 1:
+        return greedy_search(
+            model, inputs, max_new_tokens=limit, fast=fast, quantize=quantize, prefixes=guided
+        )
+    return beam_search(
+        model,
+        inputs,
+        beam_size=options.beam_size,
+        alpha=options.alpha,
+        max_new_tokens=limit,
+        fast=fast,
+        quantize=quantize,
+        n_best=n_best,
+        prefixes=guided,
+        constraints=constraints,
+        continuations=continuations,
+    )

@@ -17,12 +17,14 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_int, check_optional_int, is_int
+from ..models.config import TransformerConfig
 from ..models.transformer import Transformer, TransformerLM
 from ..nn.layers import DecoderCache
 from .fast import FastDecoder, check_quantize, why_not_fast_path
@@ -85,6 +87,30 @@ def as_ids(inputs: object, name: str, pad_id: int, device: torch.device) -> Tens
 
 
 # -- the decoding session: one model, its cache, one step at a time ----------------------------
+
+
+class Scoring(Protocol):
+    """What a search asks of what it decodes with, one model (:class:`Session`) or several
+    (:class:`attnlab.decode.ensemble.EnsembleSession`): the first ids, the next token's
+    log-probabilities of every row, and which rows live on."""
+
+    #: The config whose special ids (pad, BOS, EOS) the search uses.
+    config: TransformerConfig
+    #: ``(B, P)``: the first ids of each input (BOS, or a left-padded prompt).
+    start: Tensor
+    #: ``(B,)``: each input's real tokens.
+    input_lengths: Tensor
+    vocab_size: int
+
+    def max_new_tokens(self, requested: int | None) -> Tensor: ...
+
+    def begin(self, rows_per_input: int, capacity: int) -> Tensor: ...
+
+    def step(self, ids: Tensor) -> Tensor: ...
+
+    def select(self, rows: Tensor, *, cross: bool = True) -> None: ...
+
+    def banned(self) -> list[int]: ...
 
 
 class Session:
@@ -301,7 +327,7 @@ class Masker:
     """Sets the log-probabilities of ids that must not come next to -inf, in place: pad and BOS
     always, EOS before ``min_new_tokens``."""
 
-    def __init__(self, session: Session, min_new_tokens: int) -> None:
+    def __init__(self, session: Scoring, min_new_tokens: int) -> None:
         device = session.start.device
         banned = session.banned()
         self.banned = torch.tensor(banned, dtype=torch.long, device=device)

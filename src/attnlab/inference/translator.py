@@ -30,8 +30,9 @@ import torch
 from .._checks import check_positive_int
 from ..data.tokens import TokenizerProtocol, without_framing_eos
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
+from ..decode.ensemble import Ensemble, incompatible
 from ..decode.options import DecodingOptions
-from ..decode.search import Generation, beam_search, greedy_search, length_penalty, sample
+from ..decode.search import Generation, decode, length_penalty
 from ..decode.session import EXTRA_LENGTH
 from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
 
@@ -85,7 +86,10 @@ class Translator:
     :meth:`load` reads a model directory written by ``attnlab train``.
 
     Args:
-        model: the Transformer (decoding runs it in eval mode and restores its mode).
+        model: the Transformer (decoding runs it in eval mode and restores its mode); or
+            several, as a list or an :class:`~attnlab.decode.ensemble.Ensemble`, that then
+            translate together (the mean of their probabilities at every step; they share
+            the tokenizers).
         src_tokenizer, tgt_tokenizer: tokenizers of either kind
             (:class:`attnlab.data.tokens.TokenizerProtocol`; the same object for a joint
             vocabulary).
@@ -130,11 +134,16 @@ class Translator:
         from ..decode.fast import check_quantize, why_not_fast_path
         from ..models.transformer import Transformer
 
-        if not isinstance(model, Transformer):
-            raise TypeError(
-                f"model: expected an encoder-decoder attnlab.Transformer, got "
-                f"{type(model).__name__}; only a Transformer translates"
-            )
+        if isinstance(model, (list, tuple)):
+            model = model[0] if len(model) == 1 else Ensemble(model)
+        members = list(model.models) if isinstance(model, Ensemble) else [model]
+        for i, member in enumerate(members):
+            if not isinstance(member, Transformer):
+                where = f"model[{i}]" if isinstance(model, Ensemble) else "model"
+                raise TypeError(
+                    f"{where}: expected an encoder-decoder attnlab.Transformer, got "
+                    f"{type(member).__name__}; only a Transformer translates"
+                )
         if decoding is not None and not isinstance(decoding, DecodingOptions):
             raise TypeError(
                 f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
@@ -151,8 +160,10 @@ class Translator:
             seed=seed,
         )
         check_positive_int(max_tokens, "max_tokens")
-        if check_quantize(quantize) is not None and why_not_fast_path(model, quantize):
-            raise ValueError(why_not_fast_path(model, quantize))
+        if check_quantize(quantize) is not None:
+            for member in members:
+                if why_not_fast_path(member, quantize):
+                    raise ValueError(why_not_fast_path(member, quantize))
         self.quantize = quantize
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
@@ -166,7 +177,7 @@ class Translator:
         #: The longest source and the longest translation, in tokens: the model's max_len,
         #: for every kind of position (learned ones have no more; the others would take more,
         #: at a cost that grows with the input, so a hostile line could take the machine).
-        self.max_len: int = model.config.max_len
+        self.max_len: int = min(member.config.max_len for member in members)
         self._continuations: torch.Tensor | None = None
 
     # -- how it decodes: its DecodingOptions' fields -------------------------------------------
@@ -202,7 +213,7 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model_dir: str | os.PathLike,
+        model_dir: str | os.PathLike | Sequence[str | os.PathLike],
         *,
         device: str | torch.device | None = None,
         decoding: DecodingOptions | None = None,
@@ -215,19 +226,39 @@ class Translator:
         ``[eval]`` its recipe chose on validation,
         :meth:`~attnlab.decode.options.DecodingOptions.carried_by`), else the paper's 4 and
         0.6. A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's
-        tokenizers (:func:`attnlab.inference.modeldir.resolve_model_dir`)."""
+        tokenizers (:func:`attnlab.inference.modeldir.resolve_model_dir`).
+
+        A list of directories loads their ensemble (:class:`~attnlab.decode.ensemble.
+        Ensemble`): the models must share their tokenizers and target vocabulary (a
+        ValueError names the first that differs), and decode by default as the first one
+        carries; a list of one is that model alone."""
         from .modeldir import load_with_tokenizers, resolve_model_dir
 
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        model_dir = resolve_model_dir(model_dir, name="model_dir")
-        model, src, tgt = load_with_tokenizers(model_dir, device=device)
+        dirs = _model_dirs(model_dir)
+        names = ["model_dir"] if len(dirs) == 1 else [f"model_dir[{i}]" for i in range(len(dirs))]
+        dirs = [resolve_model_dir(d, name=name) for d, name in zip(dirs, names, strict=True)]
+        loaded = [load_with_tokenizers(d, device=device) for d in dirs]
+        models = [model for model, _, _ in loaded]
+        _, src, tgt = loaded[0]
+        for i in range(1, len(loaded)):
+            why = _tokenizers_differ(loaded[0], loaded[i])
+            if why:
+                raise ValueError(
+                    f"{names[i]}: {dirs[i]}: {why} (compared with {names[0]}, {dirs[0]}); the "
+                    f"models of an ensemble share their tokenizers and target vocabulary"
+                )
         if decoding is None:
-            decoding = DecodingOptions.carried_by(model_dir)[0]
+            decoding = DecodingOptions.carried_by(dirs[0])[0]
         try:
-            return cls(model, src, tgt, decoding=decoding, **options)
+            return cls(models, src, tgt, decoding=decoding, **options)
         except TypeError as e:
-            raise ValueError(f"model_dir: {model_dir}: {e}") from None
+            raise ValueError(f"{names[0]}: {dirs[0]}: {e}") from None
+        except ValueError as e:
+            if len(dirs) == 1:
+                raise
+            raise ValueError(f"model_dir: {e}") from None
 
     def __call__(
         self,
@@ -425,41 +456,48 @@ def search(
     limit: int | None = None,
 ) -> Generation:
     """One batch of :meth:`Translator.hypotheses`: ``n`` hypotheses per source, with the
-    translator's decoding (sampling, greedy search, beam search; constrained where
+    translator's decoding through :func:`attnlab.decode.search.decode` (constrained where
     ``constraints`` is given). ``beam_size`` and ``limit`` (the longest output) replace the
     translator's for this batch (the explorer's per-request beam)."""
-    options = t.decoding
-    beam_size = options.beam_size if beam_size is None else beam_size
-    limit = t._output_limit(sources) if limit is None else limit
-    guided = prefixes if any(prefixes) else None
-    if options.sample:
-        return sample(
-            t.model,
-            sources,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            top_p=options.top_p,
-            generator=t.generator,
-            max_new_tokens=limit,
-            quantize=t.quantize,
-            prefixes=guided,
-        )
-    if beam_size == 1 and constraints is None:
-        return greedy_search(
-            t.model, sources, max_new_tokens=limit, quantize=t.quantize, prefixes=guided
-        )
-    return beam_search(
+    options = t.decoding if beam_size is None else t.decoding.updated(beam_size=beam_size)
+    return decode(
         t.model,
         sources,
-        beam_size=beam_size,
-        alpha=options.alpha,
-        max_new_tokens=limit,
-        quantize=t.quantize,
+        options,
         n_best=n,
-        prefixes=guided,
+        max_new_tokens=t._output_limit(sources) if limit is None else limit,
+        prefixes=prefixes,
         constraints=constraints,
         continuations=t.continuations() if constraints is not None else None,
+        quantize=t.quantize,
+        generator=t.generator,
     )
+
+
+def _model_dirs(model_dir: object) -> list[str | os.PathLike]:
+    """``model_dir`` as a list: one directory, or each of a non-empty list of them."""
+    if isinstance(model_dir, (str, os.PathLike)):
+        return [model_dir]
+    if isinstance(model_dir, Sequence) and model_dir:
+        for i, d in enumerate(model_dir):
+            if not isinstance(d, (str, os.PathLike)):
+                raise TypeError(f"model_dir[{i}]: expected a path, got {type(d).__name__}")
+        return list(model_dir)
+    raise TypeError(
+        f"model_dir: expected a model directory or a non-empty list of them, got {model_dir!r}"
+    )
+
+
+def _tokenizers_differ(first: tuple, other: tuple) -> str:
+    """Why the ``(model, src, tgt)`` ``other`` cannot translate together with ``first``: its
+    source or target tokenizer, or its target vocabulary (one phrase), or ``""``."""
+    for side, index in (("source", 1), ("target", 2)):
+        a, b = first[index], other[index]
+        if type(a) is not type(b) or a.fingerprint() != b.fingerprint():
+            return (
+                f"a different {side} tokenizer ({b.vocab_size:,} tokens, against {a.vocab_size:,})"
+            )
+    return incompatible(first[0], other[0])
 
 
 def encode_sources(

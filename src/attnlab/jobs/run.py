@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def read_job(model_dir: str | os.PathLike) -> Job:
 
 
 def evaluate_model(
-    model_dir: str | os.PathLike,
+    model_dir: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     split: str | None = None,
     corpus=None,
@@ -128,7 +128,8 @@ def evaluate_model(
     examples: int = 10,
     device: str | None = None,
 ) -> dict[str, Any]:
-    """Score the model of ``model_dir`` on ``split`` of its task (from its ``job.json``; by
+    """Score the model of ``model_dir`` (or the ensemble of a list of model directories, whose
+    first one's job is read) on ``split`` of its task (from its ``job.json``; by
     default the split ``attnlab train`` scores at the end: ``test``, ``valid`` for a language
     model), on ``device`` (``cpu`` or ``cuda``; default CUDA when available, CPU for a
     language model). A translation model: beam search (``beam_size`` and length penalty
@@ -136,16 +137,25 @@ def evaluate_model(
     "sentences", signatures, "split", "examples": a few (source, reference, hypothesis)}``. A
     language model (the ``text`` task): its perplexity; an image classifier: its accuracy
     (these take no ``beam_size`` or ``alpha``)."""
-    model_dir = Path(model_dir)
+    several = not isinstance(model_dir, (str, os.PathLike))
+    dirs = [Path(d) for d in model_dir] if several else [Path(model_dir)]  # type: ignore[union-attr]
+    if not dirs:
+        raise ValueError("model_dir: expected a model directory or a non-empty list of them")
+    model_dir = dirs[0]
     if job is None:
         job = read_job(model_dir)
     task = job.task
+    if len(dirs) > 1 and not task.decodes:
+        raise ValueError(
+            f"model_dir: {len(dirs)} models; an ensemble decodes, and the {task.name} task "
+            f"scores one model"
+        )
     if corpus is None:
         corpus = task.load()
     if split is None:
         split = task.final_split(corpus) or "test"
     return task.evaluate(
-        model_dir,
+        dirs if len(dirs) > 1 else model_dir,
         corpus,
         job,
         split=split,
