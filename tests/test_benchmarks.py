@@ -213,3 +213,37 @@ def test_data_scale_benchmark_smoke_run(tmp_path: Path) -> None:
     assert size["training"]["cold"]["rc"] == 0 and size["training"]["ready"]["rc"] == 0
     assert any("shards reused" in line for line in size["training"]["ready"]["data_lines"])
     assert "goals:" in done.stdout
+
+
+@pytest.mark.slow
+def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) -> None:
+    """benchmarks/distill.py end to end on the numbers model, as two teachers (the same model
+    twice) and a student: every system scored and timed, CTranslate2 greedy equal to attnlab
+    greedy on the same weights, the ensemble of a model twice scoring as the model, the goals
+    judged, the picture drawn."""
+    out, png = tmp_path / "distill.json", tmp_path / "distill.png"
+    d = str(numbers_model_dir)
+    argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--quick", "--out", str(out)]
+    argv += ["--picture", str(png), "--teachers", d, d, "--students", d]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    names = [s["name"] for s in report["systems"]]
+    assert names[:2] == ["recipe model", "ensemble of 2"] and len(names) == 3
+    quality = report["quality"]
+    for split in ("valid/float32", "test/float32", "test/int8"):
+        assert quality["ensemble of 2"][split]["bleu"] == quality["recipe model"][split]["bleu"]
+    assert quality["recipe model"]["test/float32"]["beam_size"] == 1  # the numbers recipe
+    ct2, ours = report["ct2_quality"]["recipe model"]["test/float32"], quality["recipe model"]
+    assert ct2["chrf"] == pytest.approx(ours["test/float32"]["chrf"]) and ct2["chrf"] > 10
+    assert ct2["bleu"] == pytest.approx(ours["test/float32"]["bleu"])
+    rows = {(r["system"], r["engine"], r["weights"], r["batch"]) for r in report["speed"]}
+    for name in names:
+        for weights in ("float32", "int8"):
+            for batch in (1, 32):
+                assert (name, "attnlab", weights, batch) in rows
+    assert ("ensemble of 2", "ctranslate2", "float32", 1) not in rows  # CT2 has no ensembles
+    assert all(r["tokens_per_s"] > 0 for r in report["speed"])
+    assert any(g["goal"].startswith("ensemble: validation") for g in report["goals"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| recipe model | attnlab | float32 |" in done.stdout

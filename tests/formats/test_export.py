@@ -12,6 +12,7 @@ directory and a bad --to are one-line errors, and nothing is written.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -445,6 +446,28 @@ def test_huggingface_translates_text_as_attnlab(numbers, numbers_hf):
     c = model.config
     assert generation["decoder_start_token_id"] == c.bos_id
     assert generation["suppress_tokens"] == [c.pad_id, c.bos_id]
+
+
+def test_exports_carry_the_models_own_decoding(numbers, numbers_hf, numbers_ct2, tmp_path):
+    """The generation config and the CTranslate2 README hold the model's decoding (its
+    recipe's [eval]: greedy for the numbers recipe), not the paper's beam 4 and alpha 0.6;
+    a directory that carries another one exports that one."""
+    from attnlab.decode.options import DecodingOptions
+
+    own = DecodingOptions.carried_by(numbers[2])[0]
+    assert own.beam_size == 1  # the numbers recipe decodes greedily
+    generation = json.loads((numbers_hf / "generation_config.json").read_text("utf-8"))
+    assert (generation["num_beams"], generation["length_penalty"]) == (1, own.alpha)
+    assert "beam_size=1," in (numbers_ct2 / "README.md").read_text("utf-8")
+    other = tmp_path / "model"
+    shutil.copytree(numbers[2], other)
+    job = json.loads((other / "job.json").read_text("utf-8"))
+    job["eval"] = {**job.get("eval", {}), "beam_size": 6, "alpha": 1.1}
+    (other / "job.json").write_text(json.dumps(job), "utf-8")
+    out = tmp_path / "hf"
+    _cli_ok(["export", "--model", str(other), "--out", str(out), "--to", "huggingface"])
+    generation = json.loads((out / "generation_config.json").read_text("utf-8"))
+    assert (generation["num_beams"], generation["length_penalty"]) == (6, 1.1)
 
 
 def test_huggingface_expresses_gqa_gelu_no_bias_untied(tokenizer, tmp_path):

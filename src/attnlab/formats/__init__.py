@@ -91,7 +91,9 @@ def export_model(
     """Export the model directory ``model_dir`` written by ``attnlab train`` (``config.json``,
     ``model.safetensors`` and the tokenizer files) to ``out_dir``, for ``to`` in
     :data:`TARGETS`; ``quantization`` (CTranslate2 only) and ``force`` as
-    :func:`to_ctranslate2`. Returns ``out_dir``. Checks everything before writing."""
+    :func:`to_ctranslate2`. The export's decoding settings (a generation config, a README's
+    example) are the model's own (its recipe's ``[eval]``, as ``attnlab translate`` decodes
+    it). Returns ``out_dir``. Checks everything before writing."""
     from .. import load_pretrained
 
     to = check_target(to)
@@ -103,6 +105,11 @@ def export_model(
     model = load_pretrained(model_path)
     check_exportable(model, to)
     tokenizers = tokenizer_pair(model_path)
+    from ..decode.options import DecodingOptions
+
+    decoding = DecodingOptions.carried_by(model_path)[0]  # the model's own, as translate's
     if to == "ctranslate2":
-        return to_ctranslate2(model, tokenizers, out_path, quantization=quantization, force=force)
-    return to_huggingface(model, tokenizers, out_path, force=force)
+        return to_ctranslate2(
+            model, tokenizers, out_path, quantization=quantization, force=force, decoding=decoding
+        )
+    return to_huggingface(model, tokenizers, out_path, force=force, decoding=decoding)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -25,6 +25,9 @@ from .common import (
     tokenizer_pair,
     vocabulary,
 )
+
+if TYPE_CHECKING:
+    from ..decode.options import DecodingOptions
 
 __all__ = [
     "from_huggingface",
@@ -137,7 +140,14 @@ def name_map(config: Any) -> list[Entry]:
     return entries
 
 
-def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: bool = False) -> Path:
+def to_huggingface(
+    model: Any,
+    tokenizers: Any,
+    out_dir: PathLike,
+    *,
+    force: bool = False,
+    decoding: DecodingOptions | None = None,
+) -> Path:
     """Write ``model`` as a Hugging Face transformers ``MarianMTModel`` directory, with its
     generation config and a fast tokenizer.
 
@@ -185,14 +195,14 @@ def to_huggingface(model: Any, tokenizers: Any, out_dir: PathLike, *, force: boo
     tokens = vocabulary(src, c.vocab_size, "source")
     vocabulary(tgt, c.target_vocab_size, "target")
     out = check_out_dir(out_dir, force)
-    from safetensors.torch import save_file
+    from .._tensorfile import save_safetensors
 
     weights = _marian_weights(model)
 
     def build(directory: Path) -> None:
-        save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        save_safetensors(weights, directory / "model.safetensors", {"format": "pt"})
         _write_json(directory / "config.json", _marian_config(c))
-        _write_json(directory / "generation_config.json", _generation_config(c))
+        _write_json(directory / "generation_config.json", _generation_config(c, decoding))
         if sentencepiece[0]:
             to_marian_dir(directory, src, tgt)
         else:
@@ -284,9 +294,13 @@ def _marian_config(config: Any) -> dict[str, Any]:
     }
 
 
-def _generation_config(config: Any) -> dict[str, Any]:
-    """``generation_config.json``: attnlab's decoding as far as transformers can express it."""
+def _generation_config(config: Any, decoding: DecodingOptions | None = None) -> dict[str, Any]:
+    """``generation_config.json``: ``decoding`` (default the paper's beam 4 and alpha 0.6) as
+    far as transformers can express it."""
+    from ..decode.options import DecodingOptions
+
     c = config
+    decoding = decoding or DecodingOptions()
     banned = sorted({c.pad_id, c.bos_id} - {c.eos_id})  # attnlab never generates these
     settings = {
         "decoder_start_token_id": c.bos_id,
@@ -295,11 +309,11 @@ def _generation_config(config: Any) -> dict[str, Any]:
         "pad_token_id": c.pad_id,
         "forced_eos_token_id": None,
         "max_length": c.max_len,
-        # attnlab's translate default (sec. 6.1: beam 4, alpha 0.6); transformers divides by
-        # length ** 0.6, not by GNMT's ((5 + length) / 6) ** 0.6
-        "num_beams": 4,
+        # the model's own beam and alpha; transformers divides by length ** alpha, not by
+        # GNMT's ((5 + length) / 6) ** alpha
+        "num_beams": decoding.beam_size,
         "early_stopping": "never",  # stop when no live hypothesis can win, as attnlab
-        "length_penalty": 0.6,
+        "length_penalty": decoding.alpha,
     }
     if banned:
         settings["suppress_tokens"] = banned

@@ -1,0 +1,579 @@
+"""Ensembles and distillation, measured: BLEU against tokens/s for a recipe model, the teachers'
+ensemble and each distilled student, in attnlab and in CTranslate2, float32 and int8, at batch 1
+and batch 32; the issue's goals judged on those figures; a table and a picture.
+
+What it reads (``make distill-multi30k`` trains them; a rerun of that target trains only what is
+missing, then runs this script):
+
+* the teachers: ``RUNS/multi30k-seeds/seed*/model`` (the recipe with seeds 0, 1, 2);
+* the students: ``RUNS/multi30k-student*/model`` (trained with ``[distill]`` on the teachers).
+
+``--teachers DIR ...`` and ``--students DIR ...`` name them instead.
+
+Quality is decoded in this process (no timing): cased detokenised sacreBLEU with its signature,
+and the literature's lowercased, Moses-tokenised BLEU, on the validation split (where choices are
+made) and the test split (read after them). Each model decodes as its directory says (the
+teachers: beam 4 with their recipe's alpha; the students: greedy); the ensemble as its first
+teacher. Speed: every measurement runs alone in a child process (``--worker``), with 1 and with
+2 torch / CTranslate2 threads, after a warm-up; tokens/s counts the generated tokens of the
+first ``--speed-sentences`` validation sources, translated in their file's order in batches of
+1 or 32 (a batch sorted by length inside, as the Translator sorts). The table reports the best
+of the two thread counts. Never run it beside another job: two 2-thread processes on 2 cores
+slow each other about 5x.
+
+Run::
+
+    .venv/bin/python benchmarks/distill.py --runs runs            # after make distill-multi30k
+    .venv/bin/python benchmarks/distill.py --quick --teachers A B --students S   # a smoke run
+
+Writes ``--out`` (JSON: every figure, the goals, the machine) and ``--picture`` (PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "distill.json"
+DEFAULT_PICTURE = HERE.parent / "docs" / "images" / "distill.png"
+
+#: The issue's goals (Multi30K en->de).
+ENSEMBLE_GAIN = 0.8  # validation BLEU over the teachers' mean
+STUDENT_CASED, STUDENT_TOKENIZED = 40.5, 41.02  # test_2016, one distilled student of the recipe
+FAST_BLEU_GAP = 0.5  # the fast student's greedy BLEU within this of one recipe model's beam 4
+FAST_OVER_TEACHER, FAST_OVER_CT2 = 2.5, 1.5  # batch-1 tokens/s ratios
+
+
+# -- what there is to measure ------------------------------------------------------------------
+
+
+def discover(runs: Path) -> tuple[list[Path], list[Path]]:
+    """The teachers' and the students' model directories under ``runs``."""
+    teachers = sorted(p / "model" for p in (runs / "multi30k-seeds").glob("seed*") if p.is_dir())
+    students = sorted(p / "model" for p in runs.glob("multi30k-student*") if p.is_dir())
+    return [t for t in teachers if t.is_dir()], [s for s in students if s.is_dir()]
+
+
+def shape(model_dir: Path) -> dict[str, Any]:
+    """Layers, width and parameters of the model in ``model_dir`` (its config.json)."""
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    config = config.get("config", config)
+    return {
+        "encoder_layers": config.get("num_encoder_layers"),
+        "decoder_layers": config.get("num_decoder_layers"),
+        "d_model": config.get("d_model"),
+        "d_ff": config.get("d_ff"),
+    }
+
+
+def systems(teachers: list[Path], students: list[Path]) -> list[dict[str, Any]]:
+    """What is measured: one recipe model (the first teacher), the ensemble of the teachers
+    (two or more), each student; each with its model directories."""
+    out: list[dict[str, Any]] = []
+    if teachers:
+        out.append({"name": "recipe model", "kind": "teacher", "dirs": [str(teachers[0])]})
+    if len(teachers) > 1:
+        name = f"ensemble of {len(teachers)}"
+        out.append({"name": name, "kind": "ensemble", "dirs": [str(t) for t in teachers]})
+    for student in students:
+        s = shape(student)
+        label = f"{student.parent.name} ({s['encoder_layers']}-{s['decoder_layers']})"
+        out.append({"name": label, "kind": "student", "dirs": [str(student)], "shape": s})
+    return out
+
+
+# -- quality -----------------------------------------------------------------------------------
+
+
+def split_pairs(model_dir: str, split: str, limit: int | None) -> tuple[list, str | None]:
+    """The ``(source, reference)`` pairs of ``split`` of the model's own task, and its target
+    language."""
+    from attnlab.jobs import read_job
+
+    job = read_job(Path(model_dir))
+    data = job.task.load()
+    pairs = list(data[split])[:limit] if limit else list(data[split])
+    return pairs, getattr(job.task, "tgt_lang", None)
+
+
+def quality(system: dict[str, Any], splits: list[str], limit: int | None) -> dict[str, Any]:
+    """BLEU (cased detokenised, and lowercased tokenised) of ``system`` on each split, float32
+    and int8, decoded as its first directory says."""
+    from attnlab.inference.scores import score
+    from attnlab.inference.translator import Translator
+
+    found: dict[str, Any] = {}
+    for quantize in (None, "int8"):
+        translator = Translator.load(system["dirs"], device="cpu", quantize=quantize)
+        decoding = translator.decoding
+        for split in splits:
+            pairs, lang = split_pairs(system["dirs"][0], split, limit)
+            hyps = translator.translate([s for s, _ in pairs])
+            result = score(hyps, [t for _, t in pairs], tokenized_lang=lang).to_dict()
+            found[f"{split}/{quantize or 'float32'}"] = {
+                "bleu": result["bleu"],
+                "bleu_tokenized": result.get("bleu_tokenized"),
+                "chrf": result["chrf"],
+                "signature": result.get("bleu_signature"),
+                "sentences": len(pairs),
+                "beam_size": decoding.beam_size,
+                "alpha": decoding.alpha,
+            }
+    return found
+
+
+def ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | None) -> dict:
+    """BLEU of the first model of ``system`` exported to CTranslate2 (float32 and int8), with
+    its own beam and CTranslate2's default length penalty."""
+    from attnlab.inference.scores import score
+
+    found = {}
+    pairs, lang = split_pairs(system["dirs"][0], split, limit)
+    for quantize in ("float32", "int8"):
+        run = ct2_runner(system["dirs"][0], workdir, quantize, threads=2)
+        hyps, _ = run([s for s, _ in pairs], 32)
+        result = score(hyps, [t for _, t in pairs], tokenized_lang=lang).to_dict()
+        found[f"{split}/{quantize}"] = {
+            "bleu": result["bleu"],
+            "bleu_tokenized": result.get("bleu_tokenized"),
+            "chrf": result["chrf"],
+            "sentences": len(pairs),
+        }
+    return found
+
+
+# -- the engines (run inside a worker for timing) ----------------------------------------------
+
+
+def export_ct2(model_dir: str, workdir: Path, quantize: str) -> Path:
+    """The CTranslate2 export of ``model_dir`` (made once per run)."""
+    from attnlab.formats.ctranslate2 import to_ctranslate2
+    from attnlab.inference.modeldir import load_with_tokenizers
+
+    digest = hashlib.sha256(str(Path(model_dir).resolve()).encode()).hexdigest()[:12]
+    out = workdir / f"ct2-{digest}-{quantize}"
+    if not out.is_dir():
+        model, src, tgt = load_with_tokenizers(model_dir, device="cpu")
+        weights = None if quantize == "float32" else quantize
+        to_ctranslate2(model, (src, tgt), out, quantization=weights)
+    return out
+
+
+def ct2_runner(model_dir: str, workdir: Path, quantize: str, threads: int):
+    """``run(texts, batch) -> (translations, generated tokens)`` with CTranslate2, decoding as
+    the model directory says (its beam)."""
+    import ctranslate2
+
+    from attnlab.decode.options import DecodingOptions
+    from attnlab.inference.modeldir import load_with_tokenizers
+
+    directory = export_ct2(model_dir, workdir, quantize)
+    _, src, tgt = load_with_tokenizers(model_dir, device="cpu")
+    decoding = DecodingOptions.carried_by(model_dir)[0]
+    translator = ctranslate2.Translator(
+        str(directory), device="cpu", intra_threads=threads, inter_threads=1
+    )
+    banned = sorted({tgt.pad_id, tgt.bos_id} - {tgt.eos_id})
+    suppress = [tgt.labels([i]) for i in banned]
+    labels = tgt.labels(list(range(tgt.vocab_size)))
+    index = {label: i for i, label in enumerate(labels)}
+
+    def run(texts: list[str], batch: int) -> tuple[list[str], int]:
+        out: list[str] = []
+        tokens = 0
+        for start in range(0, len(texts), batch):
+            chunk = texts[start : start + batch]
+            pieces = [src.labels(src.encode(t)) for t in chunk]
+            results = translator.translate_batch(
+                pieces,
+                beam_size=decoding.beam_size,
+                max_batch_size=batch,
+                batch_type="examples",
+                suppress_sequences=suppress or None,
+                max_decoding_length=256,
+            )
+            for r in results:
+                ids = [index[t] for t in r.hypotheses[0]]
+                tokens += len(ids) + 1  # and its EOS, as attnlab counts it
+                out.append(tgt.decode(ids))
+        return out, tokens
+
+    return run
+
+
+def attnlab_runner(dirs: list[str], quantize: str, threads: int):
+    """``run(texts, batch)`` with attnlab's Translator (an ensemble for several ``dirs``)."""
+    from attnlab.inference.translator import Translator
+
+    translator = Translator.load(
+        dirs, device="cpu", quantize=None if quantize == "float32" else quantize
+    )
+
+    def run(texts: list[str], batch: int) -> tuple[list[str], int]:
+        out: list[str] = []
+        tokens = 0
+        for start in range(0, len(texts), batch):
+            for row in translator.hypotheses(texts[start : start + batch]):
+                out.append(row[0].text if row else "")
+                tokens += len(row[0].ids) if row else 0
+        return out, tokens
+
+    return run
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """One timed measurement (run in a child process): warm up, then translate the texts."""
+    import torch
+
+    threads = spec["threads"]
+    torch.set_num_threads(threads)
+    workdir = Path(spec["workdir"])
+    if spec["engine"] == "ctranslate2":
+        run = ct2_runner(spec["dirs"][0], workdir, spec["quantize"], threads)
+    else:
+        run = attnlab_runner(spec["dirs"], spec["quantize"], threads)
+    texts, batch = spec["texts"], spec["batch"]
+    run(texts[: min(len(texts), max(batch, 4))], batch)  # warm-up
+    seconds = []
+    tokens = 0
+    for _ in range(spec["repeats"]):
+        began = time.perf_counter()
+        _, tokens = run(texts, batch)
+        seconds.append(time.perf_counter() - began)
+    best = min(seconds)
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / best,
+        "tokens_per_s_median": tokens / statistics.median(seconds),
+    }
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """:func:`worker` in a fresh process with ``spec['threads']`` threads."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
+    env["MKL_NUM_THREADS"] = str(spec["threads"])
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {spec['engine']} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+def speed_rows(
+    system: dict[str, Any], texts: list[str], args: argparse.Namespace, workdir: Path
+) -> list[dict[str, Any]]:
+    """Tokens/s of ``system`` for every engine, weight type and batch, best of the threads."""
+    engines = ["attnlab"]
+    if len(system["dirs"]) == 1 and not args.no_ct2:
+        engines.append("ctranslate2")  # CTranslate2 declines ensembles (OpenNMT/CTranslate2#273)
+    rows = []
+    for engine in engines:
+        for quantize in ("float32", "int8"):
+            for batch in args.batches:
+                per_thread = {}
+                for threads in args.threads:
+                    spec = {
+                        "engine": engine,
+                        "dirs": system["dirs"],
+                        "quantize": quantize,
+                        "batch": batch,
+                        "threads": threads,
+                        "texts": texts,
+                        "repeats": args.repeats,
+                        "workdir": str(workdir),
+                    }
+                    per_thread[threads] = measure(spec)
+                    print(
+                        f"  {system['name']}: {engine} {quantize} batch {batch}, {threads} "
+                        f"thread(s): {per_thread[threads]['tokens_per_s']:,.0f} tokens/s",
+                        flush=True,
+                    )
+                best = max(per_thread, key=lambda t: per_thread[t]["tokens_per_s"])
+                rows.append(
+                    {
+                        "system": system["name"],
+                        "engine": engine,
+                        "weights": quantize,
+                        "batch": batch,
+                        "tokens_per_s": per_thread[best]["tokens_per_s"],
+                        "best_threads": best,
+                        "by_threads": {str(t): v for t, v in per_thread.items()},
+                    }
+                )
+    return rows
+
+
+def rate(rows: list[dict], system: str, engine: str, weights: str, batch: int) -> float | None:
+    for row in rows:
+        if (row["system"], row["engine"], row["weights"], row["batch"]) == (
+            system,
+            engine,
+            weights,
+            batch,
+        ):
+            return float(row["tokens_per_s"])
+    return None
+
+
+def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's goals, each with its measured figure and whether it is met (None: what it
+    needs was not measured)."""
+    out: list[dict[str, Any]] = []
+    q = report["quality"]
+    speed = report["speed"]
+    teachers = report["teachers"]
+    valid = "valid/float32"
+
+    def add(goal: str, figure: str, met: bool | None) -> None:
+        out.append({"goal": goal, "measured": figure, "met": met})
+
+    each = [report["teacher_quality"][t][valid]["bleu"] for t in teachers]
+    ensemble = next((s for s in report["systems"] if s["kind"] == "ensemble"), None)
+    if ensemble and each:
+        mean = statistics.fmean(each)
+        got = q[ensemble["name"]][valid]["bleu"]
+        add(
+            f"ensemble: validation >= teachers' mean + {ENSEMBLE_GAIN}",
+            f"{got:.2f} against {mean:.2f} (+{got - mean:.2f})",
+            got >= mean + ENSEMBLE_GAIN,
+        )
+    recipe = q.get("recipe model")
+    for s in report["systems"]:
+        if s["kind"] != "student":
+            continue
+        test = q[s["name"]].get("test/float32")
+        if test is None:
+            continue
+        shape_ = s["shape"]
+        if shape_["encoder_layers"] == shape_["decoder_layers"]:
+            tokenized = test["bleu_tokenized"]
+            add(
+                f"{s['name']}: test >= {STUDENT_CASED} cased and >= {STUDENT_TOKENIZED} "
+                f"lowercased tokenised",
+                f"{test['bleu']:.2f} cased, "
+                f"{'unmeasured' if tokenized is None else f'{tokenized:.2f}'} tokenised",
+                test["bleu"] >= STUDENT_CASED
+                and tokenized is not None
+                and tokenized >= STUDENT_TOKENIZED,
+            )
+            continue
+        if recipe is None:
+            continue
+        teacher_bleu = recipe["test/float32"]["bleu"]
+        for weights in ("float32", "int8"):
+            bleu = q[s["name"]][f"test/{weights}"]["bleu"]
+            add(
+                f"{s['name']} {weights}, greedy: test BLEU within {FAST_BLEU_GAP} of one recipe "
+                f"model with beam 4",
+                f"{bleu:.2f} against {teacher_bleu:.2f} ({bleu - teacher_bleu:+.2f})",
+                bleu >= teacher_bleu - FAST_BLEU_GAP,
+            )
+            fast = rate(speed, s["name"], "attnlab", weights, 1)
+            slow = rate(speed, "recipe model", "attnlab", "float32", 1)
+            if fast and slow:
+                add(
+                    f"{s['name']} {weights}: batch 1 >= {FAST_OVER_TEACHER}x the recipe model's "
+                    f"tokens/s in attnlab (beam 4)",
+                    f"{fast:,.0f} against {slow:,.0f} tokens/s ({fast / slow:.2f}x)",
+                    fast / slow >= FAST_OVER_TEACHER,
+                )
+            ct2 = [rate(speed, "recipe model", "ctranslate2", w, 1) for w in ("float32", "int8")]
+            ct2 = [c for c in ct2 if c]
+            if fast and ct2:
+                best = max(ct2)
+                add(
+                    f"{s['name']} {weights}: batch 1 >= {FAST_OVER_CT2}x CTranslate2 running the "
+                    f"recipe model with beam 4 (its faster weight type)",
+                    f"{fast:,.0f} against {best:,.0f} tokens/s ({fast / best:.2f}x)",
+                    fast / best >= FAST_OVER_CT2,
+                )
+    return out
+
+
+def table(report: dict[str, Any]) -> str:
+    """BLEU against tokens/s as a Markdown table."""
+    lines = [
+        "| system | engine | weights | test BLEU | tokenised | tokens/s batch 1 | batch 32 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in report["systems"]:
+        name = s["name"]
+        for engine in ("attnlab", "ctranslate2"):
+            for weights in ("float32", "int8"):
+                source = report["quality"] if engine == "attnlab" else report["ct2_quality"]
+                scores = source.get(name, {}).get(f"test/{weights}")
+                if scores is None:
+                    continue
+                speeds = [rate(report["speed"], name, engine, weights, b) for b in (1, 32)]
+                shown = [f"{v:,.0f}" if v else "-" for v in speeds]
+                tok = scores.get("bleu_tokenized")
+                lines.append(
+                    f"| {name} | {engine} | {weights} | {scores['bleu']:.2f} | "
+                    f"{'-' if tok is None else f'{tok:.2f}'} | {shown[0]} | {shown[1]} |"
+                )
+    return "\n".join(lines)
+
+
+def picture(report: dict[str, Any], path: Path) -> None:
+    """BLEU (test) against tokens/s, batch 1 and batch 32 side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    markers = {"teacher": "o", "ensemble": "*", "student": "s"}
+    colors = {
+        ("attnlab", "float32"): "tab:blue",
+        ("attnlab", "int8"): "tab:cyan",
+        ("ctranslate2", "float32"): "tab:red",
+        ("ctranslate2", "int8"): "tab:orange",
+    }
+    for ax, batch in zip(axes, (1, 32), strict=True):
+        for s in report["systems"]:
+            for (engine, weights), color in colors.items():
+                source = report["quality"] if engine == "attnlab" else report["ct2_quality"]
+                scores = source.get(s["name"], {}).get(f"test/{weights}")
+                speed = rate(report["speed"], s["name"], engine, weights, batch)
+                if scores is None or not speed:
+                    continue
+                ax.scatter(speed, scores["bleu"], marker=markers[s["kind"]], color=color, s=60)
+                ax.annotate(s["name"], (speed, scores["bleu"]), fontsize=7, alpha=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"tokens/s, batch {batch} (best of 1 and 2 threads)")
+        ax.set_title(f"batch {batch}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test BLEU (sacreBLEU, cased)")
+    handles = [
+        plt.Line2D([], [], color=c, marker="o", linestyle="", label=f"{e} {w}")
+        for (e, w), c in colors.items()
+    ]
+    handles += [
+        plt.Line2D([], [], color="gray", marker=m, linestyle="", label=k)
+        for k, m in markers.items()
+    ]
+    axes[1].legend(handles=handles, fontsize=8, loc="lower right")
+    fig.suptitle("Multi30K en->de: quality against speed")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
+    """CPU time on record: each run's training minutes (results.json) and the teachers'
+    decoding for each student (its results.json's ``distill`` record; a corpus reused from the
+    cache keeps the seconds it took to make)."""
+    out: dict[str, Any] = {}
+    for run in [*teachers, *students]:
+        results = run.parent / "results.json"
+        if results.is_file():
+            training = json.loads(results.read_text(encoding="utf-8")).get("training", {})
+            out[run.parent.name] = {"training_minutes": training.get("elapsed_s", 0) / 60}
+    for student in students:
+        results = student.parent / "results.json"
+        if not results.is_file():
+            continue
+        record = json.loads(results.read_text(encoding="utf-8")).get("distill") or {}
+        seconds = [c.get("decode_seconds") for c in record.get("corpora", []) if c]
+        seconds = [s for s in seconds if isinstance(s, (int, float))]
+        if seconds:
+            out.setdefault(student.parent.name, {})["teacher_decoding_minutes"] = sum(seconds) / 60
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the runs are")
+    parser.add_argument("--teachers", nargs="*", type=Path, help="teacher model directories")
+    parser.add_argument("--students", nargs="*", type=Path, help="student model directories")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON report")
+    parser.add_argument("--picture", type=Path, default=DEFAULT_PICTURE, help="the PNG")
+    parser.add_argument("--workdir", type=Path, default=None, help="CTranslate2 exports")
+    parser.add_argument("--speed-sentences", type=int, default=256, help="sources timed")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes (the best counts)")
+    parser.add_argument("--limit", type=int, default=None, help="score the first N pairs only")
+    parser.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few sentences")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    if args.quick:
+        args.speed_sentences, args.threads, args.repeats = 16, [1], 1
+        args.limit = args.limit or 20
+    found = discover(args.runs)
+    teachers = args.teachers if args.teachers is not None else found[0]
+    students = args.students if args.students is not None else found[1]
+    if not teachers and not students:
+        print(
+            f"distill.py: no teachers under {args.runs}/multi30k-seeds and no students under "
+            f"{args.runs}/multi30k-student*: run `make distill-multi30k` first",
+            file=sys.stderr,
+        )
+        return 2
+    workdir = args.workdir or args.out.parent / "distill-work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    chosen = systems(teachers, students)
+    report: dict[str, Any] = {
+        "teachers": [str(t) for t in teachers],
+        "students": [str(s) for s in students],
+        "systems": chosen,
+        "quality": {},
+        "teacher_quality": {},
+        "ct2_quality": {},
+        "speed": [],
+    }
+    for system in chosen:
+        print(f"{system['name']}: scoring", flush=True)
+        report["quality"][system["name"]] = quality(system, ["valid", "test"], args.limit)
+        if len(system["dirs"]) == 1 and not args.no_ct2:
+            report["ct2_quality"][system["name"]] = ct2_quality(system, workdir, "test", args.limit)
+    for t in teachers:  # each teacher on validation: the ensemble's goal is over their mean
+        one = {"name": str(t), "dirs": [str(t)]}
+        report["teacher_quality"][str(t)] = quality(one, ["valid"], args.limit)
+    texts = [s for s, _ in split_pairs(chosen[0]["dirs"][0], "valid", None)[0]]
+    texts = texts[: args.speed_sentences]
+    for system in chosen:
+        report["speed"] += speed_rows(system, texts, args, workdir)
+    report["goals"] = goals(report)
+    report["costs"] = costs(teachers, students)
+    report["machine"] = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
+    print()
+    print(table(report))
+    print()
+    for goal in report["goals"]:
+        state = {True: "MET", False: "MISSED", None: "not measured"}[goal["met"]]
+        print(f"{state:>12}  {goal['goal']}: {goal['measured']}")
+    for run, cost in report["costs"].items():
+        print(f"  cost {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    picture(report, args.picture)
+    print(f"\nwrote {args.out} and {args.picture}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
