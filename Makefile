@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test test-wheel test-fast test-load demo tour train-multi30k train-multi30k-seeds finetune-numbers train-digits serve bench bench-constrained explain lint docs format clean
+.PHONY: test test-wheel test-fast test-load demo tour train-multi30k train-multi30k-seeds distill-multi30k finetune-numbers train-digits serve bench bench-constrained explain lint docs format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,26 @@ train-multi30k: $(STAMP)
 train-multi30k-seeds: $(STAMP)
 	$(PY) tools/train_seeds.py --config configs/multi30k-en-de.toml --out runs/multi30k-seeds \
 		--seeds 0 1 2 --jobs 1 --threads 2 -- --max-minutes 200
+
+# Issue 45's pipeline (docs/distillation.md): the recipe's three seeds as teachers (the target
+# above), then the students, each trained on their ensemble's translations of the training
+# sources (decoded once into the shard cache, then reused by every student): one of the
+# recipe's shape, and the fast deep-encoder students with 1 and 2 decoder layers (the choice is
+# made on validation); then benchmarks/distill.py (the ensemble's scores, BLEU against
+# tokens/s). A rerun redoes only what is missing: a student with a results.json is kept, one
+# killed after a checkpoint resumes from it, and the teachers' decoding resumes after its last
+# finished chunk.
+define train_student
+	@if [ -f runs/$(1)/results.json ]; then echo "$(1): already trained (runs/$(1)/results.json)"; \
+	else set -x; $(VENV)/bin/attnlab train --config $(2) --out runs/$(1) --no-progress \
+		--max-minutes 200 $(3) $$(ls -d runs/$(1)/checkpoints/step-* >/dev/null 2>&1 && echo --resume); fi
+endef
+
+distill-multi30k: train-multi30k-seeds
+	$(call train_student,multi30k-student-4-4,configs/multi30k-distilled.toml)
+	$(call train_student,multi30k-student-6-1,configs/multi30k-student.toml)
+	$(call train_student,multi30k-student-6-2,configs/multi30k-student.toml,--set model.num_decoder_layers=2)
+	$(PY) benchmarks/distill.py --runs runs
 
 # docs/pretrained.md's domain shift: fine-tune a Multi30K model (run `make train-multi30k`
 # first, or set FT_MODEL) on the numbers task written as parallel files, and score before and

@@ -22,7 +22,9 @@ The rules a page's code blocks follow (CONTRIBUTING.md, "Examples in the docs"):
   paths; the test substitutes nothing in a page's text.
 * Commands that train for minutes or run until stopped are checked, not run: ``attnlab
   train`` (its argv is parsed by attnlab's own parser and its job, file and flags together,
-  is built and checked as ``attnlab train`` does before any work), ``attnlab serve`` (parsed),
+  is built and checked as ``attnlab train`` does before any work), ``attnlab prepare`` (which
+  prepares a large corpus into the user's cache: its job built and checked alike),
+  ``attnlab serve`` (parsed),
   ``torchrun ... -m attnlab ARGS`` (ARGS as above), ``make TARGET`` (the Makefile has the
   target) and ``pip install`` (the extras it names exist). A checked ``attnlab train`` whose
   ``--out`` does not exist yet gets the prepared run of its kind of task there (a stand-in for
@@ -77,7 +79,7 @@ MARKER = re.compile(r"^<!--\s*(?P<kind>file|no-test|needs):\s*(?P<value>.*?)\s*-
 #: What a deprecated spelling prints (attnlab.cli._args.warn_deprecated).
 DEPRECATED = " is deprecated; use "
 #: Commands checked by parsing, not run (the module docstring says why).
-PARSED_ONLY = {"train", "serve"}
+PARSED_ONLY = {"train", "prepare", "serve"}
 
 
 @dataclass
@@ -206,6 +208,14 @@ def check_without_running(words: list[str], where: str, cwd: Path) -> bool:
             except (OSError, TypeError, ValueError) as error:
                 pytest.fail(f"{where}: attnlab {shlex.join(words[1:])}: {error}")
             stand_in(job, args.out, cwd)
+        if words[1] == "prepare":
+            from attnlab.cli.train import build_job, job_args
+
+            try:
+                with _inside(cwd):
+                    build_job(job_args(config=args.config, set=args.set)).check()
+            except (OSError, TypeError, ValueError) as error:
+                pytest.fail(f"{where}: attnlab {shlex.join(words[1:])}: {error}")
         return True
     if words[:1] == ["make"]:
         makefile = (ROOT / "Makefile").read_text(encoding="utf-8")

@@ -48,8 +48,10 @@ PAIRS = [
     ("README.md", "README.zh.md"),
     ("docs/guide.md", "docs/guide.zh.md"),
     ("docs/serve.md", "docs/serve.zh.md"),
+    ("docs/deploy.md", "docs/deploy.zh.md"),
     ("docs/explain.md", "docs/explain.zh.md"),
     ("docs/terminology.md", "docs/terminology.zh.md"),
+    ("docs/distillation.md", "docs/distillation.zh.md"),
 ]
 FENCE = re.compile(r"^\s*(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)\s*$")
 HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+\S")

@@ -509,3 +509,169 @@ def test_an_unchanged_file_is_scanned_once(tmp_path: Path, monkeypatch) -> None:
     os.utime(path, ns=(1, 1))  # changed (as far as the file system says)
     _write(path, ["a", "b", "c", "d"])
     assert textfiles.count_lines(path) == 4 and len(reads) == 4
+
+
+# -- what a later process remembers: the files' digests ------------------------------------------
+
+
+def _old(path: Path, seconds: int = 1_000_000_000) -> Path:
+    """``path`` with a modification time long past (a file just written is not remembered:
+    a write in the same clock tick, of the same size, would go unseen)."""
+    os.utime(path, ns=(seconds * 10**9, seconds * 10**9))
+    return path
+
+
+def test_a_later_process_does_not_read_an_unchanged_file(tmp_path: Path, monkeypatch) -> None:
+    """The digests cache (path, device, inode, size, mtime in ns -> digest and lines) spares
+    a second process the read; a touched or rewritten file, and ``verify``, are read again."""
+    path = _old(_write(tmp_path / "f.en", ["a", "b", "c"]))
+    cache = tmp_path / "cache"
+    reads: list[Path] = []
+    scan = textfiles._scan
+    monkeypatch.setattr(textfiles, "_scan", lambda p, **kw: reads.append(p) or scan(p, **kw))
+    monkeypatch.setattr(textfiles, "_SCANS", {})  # a fresh process
+    first = textfiles.scan_file(path, cache_dir=cache)
+    assert len(reads) == 1 and first.lines == 3 and first.sha256 == textfiles.sha256_file(path)
+    stored = json.loads((cache / textfiles.DIGESTS_FILE).read_text(encoding="utf-8"))
+    assert stored["format"] == "attnlab-file-digests" and len(stored["files"]) == 1
+    monkeypatch.setattr(textfiles, "_SCANS", {})  # the next process: not read again
+    assert textfiles.scan_file(path, cache_dir=cache) == first and len(reads) == 1
+    assert textfiles.count_lines(path) == 3 and len(reads) == 1
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    assert textfiles.scan_file(path, cache_dir=cache, utf8=True) == first  # not checked yet
+    assert len(reads) == 2
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    assert textfiles.check_parallel(path, path, "x", cache_dir=cache) == (first, first)
+    assert len(reads) == 2  # UTF-8 checked and remembered
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    textfiles.scan_file(path, cache_dir=cache, verify=True)  # --verify-data
+    assert len(reads) == 3
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    _old(path, 1_000_000_001)  # touched: the same bytes, read again for their digest
+    assert textfiles.scan_file(path, cache_dir=cache) == first and len(reads) == 4
+    _write(path, ["a", "b", "d"])  # rewritten in place, the same size: a new mtime
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    changed = textfiles.scan_file(path, cache_dir=cache)
+    assert len(reads) == 5 and changed.sha256 != first.sha256
+    monkeypatch.setattr(textfiles, "_SCANS", {})  # just written: not remembered
+    assert textfiles.scan_file(path, cache_dir=cache) == changed and len(reads) == 6
+    _old(path, 1_000_000_002)
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    textfiles.scan_file(path, cache_dir=cache)  # remembered as it is now
+    assert len(reads) == 7
+    other = _old(_write(tmp_path / "g.en", ["a", "b", "c"]), 1_000_000_002)
+    os.replace(other, path)  # another file (inode) in its place: size and mtime alike
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    assert textfiles.scan_file(path, cache_dir=cache).sha256 == first.sha256
+    assert len(reads) == 8
+
+
+def test_a_damaged_digests_cache_is_read_as_empty(tmp_path: Path, monkeypatch) -> None:
+    path = _old(_write(tmp_path / "f.en", ["a", "b"]))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    reads: list[Path] = []
+    scan = textfiles._scan
+    monkeypatch.setattr(textfiles, "_scan", lambda p, **kw: reads.append(p) or scan(p, **kw))
+    for damaged in ("{not json", '{"format": "other", "files": {}}', "[1, 2]", "\xff"):
+        (cache / textfiles.DIGESTS_FILE).write_text(damaged, encoding="latin-1")
+        monkeypatch.setattr(textfiles, "_SCANS", {})
+        assert textfiles.scan_file(path, cache_dir=cache).lines == 2
+    assert len(reads) == 4
+    entry = json.loads((cache / textfiles.DIGESTS_FILE).read_text())["files"][str(path)]
+    entry["sha256"] = "short"  # a malformed entry: read again, then written right
+    data = {"format": "attnlab-file-digests", "version": 1, "files": {str(path): entry}}
+    (cache / textfiles.DIGESTS_FILE).write_text(json.dumps(data))
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    assert textfiles.scan_file(path, cache_dir=cache).sha256 == textfiles.sha256_file(path)
+    assert len(reads) == 5
+
+
+def test_cached_corpus_remembers_the_digests(corpus, tok, tmp_path: Path, monkeypatch) -> None:
+    src, tgt, _ = corpus
+    src, tgt = (Path(shutil.copy(p, tmp_path / p.name)) for p in (src, tgt))
+    _old(src), _old(tgt)
+    reads: list[Path] = []
+    scan = textfiles._scan
+    monkeypatch.setattr(textfiles, "_scan", lambda p, **kw: reads.append(p) or scan(p, **kw))
+    monkeypatch.setattr(textfiles, "_SCANS", {})
+    first = cached_corpus(src, tgt, tok, tok, cache_dir=tmp_path / "cache", workers=1)
+    assert not first.cached and reads
+    reads.clear()
+    monkeypatch.setattr(textfiles, "_SCANS", {})  # a second start: the shards, no read
+    again = cached_corpus(src, tgt, tok, tok, cache_dir=tmp_path / "cache", workers=1)
+    assert again.cached and again.directory == first.directory and reads == []
+
+
+# -- waiting for another process's preparation ----------------------------------------------------
+
+
+def test_another_rank_waits_for_the_preparation(corpus, tok, tmp_path: Path, monkeypatch) -> None:
+    """``wait``: nothing prepared here; the call returns once the first process has made
+    the directory, however long that takes (no deadline), and says why it waits."""
+    import threading
+
+    src, tgt, _ = corpus
+    monkeypatch.setattr(prepare, "WAIT_POLL_S", 0.01)
+    heard: list[str] = []
+    waiting = threading.Event()
+
+    def say(line: str) -> None:
+        heard.append(line)
+        waiting.set()
+
+    found: list = []
+    other = threading.Thread(
+        target=lambda: found.append(
+            cached_corpus(src, tgt, tok, tok, cache_dir=tmp_path, workers=1, wait=say)
+        )
+    )
+    other.start()
+    assert waiting.wait(timeout=120), "the waiting rank said nothing"
+    assert not found and other.is_alive()
+    made = cached_corpus(src, tgt, tok, tok, cache_dir=tmp_path, workers=1)
+    other.join(timeout=120)
+    assert not other.is_alive(), "the waiting rank did not see the prepared shards"
+    assert found[0].cached and found[0].directory == made.directory and not made.cached
+    assert heard[0].startswith("waiting for rank 0 to prepare the shards of train in ")
+    assert "without a time limit" in heard[0]
+
+
+# -- the tokenizers' sample follows the mixture ---------------------------------------------------
+
+
+def test_the_tokenizer_sample_follows_the_weights(tmp_path: Path) -> None:
+    """Two corpora of distinct words: the sample takes each one's share of an epoch (its
+    weight), not its share of the lines; a one-stream sample without weights."""
+    big = [f"big{i % 50} word{i % 7}" for i in range(2000)]
+    small = [f"small{i % 40} word{i % 5}" for i in range(200)]
+    files = [_write(tmp_path / f"{name}.{side}", lines) for name, lines in
+             (("big", big), ("small", small)) for side in ("en", "de")]  # fmt: skip
+    srcs, tgts = [files[0], files[2]], [files[1], files[3]]
+    # Weights 1 : 4: the small corpus (200 lines) once, 50 of the big one (2,000 lines).
+    assert prepare.sample_counts(srcs, 10_000, weights=[1.0, 4.0]) == [50, 200]
+    assert prepare.sample_counts(srcs, 125, weights=[1.0, 4.0]) == [25, 100]  # scaled down
+    assert prepare.sample_counts(srcs, 10_000, temperature=1.0) == [2000, 200]
+    assert prepare.sample_counts(srcs, 10_000) is None
+    assert prepare.sample_counts(srcs[:1], 10_000, weights=[1.0]) is None
+    weighted, _ = prepare.train_tokenizer_on_sample(
+        srcs, tgts, 300, sample_size=125, weights=[1.0, 4.0], min_frequency=1
+    )
+    again, _ = prepare.train_tokenizer_on_sample(
+        srcs, tgts, 300, sample_size=125, weights=[1.0, 4.0], min_frequency=1
+    )
+    assert weighted.fingerprint() == again.fingerprint()
+    plain, _ = prepare.train_tokenizer_on_sample(srcs, tgts, 300, sample_size=125, min_frequency=1)
+    assert plain.fingerprint() != weighted.fingerprint()
+    # What it learned from: 25 big lines and 100 small ones (each side), seeded per corpus.
+    picks = [
+        textfiles.reservoir_sample(path, k=k, seed=prepare._corpus_seed(0, i), lines=True)
+        for i, (path, k) in enumerate(zip(srcs, [25, 100], strict=True))
+    ]
+    assert [len(p) for p in picks] == [25, 100]
+    sample = [line for p, tgt in zip(picks, tgts, strict=True) for line in p for _ in (0, 1)]
+    assert sum(line.startswith("small") for line in sample) == 4 * sum(
+        line.startswith("big") for line in sample
+    )
+    expected = Tokenizer.train(sample, 300, min_frequency=1)
+    assert weighted.fingerprint() == expected.fingerprint()

@@ -5,39 +5,27 @@ the run printed at its end."""
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import textwrap
 from pathlib import Path
 
 from ..jobs import TASKS
+from ..jobs.job import OPTIONAL_TABLES
 from ..models.transformer import TransformerConfig
 from ..models.vision import VisionConfig
 from ..train.progress import TRAIN_LOG
 from ._args import (
     add_compile_flag,
+    add_config_flag,
     add_device_flag,
     add_out_flag,
     add_overwrite_flag,
+    add_set_flag,
+    add_verify_data_flag,
     device_of,
     positive_int,
 )
 from .evaluate import print_scores
-
-
-def _setting(text: str) -> tuple[str, str, object]:
-    """``TABLE.KEY=VALUE`` (VALUE read as JSON when it parses, else as a string)."""
-    key, sep, raw = text.partition("=")
-    table, dot, name = key.partition(".")
-    if not (sep and dot and table and name):
-        raise argparse.ArgumentTypeError(
-            f"expected TABLE.KEY=VALUE, e.g. model.d_model=128, got {text!r}"
-        )
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return table, name, value
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -212,6 +200,8 @@ def build_job(args: argparse.Namespace, notes: list[str] | None = None):
         if value is not None:
             data[table][name] = value
     for table, name, value in args.set or []:
+        if table in OPTIONAL_TABLES:  # --set distill.teachers=[...] makes a job a student
+            data.setdefault(table, {})
         if table not in data:
             raise ValueError(f"--set {table}.{name}: unknown table {table!r}; use {sorted(data)}")
         data[table][name] = value
@@ -235,9 +225,24 @@ def _check_task_flags(args: argparse.Namespace, table: dict) -> None:
             raise ValueError(f"{flag}: the {cls.name} task has no such option ([task] {key})")
 
 
+def job_args(**given: object) -> argparse.Namespace:
+    """What ``attnlab train`` parses from no flags but ``given`` (``config``, ``set``...): the
+    namespace :func:`build_job` takes, every other flag at its default (``attnlab prepare``
+    builds the job that ``attnlab train`` would build from the same --config and --set)."""
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train"])
+    for name, value in given.items():
+        if not hasattr(args, name):
+            raise TypeError(f"{name}: not a flag of attnlab train")
+        setattr(args, name, value)
+    return args
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ..jobs import train_job
     from ..train import destroy_distributed, init_distributed
+    from ..train.distributed import launched_world
 
     notes: list[str] = []
     job = build_job(args, notes)
@@ -247,15 +252,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise ValueError("--resume, --overwrite: choose one (continue the run, or start it over)")
     _check_startable(job)  # before --out is touched: a refused start leaves nothing behind
+    rank, world = launched_world()  # under torchrun: this process's rank; else (0, 1)
+    if rank == 0:
+        _prepare_out(out, resume=args.resume, overwrite=args.overwrite)
+        for note in notes:
+            print(f"attnlab train: note: {note}", flush=True)
+        where = f"{job.task.heading()} into {out}/"
+        ranks = f" on {world} processes" if world > 1 else ""
+        print(f"attnlab train: {where}{ranks}", flush=True)
+    if world > 1 or args.verify_data:
+        # Under torchrun, the data made ready before the process group exists: no collective
+        # (and no timeout) waits on a preparation, however long; the other ranks wait on the
+        # cache, and say so. (One process prepares in train_job, which logs it.)
+        voice = "  " if rank == 0 else f"  rank {rank}: "
+        job.task.prepare(
+            job,
+            note=lambda line: print(f"{voice}{line}", flush=True),
+            rank=rank,
+            out=out,
+            resume=args.resume,
+            verify=args.verify_data,
+        )
     rank, world = init_distributed()  # under torchrun: join the group; else (0, 1)
     try:
-        if rank == 0:
-            _prepare_out(out, resume=args.resume, overwrite=args.overwrite)
-            for note in notes:
-                print(f"attnlab train: note: {note}", flush=True)
-            where = f"{job.task.heading()} into {out}/"
-            ranks = f" on {world} processes" if world > 1 else ""
-            print(f"attnlab train: {where}{ranks}", flush=True)
         created = not out.exists()
         try:
             result = train_job(
@@ -406,13 +425,7 @@ def add_parsers(sub) -> None:
         epilog=_recipes_epilog(),
         formatter_class=_Formatter,
     )
-    train.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="a TOML job file (start one from `attnlab config --recipe NAME`), or the NAME "
-        "of a packaged recipe (a task's name gives its recipe)",
-    )
+    add_config_flag(train)
     train.add_argument(
         "--task",
         choices=tuple(TASKS),  # the task registry
@@ -495,13 +508,8 @@ def add_parsers(sub) -> None:
         help="also keep the best model so far as OUT/best by this validation column: val_loss "
         "(lower is better), val_bleu, val_exact, val_chrf or val_accuracy (higher is better)",
     )
-    train.add_argument(
-        "--set",
-        type=_setting,
-        action="append",
-        metavar="TABLE.KEY=VALUE",
-        help="any other setting, e.g. model.d_model=128 (repeatable)",
-    )
+    add_set_flag(train)
+    add_verify_data_flag(train)
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     add_overwrite_flag(
         train,

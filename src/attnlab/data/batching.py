@@ -14,7 +14,8 @@ exceed the budget, whatever the lengths.
   each global batch among the replicas of a distributed run.
 * :func:`collate` turns a batch into ``src (B, S)``, ``tgt_in (B, T)``, ``tgt_out (B, T)``.
 * :class:`Mixture`: several corpora concatenated into one index space, drawn anew each epoch
-  by weights or by temperature; :class:`TokenBatcher` then buckets and packs the draw.
+  by weights or by temperature (an epoch ends when the corpus drawn fastest for its size has
+  been seen once); :class:`TokenBatcher` then buckets and packs the draw.
 
 An epoch's batches are held lean (:class:`IndexBatches`: one index array and the batch
 boundaries, a few bytes per example), so that corpora of millions of pairs batch in seconds;
@@ -585,14 +586,22 @@ class Mixture:
     """Several corpora concatenated into one index space, mixed anew in each epoch.
 
     Corpus ``k`` holds the indices ``starts[k] .. starts[k] + sizes[k] - 1`` (``starts`` the
-    running sums of ``sizes``). An epoch takes ``counts[k]`` examples of corpus ``k``:
-    ``epoch_size * p_k`` rounded by largest remainder (so that they add up to ``epoch_size``),
-    with ``p_k = weights[k] / sum(weights)`` or, by temperature, ``p_k ∝ sizes[k] ** (1 / T)``
-    (``T = 1``: in proportion to the sizes, every example once per epoch; larger ``T``: more
-    even, upsampling the small corpora). Which examples: the whole corpus as many times as
-    ``counts[k] // sizes[k]``, and a seeded sample without replacement of the rest (a
-    corpus drawn down to fewer than its size gives only that sample). The draw is a function
-    of ``(seed, epoch)`` (:meth:`epoch_indices`), so that a resumed run draws the same.
+    running sums of ``sizes``). Its share of an epoch is ``p_k = weights[k] / sum(weights)``
+    or, by temperature, ``p_k ∝ sizes[k] ** (1 / T)`` (``T = 1``: in proportion to the
+    sizes; larger ``T``: more even, favouring the small corpora).
+
+    An epoch (as fairseq's sampling weights have it) ends when the corpus drawn fastest for
+    its size, the one of largest ``p_k / sizes[k]`` (the first of equals), has been seen
+    once: it gives all its ``sizes[k]`` examples, and every other corpus ``j`` gives
+    ``counts[j] = round(sizes[k] * p_j / p_k)``, at most its size; ``epoch_size`` is their
+    sum. No example appears twice in an epoch, each corpus's share of it is ``p_j`` (to the
+    rounding of one example), and a corpus drawn down is a fresh seeded sample each epoch
+    (over many epochs, each of its pairs is seen at the same rate). ``T = 1`` (no weights,
+    no temperature): every example once. Given ``epoch_size`` instead, ``counts[k]`` is
+    ``epoch_size * p_k`` rounded by largest remainder, and a corpus drawn up to more than its
+    size is taken whole as many times as ``counts[k] // sizes[k]``, plus a sample of the rest.
+    The draw is a function of ``(seed, epoch)`` (:meth:`epoch_indices`), so that a resumed
+    run draws the same.
 
     Example::
 
@@ -603,7 +612,8 @@ class Mixture:
         sizes: the examples of each corpus (> 0 for a corpus drawn from).
         weights: each corpus's share of an epoch (non-negative, not all 0); or
         temperature: ``T > 0``; neither: ``T = 1``.
-        epoch_size: the examples of an epoch (default: ``sum(sizes)``).
+        epoch_size: the examples of an epoch (default: until the corpus of largest
+            ``p_k / sizes[k]`` has been seen once, above).
         keys: a fingerprint per corpus (e.g. its shards' key), kept in :meth:`to_dict` so that
             a checkpoint's data fingerprint changes with the corpora.
     """
@@ -651,10 +661,12 @@ class Mixture:
             if n == 0 and p > 0:
                 raise ValueError(f"sizes[{k}]: the corpus is empty but has weight {p:.3g}")
         self.total = int(sizes_f.sum())
-        self.epoch_size = check_int(
-            self.total if epoch_size is None else epoch_size, "epoch_size", 1
-        )
-        self.counts = _largest_remainder(self.probabilities, self.epoch_size)
+        if epoch_size is None:
+            self.counts = _one_pass(self.probabilities, sizes_f)
+            self.epoch_size = int(self.counts.sum())
+        else:
+            self.epoch_size = check_int(epoch_size, "epoch_size", 1)
+            self.counts = _largest_remainder(self.probabilities, self.epoch_size)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         if keys is not None and len(keys) != len(self.sizes):
             raise ValueError(f"keys: expected {len(self.sizes)} keys, got {len(keys)}")
@@ -695,6 +707,18 @@ class Mixture:
 
 
 _MIXTURE_STREAM = 0x6D6978  # "mix": the mixture's random stream, apart from the batcher's
+
+
+def _one_pass(probabilities: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each corpus's examples in an epoch that ends when the corpus of largest
+    ``probability / size`` has been seen once (:class:`Mixture`): that corpus's size, and
+    ``size_k * p_j / p_k`` rounded (at most its size) for every other ``j``."""
+    rates = np.divide(probabilities, sizes, out=np.zeros_like(probabilities), where=sizes > 0)
+    fastest = int(np.argmax(rates))
+    exact = sizes[fastest] * probabilities / probabilities[fastest]
+    counts = np.minimum(np.floor(exact + 0.5), sizes).astype(np.int64)
+    counts[fastest] = int(sizes[fastest])
+    return counts
 
 
 def _largest_remainder(probabilities: np.ndarray, total: int) -> np.ndarray:

@@ -5,9 +5,16 @@ chunk in worker processes, applies the cleaning filters (:mod:`attnlab.data.clea
 the kept pairs' ids to a shard directory; memory stays bounded (a few chunks and 8 bytes per
 kept pair for the duplicate filter) whatever the corpus size. :func:`cached_corpus` does the
 same under a cache directory keyed by the inputs' digests, the tokenizers and the options
-(:func:`shard_key`), and returns the directory at once when it is already there.
-:func:`train_tokenizer_on_sample` trains the BPE tokenizer on a bounded, seeded sample of
-lines. :mod:`attnlab.data.shards` reads the directories.
+(:func:`shard_key`), and returns the directory at once when it is already there; the files'
+digests are remembered there too (:data:`~attnlab.data.textfiles.DIGESTS_FILE`), so that a
+later start does not read an unchanged corpus again. :func:`train_tokenizer_on_sample` trains
+the BPE tokenizer on a bounded, seeded sample of lines (several corpora: in the shares of
+their mixture). :mod:`attnlab.data.shards` reads the directories.
+
+Several processes (the ranks of a ``torchrun`` run) share one preparation: the first prepares,
+and the others call :func:`cached_tokenizers` and :func:`cached_corpus` with ``wait``: they
+wait for the cache to hold what the first one makes, without a deadline, and say so every
+minute.
 
 The shard format (version 1), one directory per prepared corpus:
 
@@ -69,6 +76,7 @@ from . import clean
 from .clean import CleaningOptions
 from .shards import FORMAT, META_FILE, VERSION  # the reader's format, written here
 from .textfiles import FileInfo, check_parallel, decode_lines, iter_lines, line_chunks
+from .textfiles import count_lines as _count_lines
 from .textfiles import reservoir_sample as _reservoir_sample
 
 __all__ = [
@@ -84,7 +92,9 @@ __all__ = [
     "TGT_OFFSETS",
     "VERSION",
     "PreparedCorpus",
+    "cache_root",
     "cached_corpus",
+    "cached_tokenizers",
     "default_cache_dir",
     "format_progress",
     "id_dtype",
@@ -115,6 +125,10 @@ CHUNK_LINES = 50_000
 DEFAULT_SAMPLE_SIZE = 1_000_000
 _PARTIAL = ".partial-"
 _UINT16_VOCAB = 65_536
+#: A process that waits for another's preparation looks every WAIT_POLL_S seconds, and says
+#: why it waits at once and then every WAIT_NOTE_S seconds.
+WAIT_POLL_S = 1.0
+WAIT_NOTE_S = 60.0
 
 
 def id_dtype(src_vocab: int, tgt_vocab: int) -> str:
@@ -129,6 +143,30 @@ def default_cache_dir() -> Path:
         return Path(os.environ["ATTNLAB_CACHE"]).expanduser() / "shards"
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "attnlab" / "shards"
+
+
+def cache_root(cache_dir: PathLike | None = None) -> Path:
+    """``cache_dir``, or :func:`default_cache_dir` when None: where shards, tokenizers and the
+    files' digests are kept."""
+    return Path(cache_dir) if cache_dir is not None else default_cache_dir()
+
+
+def _wait_until(ready: Callable[[], Any], what: str, say: Callable[[str], object]) -> Any:
+    """Poll ``ready()`` until it returns something other than None, and return that, without a
+    deadline: ``say`` hears why at once, then every :data:`WAIT_NOTE_S` seconds. (Another
+    process prepares ``what``; under ``torchrun`` the launcher ends this one if that fails.)"""
+    started = time.monotonic()
+    said = -float("inf")
+    while True:
+        found = ready()
+        if found is not None:
+            return found
+        now = time.monotonic()
+        if now - said >= WAIT_NOTE_S:
+            waited = f" ({_duration(now - started)} so far)" if now > started + 1 else ""
+            say(f"waiting for rank 0 to prepare {what}, without a time limit{waited}")
+            said = now
+        time.sleep(WAIT_POLL_S)
 
 
 def shard_key(
@@ -692,28 +730,41 @@ def cached_corpus(
     progress: Progress | None = None,
     name: str = "train",
     chunk_lines: int = CHUNK_LINES,
+    wait: Callable[[str], object] | None = None,
 ) -> PreparedCorpus:
     """The shard directory of these files, tokenizers and options under ``cache_dir``
     (default :func:`default_cache_dir`), named by its :func:`shard_key`: returned at once when
-    it is complete there (``cached=True``; the files are read once, for their digests),
-    else made by :func:`prepare_corpus` (same arguments)."""
+    it is complete there (``cached=True``; the files' digests come from the cache's
+    :data:`~attnlab.data.textfiles.DIGESTS_FILE` when they have not changed, else the files
+    are read once for them), else made by :func:`prepare_corpus` (same arguments).
+
+    ``wait`` (the other ranks of a run whose first rank prepares): prepare nothing, but wait
+    for the directory to be complete, without a deadline, passing ``wait`` a line that says
+    why at once and then every minute."""
     started = time.perf_counter()
     options = CleaningOptions() if cleaning is None else cleaning
     if not isinstance(options, CleaningOptions):
         raise TypeError(f"cleaning: expected CleaningOptions or None, got {type(options).__name__}")
     _check_tokenizer(src_tokenizer, "src_tokenizer")
     _check_tokenizer(tgt_tokenizer, "tgt_tokenizer")
-    infos = check_parallel(src_path, tgt_path, name, utf8=False)
+    root = cache_root(cache_dir)
+    infos = check_parallel(src_path, tgt_path, name, utf8=False, cache_dir=root)
     key = shard_key(infos, (src_tokenizer.fingerprint(), tgt_tokenizer.fingerprint()), options)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     directory = root / key
-    try:
-        meta = load_meta(directory)
-    except ValueError:
-        meta = None  # an older format: prepared again, in its place
-    if meta is not None and meta.get("key") == key:
+
+    def complete() -> dict[str, Any] | None:
+        try:
+            meta = load_meta(directory)
+        except ValueError:
+            return None  # an older format: prepared again, in its place
+        return meta if meta is not None and meta.get("key") == key else None
+
+    meta = complete()
+    if meta is None and wait is not None:
+        meta = _wait_until(complete, f"the shards of {name} in {directory}", wait)
+    if meta is not None:
         return _result(directory, meta, time.perf_counter() - started, cached=True)
-    infos = check_parallel(src_path, tgt_path, name)  # UTF-8 too, before the work
+    infos = check_parallel(src_path, tgt_path, name, cache_dir=root)  # UTF-8, before the work
     result = prepare_corpus(
         src_path,
         tgt_path,
@@ -779,11 +830,18 @@ def train_tokenizer_on_sample(
     seed: int = 0,
     min_frequency: int = 2,
     name: str = "train",
+    weights: Sequence[float] | None = None,
+    temperature: float | None = None,
 ) -> tuple[Any, Any]:
     """Train the BPE :class:`~attnlab.data.tokenizer.Tokenizer` on a seeded sample of
     ``sample_size`` lines of each file (every line when there are no more), read in a stream:
     memory is bounded by the sample's indices (8 bytes a line) and the trainer's word counts,
     whatever the corpus size. Lines are stripped, empty ones skipped.
+
+    Several corpora with ``weights`` or ``temperature`` (their mixture): the sample follows
+    the mixture, as an epoch draws (:class:`~attnlab.data.batching.Mixture`, on the files'
+    line counts): each corpus gives its share of ``min(sample_size, an epoch)`` lines, a
+    seeded sample of its own. Without either, the corpora are sampled as one stream.
 
     ``tgt_path`` None: one text file (a language model), one tokenizer. ``joint``: one
     tokenizer over both sides (each sampled pair's source, then its target, as the job
@@ -808,19 +866,60 @@ def train_tokenizer_on_sample(
             raise ValueError(f"{name}: {len(srcs)} source files but {len(tgts)} target files")
         for src, tgt in zip(srcs, tgts, strict=True):
             check_parallel(src, tgt, name, utf8=False)
-    indices = _reservoir_sample(*srcs, k=sample_size, seed=seed)
-    assert isinstance(indices, np.ndarray)
+    counts = sample_counts(srcs, sample_size, weights=weights, temperature=temperature)
+    if counts is None:  # one stream
+        picks = [(_reservoir_sample(*srcs, k=sample_size, seed=seed), srcs, tgts)]
+    else:
+        picks = [
+            (_reservoir_sample(src, k=count, seed=_corpus_seed(seed, i)), [src], tgts[i : i + 1])
+            for i, (src, count) in enumerate(zip(srcs, counts, strict=True))
+            if count > 0
+        ]
+
+    def lines(*sides: str) -> Iterator[str]:
+        for indices, src_files, tgt_files in picks:
+            assert isinstance(indices, np.ndarray)
+            files = {"src": src_files, "tgt": tgt_files}
+            yield from _selected_lines(indices, *(files[side] for side in sides))
+
     kwargs = {"min_frequency": min_frequency}
     if tgt_path is None:
-        tokenizer = Tokenizer.train(_selected_lines(indices, srcs), vocab_size, **kwargs)
+        tokenizer = Tokenizer.train(lines("src"), vocab_size, **kwargs)
         return tokenizer, tokenizer
     if joint:
-        texts = _selected_lines(indices, srcs, tgts)
-        tokenizer = Tokenizer.train(texts, vocab_size, **kwargs)
+        tokenizer = Tokenizer.train(lines("src", "tgt"), vocab_size, **kwargs)
         return tokenizer, tokenizer
-    src = Tokenizer.train(_selected_lines(indices, srcs), vocab_size, **kwargs)
-    tgt = Tokenizer.train(_selected_lines(indices, tgts), vocab_size, **kwargs)
+    src = Tokenizer.train(lines("src"), vocab_size, **kwargs)
+    tgt = Tokenizer.train(lines("tgt"), vocab_size, **kwargs)
     return src, tgt
+
+
+def sample_counts(
+    paths: Sequence[PathLike],
+    sample_size: int,
+    *,
+    weights: Sequence[float] | None = None,
+    temperature: float | None = None,
+) -> list[int] | None:
+    """How many lines of each corpus (``paths``, one file a corpus) the tokenizers' sample
+    takes when it follows their mixture: the counts of an epoch of
+    :class:`~attnlab.data.batching.Mixture` over the files' line counts, scaled down to
+    ``sample_size`` lines when an epoch holds more. None: one corpus, or neither ``weights``
+    nor ``temperature`` (the sample is then one stream)."""
+    from .batching import Mixture
+
+    if len(paths) < 2 or (weights is None and temperature is None):
+        return None
+    sizes = [_count_lines(path) for path in paths]
+    mixture = Mixture(sizes, weights=weights, temperature=temperature)
+    scale = min(1.0, sample_size / mixture.epoch_size)
+    counts = mixture.counts.tolist()
+    return [min(n, int(c * scale + 0.5)) for n, c in zip(sizes, counts, strict=True)]
+
+
+def _corpus_seed(seed: int, corpus: int) -> int:
+    """A seed for corpus ``corpus``'s sample, apart from the others'."""
+    return int(np.random.SeedSequence([seed, corpus]).generate_state(1)[0])
 
 
 def cached_tokenizers(
@@ -834,17 +933,23 @@ def cached_tokenizers(
     min_frequency: int = 2,
     name: str = "train",
     cache_dir: PathLike | None = None,
+    weights: Sequence[float] | None = None,
+    temperature: float | None = None,
+    wait: Callable[[str], object] | None = None,
 ) -> tuple[Any, Any, bool]:
     """:func:`train_tokenizer_on_sample`'s tokenizers, kept under ``cache_dir`` (default
     :func:`default_cache_dir`) in ``tokenizers/KEY``, KEY the files' digests and the
     options: a second run on the same files finds them there instead of training again.
-    Returns ``(src, tgt, cached)``. The directory is written aside and renamed into place."""
+    Returns ``(src, tgt, cached)``. The directory is written aside and renamed into place.
+    ``wait``: train nothing, but wait for another process to put them there, as
+    :func:`cached_corpus` waits."""
     from .tokenizer import load_tokenizers, save_tokenizers
 
+    root = cache_root(cache_dir)
     infos = [
         info.to_dict()
         for src, tgt in zip(src_paths, tgt_paths, strict=True)
-        for info in check_parallel(src, tgt, name, utf8=False)
+        for info in check_parallel(src, tgt, name, utf8=False, cache_dir=root)
     ]
     for info in infos:
         info.pop("path")  # the same bytes elsewhere are the same corpus
@@ -852,10 +957,16 @@ def cached_tokenizers(
         "vocab_size": vocab_size, "joint": joint, "sample_size": sample_size, "seed": seed,
         "min_frequency": min_frequency, "version": VERSION,
     }  # fmt: skip
+    if len(src_paths) > 1 and (weights is not None or temperature is not None):
+        # The sample follows the mixture (older caches sampled the corpora as one stream).
+        options["mixing"] = {"weights": weights, "temperature": temperature}
     text = json.dumps({"inputs": infos, "options": options}, sort_keys=True)
     key = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "tokenizers"
+    root = root / "tokenizers"
     directory = root / key
+    if not directory.is_dir() and wait is not None:
+        where = f"the tokenizers in {directory}"
+        _wait_until(lambda: True if directory.is_dir() else None, where, wait)
     if directory.is_dir():
         src, tgt = load_tokenizers(directory)
         return src, tgt, True
@@ -868,6 +979,8 @@ def cached_tokenizers(
         seed=seed,
         min_frequency=min_frequency,
         name=name,
+        weights=weights,
+        temperature=temperature,
     )
     root.mkdir(parents=True, exist_ok=True)
     partial = root / f"{key}{_PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"

@@ -8,7 +8,9 @@ The readers under :mod:`attnlab.data.prepare`, which never hold a whole corpus i
   lines at a time, for worker processes, which :func:`decode_lines` turns into lines).
 * :func:`count_lines`, :func:`sha256_file`, and :func:`scan_file` for both (and an optional
   UTF-8 check) in one pass; :func:`check_parallel` for a pair of line-aligned files, before
-  any work.
+  any work. Given a cache directory, :func:`scan_file` keeps what it found there
+  (:data:`DIGESTS_FILE`), by each file's path, inode, size and modification time, as git's
+  index does: a later process does not read an unchanged file again to digest it.
 * :func:`reservoir_sample`: a seeded, bounded sample of line indices (or lines) in one pass.
 
 A line is what lies between two ``\\n`` bytes: its ending (``\\n`` or ``\\r\\n``) is not
@@ -27,10 +29,13 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
+import json
 import os
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,9 +45,11 @@ from typing import BinaryIO
 import numpy as np
 
 from .._checks import check_int
+from .._io import write_json
 
 __all__ = [
     "BLOCK_BYTES",
+    "DIGESTS_FILE",
     "FileInfo",
     "check_parallel",
     "count_lines",
@@ -260,10 +267,84 @@ def _identity(path: Path) -> tuple[str, int, int, int, int]:
     )
 
 
-def scan_file(path: PathLike, *, digest: bool = True, utf8: bool = False) -> FileInfo:
+#: The file of a cache directory (the shard cache's) that remembers, across processes, what
+#: :func:`scan_file` found: ``{"format", "version", "files": {real path: {"device", "inode",
+#: "size", "mtime_ns", "sha256", "lines", "utf8"}}}``, written atomically.
+DIGESTS_FILE = "file-digests.json"
+_DIGESTS_FORMAT = "attnlab-file-digests"
+_DIGESTS_VERSION = 1
+#: The files it remembers at most (the most recently scanned).
+_DIGESTS_LIMIT = 1000
+#: A file modified less than this before its scan began is not remembered (git's "racily
+#: clean" entries): a write in the same tick of the clock, of the same size, would go unseen.
+_RACY_NS = 2_000_000_000
+
+
+def _remembered(cache_dir: Path, identity: tuple[str, int, int, int, int]) -> dict | None:
+    """The entry of ``cache_dir``'s :data:`DIGESTS_FILE` for this file in this state, or None
+    (none, another state, or a file that cannot be read as one)."""
+    entry = _read_digests(cache_dir).get(identity[0])
+    if not isinstance(entry, dict):
+        return None
+    state = (entry.get("device"), entry.get("inode"), entry.get("size"), entry.get("mtime_ns"))
+    sha, lines = entry.get("sha256"), entry.get("lines")
+    if state != identity[1:] or not isinstance(sha, str) or len(sha) != 64:
+        return None
+    if not isinstance(lines, int) or isinstance(lines, bool) or lines < 0:
+        return None
+    return entry
+
+
+def _read_digests(cache_dir: Path) -> dict[str, object]:
+    try:
+        data = json.loads((cache_dir / DIGESTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != _DIGESTS_FORMAT:
+        return {}
+    if data.get("version") != _DIGESTS_VERSION or not isinstance(data.get("files"), dict):
+        return {}
+    return data["files"]  # type: ignore[no-any-return]
+
+
+def _remember(
+    cache_dir: Path, identity: tuple[str, int, int, int, int], info: FileInfo, utf8: bool
+) -> None:
+    """Add this scan to ``cache_dir``'s :data:`DIGESTS_FILE` (read again and merged, then
+    written atomically). A cache that cannot be written is left as it is: the file is then
+    digested again next time, nothing worse."""
+    files = dict(_read_digests(cache_dir))
+    files.pop(identity[0], None)  # re-inserted last: the most recent
+    files[identity[0]] = {
+        "device": identity[1], "inode": identity[2], "size": identity[3],
+        "mtime_ns": identity[4], "sha256": info.sha256, "lines": info.lines, "utf8": utf8,
+    }  # fmt: skip
+    kept = dict(list(files.items())[-_DIGESTS_LIMIT:])
+    data = {"format": _DIGESTS_FORMAT, "version": _DIGESTS_VERSION, "files": kept}
+    with contextlib.suppress(OSError):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        write_json(cache_dir / DIGESTS_FILE, data)
+
+
+def scan_file(
+    path: PathLike,
+    *,
+    digest: bool = True,
+    utf8: bool = False,
+    cache_dir: PathLike | None = None,
+    verify: bool = False,
+) -> FileInfo:
     """One pass over the file: its SHA-256 (``digest``; else ``""``), size and line count,
     and with ``utf8`` a check that every line is UTF-8. A file this process has scanned
     before, unchanged since (same inode, size and modification time), is not read again.
+
+    ``cache_dir`` (a shard cache directory): what was found is also kept in its
+    :data:`DIGESTS_FILE`, by the file's real path, device, inode, size and modification time
+    (in ns), and a later process finds it there, as long as none of these has changed,
+    instead of reading the file again: git's index does the same. A file modified within 2
+    s before its scan is not kept (a same-size write in the same clock tick would go
+    unseen). ``verify``: read the file whatever this process or ``cache_dir`` remember (the
+    result is kept again).
 
     Raises:
         FileNotFoundError, IsADirectoryError: no such file; a directory.
@@ -272,18 +353,30 @@ def scan_file(path: PathLike, *, digest: bool = True, utf8: bool = False) -> Fil
     """
     path = _check_file(path)
     identity = _identity(path)
-    known = _SCANS.get(identity)
+    known = None if verify else _SCANS.get(identity)
     if known is not None and (known[0] or not digest) and (known[1] or not utf8):
         info = known[2]
         return FileInfo(str(path), info.sha256 if digest else "", info.bytes, info.lines)
-    info = _scan(path, digest=digest, utf8=utf8)
+    cache = Path(cache_dir) if cache_dir is not None else None
+    if cache is not None and not verify:
+        entry = _remembered(cache, identity)
+        checked = entry is not None and (entry.get("utf8") is True or bool(known and known[1]))
+        if entry is not None and (checked or not utf8):
+            info = FileInfo(str(path), entry["sha256"], identity[3], entry["lines"])
+            _SCANS[identity] = (True, checked, info)
+            return FileInfo(str(path), info.sha256 if digest else "", info.bytes, info.lines)
+    started_ns = time.time_ns()
+    info = _scan(path, digest=digest or cache is not None, utf8=utf8)
     if _identity(path) == identity:  # not changed while being read
+        digested = digest or cache is not None
         if known is not None:
-            digest, utf8 = digest or known[0], utf8 or known[1]
+            digested, utf8 = digested or known[0], utf8 or known[1]
             if not info.sha256:
                 info = FileInfo(info.path, known[2].sha256, info.bytes, info.lines)
-        _SCANS[identity] = (digest, utf8, info)
-    return info
+        _SCANS[identity] = (digested, utf8, info)
+        if cache is not None and started_ns - identity[4] >= _RACY_NS:
+            _remember(cache, identity, info, utf8)
+    return info if digest else FileInfo(info.path, "", info.bytes, info.lines)
 
 
 def _scan(path: Path, *, digest: bool, utf8: bool) -> FileInfo:
@@ -323,11 +416,18 @@ def _scan(path: Path, *, digest: bool, utf8: bool) -> FileInfo:
 
 
 def check_parallel(
-    src_path: PathLike, tgt_path: PathLike, name: str, *, utf8: bool = True
+    src_path: PathLike,
+    tgt_path: PathLike,
+    name: str,
+    *,
+    utf8: bool = True,
+    cache_dir: PathLike | None = None,
+    verify: bool = False,
 ) -> tuple[FileInfo, FileInfo]:
     """Check a pair of line-aligned files before any work: both exist and can be read (gzip
     valid, with ``utf8`` every line UTF-8), neither is empty, and they have the same number
-    of lines. Returns their :class:`FileInfo` (digest, size, lines).
+    of lines. Returns their :class:`FileInfo` (digest, size, lines). ``cache_dir`` and
+    ``verify``: as :func:`scan_file` takes them.
 
     ``name`` is what the user set (an option, a split) and starts every message::
 
@@ -340,7 +440,7 @@ def check_parallel(
     infos = []
     for path in (src_path, tgt_path):
         try:
-            info = scan_file(path, utf8=utf8)
+            info = scan_file(path, utf8=utf8, cache_dir=cache_dir, verify=verify)
         except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.filename else str(exc)
             if isinstance(exc, OSError) and exc.filename:

@@ -1,12 +1,14 @@
 """The main job: train a model end to end, and evaluate it.
 
-A :class:`Job` is one TOML file (or a task's recipe alone) with five tables::
+A :class:`Job` is one TOML file (or a task's recipe alone) with five tables (six for a
+student)::
 
     [task]       # what to learn: numbers | multi30k | files | text | digits, the data
     [tokenizer]  # BPE: vocabulary size, joint or separate
     [model]      # a TransformerConfig (VisionConfig for digits) preset and fields to override
     [train]      # attnlab.train.TrainConfig fields (batch tokens, schedule, steps, ...)
     [eval]       # beam search for the final test and the BLEU measured while training
+    [distill]    # optional: a student's teachers, whose translations it trains on
 
 What a job leaves out comes from its task's recipe, a packaged TOML file
 (``attnlab/recipes/*.toml``, linked from the repository's ``configs/``); the tasks are the

@@ -1,6 +1,7 @@
-"""A job: its five tables, checked as parsed (every key) and by :meth:`Job.check` (every value),
-and the recipes that fill in what a job leaves out. The ``[task]`` table is a task object of
-:mod:`attnlab.tasks`, which owns its options."""
+"""A job: its five tables (and a student's ``[distill]``, :mod:`attnlab.tasks.distill`),
+checked as parsed (every key) and by :meth:`Job.check` (every value), and the recipes that fill
+in what a job leaves out. The ``[task]`` table is a task object of :mod:`attnlab.tasks`, which
+owns its options."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ from .._checks import check_keys, closest, dataclass_from
 from ..decode.options import ALPHA, BEAM_SIZE
 from ..inference.modeldir import JOB_FILE
 from ..tasks import TASKS, Task, get_task
+from ..tasks.distill import DistillOptions
 
 __all__ = [
     "FINETUNE_RECIPE",
     "FINE_TUNABLE",
     "JOB_FILE",
+    "OPTIONAL_TABLES",
     "TABLES",
+    "DistillOptions",
     "EvalOptions",
     "Job",
     "TokenizerOptions",
@@ -35,6 +39,8 @@ __all__ = [
 ]
 
 TABLES = ("task", "tokenizer", "model", "train", "eval")
+#: The tables a job may add: ``[distill]``, a student's teachers (:mod:`attnlab.tasks.distill`).
+OPTIONAL_TABLES = ("distill",)
 DEFAULT_TASK = "numbers"
 
 
@@ -112,12 +118,30 @@ class TokenizerOptions:
 class EvalOptions:
     """Decoding for the final test (``beam_size``, ``alpha``) and the validation BLEU measured
     at each evaluation during training on the first ``bleu_sentences`` validation pairs
-    (greedy, for speed; 0 turns it off)."""
+    (greedy, for speed; 0 turns it off). ``bleu_tokenize``: sacreBLEU's tokenizer for BLEU
+    (None: the target language's, as sacreBLEU's command line picks it; see
+    :func:`attnlab.inference.scores.bleu_tokenizer`)."""
 
     beam_size: int = BEAM_SIZE
     alpha: float = ALPHA
     bleu_sentences: int = 200
     max_tokens: int = 4096
+    bleu_tokenize: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.bleu_tokenize is None:
+            return
+        from ..inference.scores import bleu_tokenizer
+
+        if not isinstance(self.bleu_tokenize, str):
+            raise ValueError(
+                f"[eval] bleu_tokenize: expected the name of a sacreBLEU tokenizer, got "
+                f"{self.bleu_tokenize!r}"
+            )
+        try:
+            bleu_tokenizer(None, self.bleu_tokenize)
+        except ValueError as e:
+            raise ValueError(f"[eval] {e}") from None
 
 
 @dataclass
@@ -127,6 +151,7 @@ class Job:
     model: dict[str, Any] = field(default_factory=lambda: {"preset": "small"})
     train: dict[str, Any] = field(default_factory=dict)
     eval: EvalOptions = field(default_factory=EvalOptions)
+    distill: DistillOptions | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, saved: bool = False) -> Job:
@@ -136,13 +161,13 @@ class Job:
         ``job.json`` (see :func:`task_from`)."""
         if not isinstance(data, Mapping):
             raise TypeError(f"expected tables of settings, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(TABLES))
+        unknown = sorted(set(data) - set(TABLES) - set(OPTIONAL_TABLES))
         if unknown:
-            near = closest(unknown[0], TABLES) if len(unknown) == 1 else None
+            near = closest(unknown[0], TABLES + OPTIONAL_TABLES) if len(unknown) == 1 else None
             hint = f"did you mean [{near}]? " if near else ""
             raise ValueError(
                 f"unknown tables {unknown}; {hint}a job has [task], [tokenizer], [model], "
-                f"[train], [eval]"
+                f"[train], [eval], and a student's [distill]"
             )
         task = data.get("task", {})
         name = task.get("name", DEFAULT_TASK) if isinstance(task, Mapping) else None
@@ -168,12 +193,16 @@ class Job:
         if "out" in train:
             raise ValueError("[train] out: the run directory is given by --out, not in [train]")
         check_keys(train, [f for f in _field_names(TrainConfig) if f != "out"], "[train]")
+        distill = None
+        if "distill" in data or "distill" in defaults:  # a student: its teachers' translations
+            distill = dataclass_from(DistillOptions, table("distill"), "[distill]")
         return cls(
             task=task_options,
             tokenizer=dataclass_from(TokenizerOptions, table("tokenizer"), "[tokenizer]"),
             model=model,
             train=train,
             eval=dataclass_from(EvalOptions, table("eval"), "[eval]"),
+            distill=distill,
         )
 
     def check(self) -> None:
@@ -202,6 +231,13 @@ class Job:
                 f"has {', '.join(columns)}{hint}"
             )
         self.task.check()  # what the task's options name: its files, its splits
+        if self.distill is not None:
+            if not self.task.distillable:
+                raise ValueError(
+                    f"[distill]: a student learns a translation task from its teachers' "
+                    f"translations; task {self.task.name!r} is not one"
+                )
+            self.distill.check()  # the teachers are there; their digests, for job.json
 
     @property
     def init_from(self) -> str | None:
@@ -285,13 +321,16 @@ class Job:
             raise ValueError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        tables = {
             "task": self.task.to_dict(),
             "tokenizer": dataclasses.asdict(self.tokenizer),
             "model": dict(self.model),
             "train": dict(self.train),
             "eval": dataclasses.asdict(self.eval),
         }
+        if self.distill is not None:
+            tables["distill"] = self.distill.to_dict()
+        return tables
 
     def model_config(self, src_vocab: int = 0, tgt_vocab: int = 0):
         """The model's config: the task's (a :class:`attnlab.VisionConfig` for an image task,

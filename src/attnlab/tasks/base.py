@@ -17,7 +17,7 @@ one, a recipe in ``attnlab/recipes``::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -26,6 +26,7 @@ __all__ = [
     "TASKS",
     "Setup",
     "Task",
+    "epoch_lines",
     "get_task",
     "note_token_examples",
     "register_task",
@@ -80,6 +81,7 @@ class Task:
     None for none), ``command`` (the command that uses its models: ``translate`` or
     ``evaluate``), ``decodes`` (its models are scored by decoding, so beam size and length
     penalty apply), ``fine_tunable`` (``[model] init_from`` may start it from a trained model),
+    ``distillable`` (a ``[distill]`` table may train it on teachers' translations),
     ``flags`` (the ``[task]`` options that ``attnlab train`` flags set).
     """
 
@@ -89,6 +91,7 @@ class Task:
     command: ClassVar[str] = "evaluate"
     decodes: ClassVar[bool] = False
     fine_tunable: ClassVar[bool] = False
+    distillable: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         own = type(self).__dataclass_fields__["name"].default
@@ -100,6 +103,25 @@ class Task:
     def check(self) -> None:
         """Check what the options name (files exist, splits are whole) before any work; a
         ValueError or OSError names the option. The default checks nothing."""
+
+    def prepare(
+        self,
+        job: Any,
+        *,
+        note: Callable[[str], object],
+        rank: int = 0,
+        out: Path | None = None,
+        resume: bool = False,
+        verify: bool = False,
+    ) -> bool:
+        """Prepare, before training starts (``attnlab prepare``, and ``attnlab train`` before
+        its process group exists), what training would otherwise prepare on its first start:
+        a task whose data is on disk makes its tokenizers and token shards ready in the cache
+        that :meth:`setup` then only opens. ``rank`` 0 prepares, another rank waits for it
+        without a deadline; ``out`` and ``resume``: the run's own tokenizers when it resumes;
+        ``verify``: the files read in full for their digests. Returns False when the task has
+        nothing to prepare (its data is small and held in memory): the default."""
+        return False
 
     def heading(self) -> str:
         """How ``attnlab train`` names the run (``numbers en->de``)."""
@@ -212,21 +234,54 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
         return build()
 
 
-def note_token_examples(job: Any, out: Path, model: Any, train: Any, max_len: int, note) -> float:
+def note_token_examples(
+    job: Any, out: Path, model: Any, train: Any, max_len: int, note, *, corpora: Sequence[str] = ()
+) -> float:
     """Say what a token model trains on (``note``: its size, the examples kept and left out
-    for ``max_len``, the padding of epoch 0's token-budget batches); returns that padding."""
+    for ``max_len``, the padding of epoch 0's token-budget batches); returns that padding.
+    Examples that mix several corpora (named ``corpora``) also say what an epoch holds of
+    each and how many epochs the run covers."""
     from ..data.batching import TokenBatcher
     from ..train.config import TrainConfig
 
-    max_tokens = TrainConfig(out=str(out), **job.train).max_tokens
+    config = TrainConfig(out=str(out), **job.train)
     seed = job.train.get("seed", 0)
-    padding = TokenBatcher.for_examples(train, max_tokens, seed=seed).padding_fraction(0)
+    batcher = TokenBatcher.for_examples(train, config.max_tokens, seed=seed)
+    padding = batcher.padding_fraction(0)
     note(
         f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
         f"parameters; {len(train):,} training examples ({train.dropped:,} longer than "
         f"{max_len} tokens left out), padding {padding:.1%} of the batches"
     )
+    mixture = getattr(train, "mixture", None)
+    if mixture is not None:
+        for line in epoch_lines(mixture, corpora, config, batcher.num_batches(0)):
+            note(line)
     return padding
+
+
+def epoch_lines(mixture: Any, names: Sequence[str], config: Any, batches: int) -> list[str]:
+    """What an epoch of ``mixture`` (a :class:`~attnlab.data.batching.Mixture`) holds of each
+    corpus (``names``, else ``corpus0``, ...), and how many epochs the run of ``config`` (a
+    :class:`~attnlab.train.TrainConfig`) covers at ``batches`` batches an epoch."""
+    from ..train.optim import planned_steps
+
+    names = list(names) or [f"corpus{k}" for k in range(len(mixture.sizes))]
+    parts = []
+    for name, size, count in zip(names, mixture.sizes, mixture.counts.tolist(), strict=True):
+        seen = "all" if count == size else f"{count / size:.1%}" if size else "empty"
+        parts.append(f"{name} {count:,} of {size:,} ({seen}; {count / mixture.epoch_size:.1%})")
+    lines = [f"an epoch: {mixture.epoch_size:,} pairs: {', '.join(parts)}"]
+    steps = planned_steps(config, batches)
+    per_epoch = -(-batches // config.accumulate)
+    if steps is None:
+        lines.append(f"an epoch: {per_epoch:,} steps; the run is bounded by max_minutes alone")
+    else:
+        covered = steps / per_epoch if per_epoch else 0.0
+        lines.append(
+            f"an epoch: {per_epoch:,} steps; the run's {steps:,} steps cover {covered:.2f} epochs"
+        )
+    return lines
 
 
 def shared_tokenizers(directory: Path, *, reuse: bool, rank: int, train: Callable[[], tuple]):

@@ -4,10 +4,14 @@ The training split may be millions of pairs: it is never held in memory. The tok
 from a seeded sample of it (``[tokenizer] sample_size``), then the corpus is encoded once,
 cleaned, into token-id shards on disk (:mod:`attnlab.data.prepare`, cached by the files'
 digests, the tokenizers and the cleaning options, so a second run or a resumed one reuses
-them), and training reads its batches from there (:mod:`attnlab.data.shards`). Several
-training corpora (``corpora``) are mixed by weight or temperature. Validation and test stay
-small, in memory. A job may leave out its test split: then nothing is scored on test, and the
-run says so.
+them), and training reads its batches from there (:mod:`attnlab.data.shards`).
+``attnlab prepare`` does both ahead of training (:meth:`TranslationTask.prepare`). A start
+does not read an unchanged file again for its digest: the cache remembers it by path, inode,
+size and modification time (``attnlab train --verify-data`` reads it anyway). Several
+training corpora (``corpora``) are mixed by weight or temperature: an epoch ends when the
+corpus drawn fastest for its size has been seen once (:class:`~attnlab.data.batching.Mixture`).
+Validation and test stay small, in memory. A job may leave out its test split: then nothing
+is scored on test, and the run says so.
 
 One corpus::
 
@@ -19,7 +23,7 @@ One corpus::
     valid_tgt = "wmt14/newstest2013.de"
 
 Several, mixed (``weight``: each corpus's share of an epoch; or ``temperature = 5.0``: shares
-by size**(1/T))::
+by size**(1/T)); the tokenizers' sample follows the same shares::
 
     corpora = [
         { name = "europarl", src = "europarl.en", tgt = "europarl.de", weight = 1.0 },
@@ -33,6 +37,7 @@ sides, more than ``max_tokens`` = 250 tokens on a side, a length ratio above ``m
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +74,7 @@ class Files(TranslationTask):
     def check(self) -> None:
         """Every file named is there and each pair has the same number of lines; the splits
         (train, or corpora, and valid required), the mixture and the cleaning are whole."""
+        from ..data.prepare import cache_root
         from ..data.textfiles import check_parallel
 
         corpora = self.train_corpora()
@@ -84,8 +90,9 @@ class Files(TranslationTask):
             for split in ("valid", "test")
             if self._pair(split)[0]
         ]
+        root = cache_root(self.cache_dir)
         for option, src, tgt in pairs:  # their digests, kept, name the caches later
-            check_parallel(src, tgt, option, utf8=False)
+            check_parallel(src, tgt, option, utf8=False, cache_dir=root)
         if self.temperature is not None:
             if not isinstance(self.temperature, (int, float)) or not self.temperature > 0:
                 raise ValueError(
@@ -145,6 +152,12 @@ class Files(TranslationTask):
         if len(set(names)) != len(names):
             raise ValueError(f"[task] corpora: the names must differ, got {names}")
         return found
+
+    def with_corpora(self, corpora: list[TrainCorpus]) -> Files:
+        """This task training on ``corpora`` (a student's: :mod:`attnlab.tasks.distill`), with
+        their weights, its other options kept."""
+        tables = [{"name": c.name, "src": c.src, "tgt": c.tgt, "weight": c.weight} for c in corpora]
+        return dataclasses.replace(self, train_src=None, train_tgt=None, corpora=tables)
 
     def mixing(self, corpora: list[TrainCorpus]) -> dict[str, Any]:
         if len(corpora) < 2:

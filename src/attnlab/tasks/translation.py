@@ -6,6 +6,7 @@ trained model and keeps its tokenizers."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ class TranslationTask(Task):
     command: ClassVar[str] = "translate"
     decodes: ClassVar[bool] = True
     fine_tunable: ClassVar[bool] = True
+    distillable: ClassVar[bool] = True
 
     def heading(self) -> str:
         return f"{self.name} {self.src_lang}->{self.tgt_lang}"
@@ -81,6 +83,12 @@ class TranslationTask(Task):
         sample of them); None: the training split is ``data["train"]``, in memory."""
         return None
 
+    def with_corpora(self, corpora: list[TrainCorpus]) -> TranslationTask:
+        """This task training on ``corpora`` on disk instead of its own (a student's distilled
+        corpora, :mod:`attnlab.tasks.distill`): a task whose training split is on disk says
+        how; the others keep theirs in memory."""
+        raise NotImplementedError(f"the {self.name} task trains on its training split in memory")
+
     def cleaning(self):
         """The cleaning of the corpora on disk (:class:`~attnlab.data.clean.CleaningOptions`)."""
         from ..data.clean import CleaningOptions
@@ -96,9 +104,10 @@ class TranslationTask(Task):
         train = data["train"]
         return [s for s, _ in train], [t for _, t in train]
 
-    def train_tokenizers(self, job: Any, data: Any):
+    def train_tokenizers(self, job: Any, data: Any, *, wait=None):
         """BPE tokenizers on the training split: one joint, or one per side (on disk: on a
-        seeded sample of ``[tokenizer] sample_size`` pairs)."""
+        seeded sample of ``[tokenizer] sample_size`` pairs, in the shares of the corpora's
+        mixture; ``wait``: another process trains them, this one waits for them)."""
         from ..data.tokenizer import Tokenizer
 
         options = job.tokenizer
@@ -116,6 +125,8 @@ class TranslationTask(Task):
                 min_frequency=options.min_frequency,
                 name=corpora[0].option,
                 cache_dir=getattr(self, "cache_dir", None),
+                wait=wait,
+                **self.mixing(corpora),
             )
             return src, tgt
         kwargs = {"min_frequency": options.min_frequency}
@@ -128,6 +139,78 @@ class TranslationTask(Task):
             Tokenizer.train(sources, options.vocab_size, **kwargs),
             Tokenizer.train(targets, options.vocab_size, **kwargs),
         )
+
+    def prepare(
+        self,
+        job: Any,
+        *,
+        note,
+        rank: int = 0,
+        out: Path | None = None,
+        resume: bool = False,
+        verify: bool = False,
+    ) -> bool:
+        """The corpora on disk made ready for training, before it starts: their digests
+        (``verify``: read in full, else remembered by the cache), the tokenizers (the run's
+        own when resuming into ``out``, the starting model's when fine-tuning, else trained
+        on the sample, into the cache) and the shards, into the cache :meth:`setup` then
+        opens. Rank 0 prepares; another rank waits for it on the cache, without a deadline.
+        A student (``[distill]``) first has its teachers' translations made, or found, in the
+        cache (:mod:`attnlab.tasks.distill`), whatever its task. False: the task has nothing
+        on disk to prepare."""
+        if job.distill is not None:  # a student: the teachers' translations, made first
+            from .distill import student_task
+
+            data = self.load() if self.train_corpora() is None else None
+            student, _, _ = student_task(self, job, data, rank=rank, note=note)
+            own = dataclasses.replace(job, distill=None)
+            student.prepare(own, note=note, rank=rank, out=out, resume=resume, verify=verify)
+            return True
+        from ..data.prepare import cache_root, cached_corpus, progress_printer
+        from ..data.textfiles import check_parallel
+
+        corpora = self.train_corpora()
+        if corpora is None:
+            return False
+        cache_dir = getattr(self, "cache_dir", None)
+        root = cache_root(cache_dir)
+        for corpus in corpora:
+            check_parallel(
+                corpus.src, corpus.tgt, corpus.option, utf8=False, cache_dir=root, verify=verify
+            )
+        wait = None if rank == 0 else note  # another rank says only why it waits
+        tell = note if rank == 0 else lambda line: None
+        run_tokenizers = out / "tokenizers" if out is not None else None
+        if resume and run_tokenizers is not None and run_tokenizers.is_dir():
+            from ..data.tokenizer import load_tokenizers
+
+            src_tok, tgt_tok = load_tokenizers(run_tokenizers)
+        elif job.init_from is not None:
+            from ..data.tokenizer import load_tokenizers
+            from ..inference.modeldir import resolve_model_dir
+
+            src_tok, tgt_tok = load_tokenizers(
+                resolve_model_dir(job.init_from, name="[model] init_from")
+            )
+        else:
+            src_tok, tgt_tok = self.train_tokenizers(job, None, wait=wait)
+        tell(f"tokenizers: {src_tok.vocab_size:,} subwords")
+        for corpus in corpora:
+            prepared = cached_corpus(
+                corpus.src,
+                corpus.tgt,
+                src_tok,
+                tgt_tok,
+                cleaning=self.cleaning(),
+                cache_dir=cache_dir,
+                progress=progress_printer(corpus.name, every_s=10.0, write=note),
+                name=corpus.option,
+                wait=wait,
+            )
+            where = "ready" if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
+            tell(f"{corpus.name}: shards {where}: {prepared.directory}")
+            tell(f"{corpus.name}: {prepared.summary}")
+        return True
 
     def tokenizers(self, job: Any, data: Any, directory: Path, *, resume: bool, rank: int):
         """Trained on the training split (a fine-tuning run keeps its starting model's)."""
@@ -155,6 +238,15 @@ class TranslationTask(Task):
     def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
         from ..models.transformer import Transformer
 
+        if job.distill is not None:  # a student: the teachers' translations are its data
+            from .distill import student_task
+
+            student, data, record = student_task(self, job, data, rank=rank, note=note)
+            own = dataclasses.replace(job, distill=None)
+            setup = student.setup(own, data, out, resume=resume, rank=rank, note=note)
+            setup.extras["distill"] = record
+            return setup
+        bleu = self.bleu_options(job)  # before any work: a tokenizer's missing package
         directory = out / "tokenizers"
         src_tok, tgt_tok = self.tokenizers(job, data, directory, resume=resume, rank=rank)
         joint = " (joint)" if job.tokenizer.joint else ""
@@ -176,7 +268,7 @@ class TranslationTask(Task):
             """BLEU and exact match of greedy translations of the first validation pairs."""
             if not valid_pairs:
                 return {}
-            scores = validation_scores(trained, src_tok, tgt_tok, valid_pairs, beam_size=1)
+            scores = validation_scores(trained, src_tok, tgt_tok, valid_pairs, beam_size=1, **bleu)
             found = (scores["bleu"], scores["exact_match"], scores["chrf"])
             return dict(zip(TRANSLATION_VALIDATION, found, strict=True))
 
@@ -189,27 +281,36 @@ class TranslationTask(Task):
                 data["valid"],
                 beam_size=job.eval.beam_size,
                 alpha=job.eval.alpha,
+                **bleu,
             )
             setup.extras["valid_before"] = before
             note(f"starting model ({job.init_from}): {_scores_text('valid', before)}")
-        padding = note_token_examples(job, out, model, train, self.max_len, note)
+        names = [c.name for c in self.train_corpora() or []]
+        padding = note_token_examples(job, out, model, train, self.max_len, note, corpora=names)
         setup.extras["padding_fraction"] = padding
         return setup
 
+    def bleu_options(self, job: Any) -> dict[str, Any]:
+        """How BLEU tokenises this task's translations (``tgt_lang`` and ``bleu_tokenize`` of
+        :func:`attnlab.inference.scores.score`): the target language's tokenizer, as sacreBLEU's
+        command line picks it, or the job's ``[eval] bleu_tokenize``. Its packages are checked
+        here (an ImportError naming the extra that installs them)."""
+        from ..inference.scores import bleu_metric, bleu_tokenizer
+
+        bleu_metric(bleu_tokenizer(self.tgt_lang, job.eval.bleu_tokenize))
+        return {"tgt_lang": self.tgt_lang, "bleu_tokenize": job.eval.bleu_tokenize}
+
     def shard_examples(self, job: Any, src_tok, tgt_tok, config, *, rank: int, note):
         """The training corpora as examples read from token shards: prepared once (cleaned,
-        encoded on every core, with progress) into the cache, reused after. In a distributed
-        run rank 0 prepares them; the other ranks wait, then open them."""
-        import torch.distributed as dist
-
+        encoded on every core, with progress) into the cache, reused after (``attnlab train``
+        prepares them before the run starts: :meth:`prepare`). In a distributed run rank 0
+        prepares them; the other ranks wait for them on the cache (no collective, so no
+        timeout), then open them."""
         from ..data.prepare import cached_corpus, progress_printer
         from ..data.shards import ShardExamples
 
         corpora = self.train_corpora()
         assert corpora is not None
-        distributed = dist.is_available() and dist.is_initialized()
-        if distributed and rank != 0:
-            dist.barrier()  # rank 0 has prepared them
         directories = []
         for corpus in corpora:
             progress = progress_printer(corpus.name, every_s=10.0, write=note)
@@ -222,13 +323,12 @@ class TranslationTask(Task):
                 cache_dir=getattr(self, "cache_dir", None),
                 progress=progress if rank == 0 else None,
                 name=corpus.option,
+                wait=None if rank == 0 else note,
             )
             where = "reused" if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
             note(f"{corpus.name}: shards {where}: {prepared.directory}")
             note(f"{corpus.name}: {prepared.summary}")
             directories.append(prepared.directory)
-        if distributed and rank == 0:
-            dist.barrier()
         framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
         return ShardExamples(directories, max_len=self.max_len, **framing, **self.mixing(corpora))
 
@@ -278,7 +378,8 @@ class TranslationTask(Task):
             device=device,
         )
         hyps = translator.translate([s for s, _ in pairs])
-        scores = score(hyps, [t for _, t in pairs], tokenized_lang=self.tgt_lang)
+        refs = [t for _, t in pairs]
+        scores = score(hyps, refs, tokenized_lang=self.tgt_lang, **self.bleu_options(job))
         result = scores.to_dict()
         result.update({"split": split, "task": self.name, "beam_size": beam_size, "alpha": alpha})
         result["examples"] = [
@@ -392,7 +493,15 @@ def _starting_model(job: Any, src_tok, tgt_tok):
 
 
 def validation_scores(
-    model, src_tok, tgt_tok, pairs, *, beam_size: int, alpha: float | None = None
+    model,
+    src_tok,
+    tgt_tok,
+    pairs,
+    *,
+    beam_size: int,
+    alpha: float | None = None,
+    tgt_lang: str | None = None,
+    bleu_tokenize: str | None = None,
 ) -> dict[str, float]:
     """BLEU, chrF and exact match of ``model``'s translations of the validation ``pairs``
     (decoding leaves the model in the mode it found it in): the hook's greedy scores during
@@ -404,5 +513,5 @@ def validation_scores(
     decoding = DecodingOptions().updated(beam_size=beam_size, alpha=alpha)
     translator = Translator(model, src_tok, tgt_tok, decoding=decoding)
     hyps = translator.translate([s for s, _ in pairs])
-    scores = score(hyps, [t for _, t in pairs])
+    scores = score(hyps, [t for _, t in pairs], tgt_lang=tgt_lang, bleu_tokenize=bleu_tokenize)
     return {"bleu": scores.bleu, "chrf": scores.chrf, "exact_match": scores.exact_match}

@@ -19,6 +19,7 @@ __all__ = [
     "barrier",
     "destroy_distributed",
     "init_distributed",
+    "launched_world",
     "resolve_device",
     "world",
     "wrap_ddp",
@@ -48,6 +49,31 @@ def init_distributed(backend: str | None = None) -> tuple[int, int]:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return rank, world_size
+
+
+def launched_world() -> tuple[int, int]:
+    """``(rank, world_size)`` as ``torchrun``'s environment gives them to this process
+    (``RANK``, ``WORLD_SIZE``), before any process group exists: ``(0, 1)`` without them. What
+    a process does before :func:`init_distributed` (preparing data, which must not sit in a
+    collective with a timeout) is decided by it.
+
+    Raises:
+        ValueError: ``RANK`` or ``WORLD_SIZE`` is not a whole number, or out of range.
+    """
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return 0, 1
+    values = []
+    for name in ("RANK", "WORLD_SIZE"):
+        try:
+            values.append(int(os.environ[name]))
+        except ValueError:
+            raise ValueError(
+                f"{name}: expected a whole number (set by torchrun), got {os.environ[name]!r}"
+            ) from None
+    rank, world_size = values
+    if not 0 <= rank < world_size:
+        raise ValueError(f"RANK: expected 0 <= RANK < WORLD_SIZE = {world_size}, got {rank}")
     return rank, world_size
 
 
