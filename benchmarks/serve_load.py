@@ -1,7 +1,25 @@
-"""Load test of the attention explorer: many concurrent clients against a real `attnlab serve`.
+"""Load test of `attnlab serve`: many concurrent clients against a real server, in two mixes.
 
     python benchmarks/serve_load.py --model runs/numbers/model [--clients 50] [--seconds 60]
         [--threads 1,2] [--out benchmarks/results/serve_load.json]
+    python benchmarks/serve_load.py --mix translate --model runs/numbers/model
+        [--client-counts 1,8,32,64] [--seconds 15] [--soak-seconds 60] [--threads 1,2]
+        [--beam N] [--batch-delay SECONDS] [--out benchmarks/results/serve_translate.json]
+
+``--mix translate`` (issue 47's goals) asks only for translations, one sentence a request, of
+the same server in the same run through today's one-at-a-time queue (``POST /api/translate``)
+and through the batcher (LibreTranslate's ``POST /translate``), each client count in turn, one
+mode after the other, for ``--seconds`` each (and at most ``--requests`` requests a client).
+It first checks correctness: each of a set of sentences of mixed lengths, sent together to
+``/translate``, must get what ``/api/translate`` gives it alone, greedy and with beam 4. It
+prints, per torch thread count and client count, each mode's sentences/s, 503 share and
+p50 / p99 latency of the answered requests, and the batcher's ratios to the queue: sentences/s
+(goal at 32 clients: >= 4x), p99 at 32 clients (goal: no higher), p50 at 1 client (goal: within
+10%). Then a ``--soak-seconds`` round at the largest client count through the batcher, and a
+second one a third as long: no 5xx other than 503, no request unanswered, and the server's RSS
+after each (flat means no growth). The exit status is 1 if correctness or these fail.
+
+The default mix, the explorer's:
 
 For each torch thread count, it starts `attnlab serve` on 127.0.0.1 (a subprocess, a free
 port), measures the anchor, one client asking the same mix of requests one after another, and
@@ -165,11 +183,14 @@ def rss_mib(pid: int) -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
 
 
-def start_server(model: str, threads: int, queue: int) -> tuple[subprocess.Popen, str]:
-    """`attnlab serve` on 127.0.0.1 with ``threads`` torch threads: the process and its URL."""
+def start_server(
+    model: str, threads: int, queue: int, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, str]:
+    """`attnlab serve` on 127.0.0.1 with ``threads`` torch threads (and the flags ``extra``):
+    the process and its URL."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "attnlab", "serve", "--model", model, "--port", "0"]
-    command += ["--queue", str(queue)]
+    command += ["--queue", str(queue), *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     line = process.stdout.readline()  # "attnlab serve: the attention explorer is at URL ..."
     found = re.search(r"http://127\.0\.0\.1:\d+/", line)
@@ -274,11 +295,279 @@ def print_report(result: dict) -> None:
     )
 
 
+# -- the translate-only mix (issue 47) ---------------------------------------------------------
+
+#: The two ways of translating in one server: today's one-at-a-time queue, and the batcher.
+MODES = ("queue", "batcher")
+
+
+def translate_request(
+    mode: str, text: str, pair: tuple[str, str], beam: int | None
+) -> tuple[str, dict]:
+    """``(path, JSON body)`` of one sentence's translation through ``mode``."""
+    if mode == "queue":
+        body: dict = {"text": text}
+        path = "/api/translate"
+    else:
+        body = {"q": text, "source": pair[0], "target": pair[1]}
+        path = "/translate"
+    if beam is not None:
+        body["beam_size"] = beam
+    return path, body
+
+
+async def translate_client(
+    url: str,
+    texts: list[str],
+    answers: list[Answer],
+    *,
+    mode: str,
+    pair: tuple[str, str],
+    beam: int | None,
+    seed: int,
+    until: float,
+    requests: int,
+) -> None:
+    """One client on its own connection: one sentence a request, until ``until`` or
+    ``requests`` requests; after a 503 it waits as Retry-After says (as :func:`one_client`)."""
+    rng = random.Random(seed)
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        done = 0
+        while time.monotonic() < until and done < requests:
+            path, body = translate_request(mode, rng.choice(texts), pair, beam)
+            start = time.perf_counter()
+            response = None
+            try:
+                response = await http.post(path, json=body)
+                status = response.status_code
+            except httpx.HTTPError:
+                status = 0
+            answers.append(Answer(mode, status, time.perf_counter() - start))
+            done += 1
+            if status == 503 and response is not None:
+                told = response.headers.get("retry-after", "1")
+                wait = min(float(told), 2.0) if told.isdigit() else 1.0
+                await asyncio.sleep(wait * rng.uniform(0.5, 1.0))
+
+
+def translate_round(
+    url: str,
+    mode: str,
+    clients: int,
+    seconds: float,
+    *,
+    texts: list[str],
+    pair: tuple[str, str],
+    beam: int | None,
+    requests: int,
+    seed: int,
+) -> dict:
+    """``clients`` clients through ``mode`` for ``seconds``: sentences/s, the 503 share, the
+    p50 / p99 latency of the answered requests, every status, and the unanswered."""
+    answers: list[Answer] = []
+    until = time.monotonic() + seconds
+    start = time.perf_counter()
+
+    async def run() -> None:
+        await asyncio.gather(
+            *(
+                translate_client(url, texts, answers, mode=mode, pair=pair, beam=beam,
+                                 seed=seed * 1000 + i, until=until, requests=requests)
+                for i in range(clients)
+            )
+        )  # fmt: skip
+
+    asyncio.run(run())
+    elapsed = time.perf_counter() - start
+    statuses: dict[str, int] = {}
+    for answer in answers:
+        statuses[str(answer.status)] = statuses.get(str(answer.status), 0) + 1
+    times = [a.seconds for a in answers if a.status == 200]
+    return {
+        "mode": mode,
+        "clients": clients,
+        "seconds": round(elapsed, 2),
+        "requests": len(answers),
+        "statuses": statuses,
+        "sentences_per_second": round(len(times) / elapsed, 2),
+        "share_503": round(statuses.get("503", 0) / max(len(answers), 1), 4),
+        "p50_ms": _ms(percentile(times, 50)),
+        "p99_ms": _ms(percentile(times, 99)),
+        "unanswered": statuses.get("0", 0),
+        "other_5xx": sum(n for s, n in statuses.items() if int(s) >= 500 and s != "503"),
+    }
+
+
+def check_translations(url: str, texts: list[str], pair: tuple[str, str], beam: int) -> dict:
+    """Each of ``texts`` sent together to ``/translate`` (one request each, concurrently: they
+    are decoded in batches of mixed lengths) against ``/api/translate`` on it alone."""
+    with httpx.Client(base_url=url, timeout=120) as http:
+        alone = []
+        for text in texts:
+            path, body = translate_request("queue", text, pair, beam)
+            alone.append(http.post(path, json=body).json()["translation"])
+
+    async def together() -> list[str]:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            bodies = [translate_request("batcher", t, pair, beam) for t in texts]
+            answers = await asyncio.gather(*(http.post(p, json=b) for p, b in bodies))
+            return [a.json()["translatedText"] for a in answers]
+
+    batched = asyncio.run(together())
+    wrong = [t for t, a, b in zip(texts, alone, batched, strict=True) if a != b]
+    return {"beam": beam, "sentences": len(texts), "mismatches": len(wrong), "examples": wrong[:3]}
+
+
+def wait_ready(url: str, seconds: float = 300) -> None:
+    """Until ``/health`` says ready (the warm-up is done)."""
+    until = time.monotonic() + seconds
+    while httpx.get(url + "health", timeout=120).status_code != 200:
+        if time.monotonic() > until:
+            raise SystemExit(f"attnlab serve was not ready within {seconds:g} s")
+        time.sleep(0.1)
+
+
+def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dict:
+    counts = [int(c) for c in args.client_counts.split(",")]
+    extra = () if args.batch_delay is None else ("--batch-delay", str(args.batch_delay))
+    process, url = start_server(model, threads, args.queue, extra)
+    try:
+        wait_ready(url)
+        language = httpx.get(url + "languages", timeout=120).json()[0]
+        pair = (language["code"], language["targets"][0])
+        rng = random.Random(11)
+        texts = sentences()
+        mixed = sorted(rng.sample(texts, 16), key=len)  # short to long, sent together
+        correctness = [check_translations(url, mixed, pair, beam) for beam in (1, 4)]
+        rounds = []
+        for clients in counts:
+            for mode in MODES:
+                rounds.append(
+                    translate_round(url, mode, clients, args.seconds, texts=texts, pair=pair,
+                                    beam=args.beam, requests=args.requests, seed=clients)
+                )  # fmt: skip
+        rss = {"before_soak": rss_mib(process.pid)}
+        soak = []
+        for i, seconds in enumerate((args.soak_seconds, args.soak_seconds / 3)):
+            soak.append(
+                translate_round(url, "batcher", max(counts), seconds, texts=texts, pair=pair,
+                                beam=args.beam, requests=10**9, seed=100 + i)
+            )  # fmt: skip
+            rss[f"after_soak_{i + 1}"] = rss_mib(process.pid)
+        return {
+            "mix": "translate",
+            "threads": threads,
+            "beam": args.beam,
+            "batch_delay": args.batch_delay,
+            "pair": pair,
+            "correctness": correctness,
+            "rounds": rounds,
+            "ratios": translate_ratios(rounds),
+            "soak": soak,
+            "rss_mib": {k: round(v, 1) for k, v in rss.items()},
+        }
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def translate_ratios(rounds: list[dict]) -> dict:
+    """Per client count, the batcher's sentences/s, p50 and p99 over the queue's."""
+    by = {(r["clients"], r["mode"]): r for r in rounds}
+    ratios = {}
+    for clients in sorted({r["clients"] for r in rounds}):
+        queue, batcher = by[(clients, "queue")], by[(clients, "batcher")]
+        ratios[str(clients)] = {
+            key: _ratio(batcher[key], queue[key])
+            for key in ("sentences_per_second", "p50_ms", "p99_ms")
+        }
+    return ratios
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if not a or not b else round(a / b, 2)
+
+
+def print_translate_report(result: dict) -> None:
+    print(
+        f"\ntranslate-only mix, torch threads {result['threads']}, beam "
+        f"{result['beam'] or 'the server default'}, {result['pair'][0]}->{result['pair'][1]}"
+    )
+    for check in result["correctness"]:
+        print(
+            f"  correctness, beam {check['beam']}: {check['sentences']} sentences of mixed "
+            f"lengths sent together to /translate, {check['mismatches']} differ from "
+            f"/api/translate alone"
+        )
+    print(
+        "  clients  mode     sentences/s  503 share  p50 ms  p99 ms   | batcher/queue: "
+        "sent/s  p50  p99"
+    )
+    ratios = result["ratios"]
+    for r in result["rounds"]:
+        tail = ""
+        if r["mode"] == "batcher":
+            x = ratios[str(r["clients"])]
+            tail = f"| {x['sentences_per_second']}x  {x['p50_ms']}x  {x['p99_ms']}x"
+        print(
+            f"  {r['clients']:7d}  {r['mode']:7s}  {r['sentences_per_second']:11.1f}  "
+            f"{r['share_503']:9.1%}  {r['p50_ms']!s:>6}  {r['p99_ms']!s:>6}   {tail}"
+        )
+    goals = []
+    if "32" in ratios:
+        goals.append(f"32 clients: sentences/s {ratios['32']['sentences_per_second']}x (>= 4x)")
+        goals.append(f"p99 {ratios['32']['p99_ms']}x (<= 1x)")
+    if "1" in ratios:
+        goals.append(f"1 client: p50 {ratios['1']['p50_ms']}x (within 1.1x)")
+    print("  goals: " + "; ".join(goals))
+    rss = result["rss_mib"]
+    for i, r in enumerate(result["soak"]):
+        print(
+            f"  soak {i + 1}: {r['clients']} clients x {r['seconds']:g} s through the batcher, "
+            f"{r['requests']:,} requests, statuses {r['statuses']}, other 5xx "
+            f"{r['other_5xx']}, unanswered {r['unanswered']}; RSS after: "
+            f"{rss[f'after_soak_{i + 1}']} MiB"
+        )
+    print(f"  RSS before the soak: {rss['before_soak']} MiB")
+
+
+def translate_failures(result: dict) -> list[str]:
+    problems = [
+        f"beam {c['beam']}: {c['mismatches']} batched translations differ, e.g. {c['examples']}"
+        for c in result["correctness"]
+        if c["mismatches"]
+    ]
+    for r in [*result["rounds"], *result["soak"]]:
+        if r["other_5xx"] or r["unanswered"] or set(r["statuses"]) - {"200", "503"}:
+            problems.append(f"{r['mode']} x {r['clients']}: statuses {r['statuses']}")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="runs/numbers/model", help="model directory")
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--mix", choices=("explorer", "translate"), default="explorer")
+    parser.add_argument("--clients", type=int, default=50, help="the explorer mix's clients")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="a round's length (explorer 60, translate 15)"
+    )
+    parser.add_argument(
+        "--client-counts", default="1,8,32,64", help="the translate mix's client counts"
+    )
+    parser.add_argument(
+        "--soak-seconds", type=float, default=60.0, help="the translate mix's no-failure round"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=100_000, help="the most requests of one client a round"
+    )
+    parser.add_argument("--beam", type=int, default=None, help="beam (default: the server's)")
+    parser.add_argument(
+        "--batch-delay", type=float, default=None, help="the server's (default: its default)"
+    )
     parser.add_argument("--threads", default="1,2", help="torch threads of the server, a list")
     parser.add_argument("--queue", type=int, default=8, help="the server's --queue")
     parser.add_argument("--out", default=None, help="a JSON report")
@@ -289,6 +578,20 @@ def main() -> int:
         return 0
     if not Path(args.model).is_dir():
         raise SystemExit(f"--model: {args.model}: no such directory (run `make demo` first)")
+    if args.mix == "translate":
+        args.seconds = 15.0 if args.seconds is None else args.seconds
+        found, problems = [], []
+        for threads in (int(t) for t in args.threads.split(",")):
+            found.append(measure_translate(args.model, threads, args))
+            print_translate_report(found[-1])
+            problems += translate_failures(found[-1])
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(found, indent=2) + "\n")
+        for problem in problems:
+            print(f"FAILED: {problem}", file=sys.stderr)
+        return 1 if problems else 0
+    args.seconds = 60.0 if args.seconds is None else args.seconds
     results = []
     for threads in (int(t) for t in args.threads.split(",")):
         results.append(measure(args.model, threads, args.clients, args.seconds, args.queue))

@@ -37,6 +37,9 @@ ROUTES = [
     ("/api/attention", "POST", 300),
     ("/api/positional", "GET", 300),
     ("/api/masks", "POST", 300),
+    ("/translate", "POST", 200),
+    ("/languages", "GET", 10),
+    ("/health", "GET", 10),
 ]
 CHECKS = [
     not_a_server_error,
@@ -63,7 +66,9 @@ def app(tmp_path_factory, numbers_model_dir):
     Transformer(config).save_pretrained(model_dir)
     for tokenizer in numbers_model_dir.glob("*tokenizer*.json"):
         shutil.copy(tokenizer, model_dir)
-    return create_app(model_dir, device="cpu", beam_size=2)
+    app = create_app(model_dir, device="cpu", beam_size=2)
+    assert app.state.service.ready.wait(120), "the warm-up did not end within 120 s"
+    return app
 
 
 @pytest.fixture(scope="module")
@@ -111,4 +116,5 @@ def test_a_thousand_generated_requests_get_documented_answers_and_no_5xx(schema,
     assert not any(code >= 500 for s in answered.values() for code in s), answered
     for route in ("POST /api/translate", "POST /api/attention", "POST /api/masks"):
         assert answered[route][200] and answered[route][422], (route, answered[route])
-    assert app.state.queue.pending == 0
+    assert answered["POST /translate"][200] and answered["POST /translate"][400]
+    assert app.state.queue.pending == 0 and app.state.service.batcher.sentences_waiting == 0

@@ -224,7 +224,7 @@ def test_positional_and_masks_take_no_model_lock(numbers_model_dir):
 
 
 def test_attention_answers_are_encoded_outside_the_lock(numbers_model_dir):
-    app = create_app(numbers_model_dir, device="cpu")
+    app = create_app(numbers_model_dir, device="cpu", warm_up=False)  # nothing else holds it
     explorer = app.state.explorer
     real, held = explorer.attention_answer, []
 

@@ -2,12 +2,14 @@
 benchmarks/serve_load.py): 20 concurrent clients, each on its own connection, ask a fixed
 number of requests of the usual mix against a real uvicorn server on 127.0.0.1 with a small
 queue. Every answer is a 200 or a 503, some are 200s, and afterwards the server answers as the
-library does. No latency is asserted."""
+library does. Then a tiny run of the benchmark's translate-only mix. No latency is asserted."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
+import subprocess
 import sys
 import threading
 import time
@@ -64,3 +66,24 @@ def test_twenty_clients_get_200_or_503_and_the_server_still_answers(numbers_mode
         thread.join(timeout=120)
         sock.close()
         app.state.queue.close()
+
+
+@pytest.mark.slow
+def test_the_translate_mix_runs_both_modes_and_checks_itself(numbers_model_dir, tmp_path):
+    """benchmarks/serve_load.py --mix translate at a tiny size (its figures are not asserted):
+    it stops by itself, runs the queue and the batcher at each client count, finds the batched
+    translations equal to those of /api/translate alone, and reports no failure."""
+    out = tmp_path / "translate.json"
+    command = [sys.executable, str(ROOT / "benchmarks/serve_load.py"), "--mix", "translate"]
+    command += ["--model", str(numbers_model_dir), "--client-counts", "1,2", "--seconds", "0.5"]
+    command += ["--soak-seconds", "0.6", "--threads", "1", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "batcher/queue" in done.stdout and "soak 2" in done.stdout
+    (result,) = json.loads(out.read_text())
+    assert [(r["clients"], r["mode"]) for r in result["rounds"]] == [
+        (1, "queue"), (1, "batcher"), (2, "queue"), (2, "batcher"),
+    ]  # fmt: skip
+    assert [c["mismatches"] for c in result["correctness"]] == [0, 0]
+    assert all(r["requests"] > 0 for r in result["rounds"])
+    assert set(result["ratios"]) == {"1", "2"}

@@ -1,5 +1,6 @@
 """``attnlab serve``: the attention explorer (:mod:`attnlab.serve`) over a trained model, a
-page and a JSON API, decoding as the model's recipe chose unless told."""
+page and a JSON API, and a translation service (LibreTranslate's ``/translate``, health,
+metrics), decoding as the model's recipe chose unless told."""
 
 from __future__ import annotations
 
@@ -21,6 +22,42 @@ def _queue_size(text: str) -> int:
     return value
 
 
+def _bounded_int(low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {low} to {high}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _delay(text: str) -> float:
+    """``--batch-delay``: 0 to 1 second."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected 0 to 1 (seconds), got {text!r}")
+    return value
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """``--languages SRC,TGT``: two language codes."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise argparse.ArgumentTypeError(
+            f"expected two different language codes as SRC,TGT (en,de), got {text!r}"
+        )
+    return parts[0], parts[1]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve import run
     from ..serve.limits import Limits
@@ -35,6 +72,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         queue=args.queue,
         request_timeout=args.request_timeout,
         attention_elements=args.max_weights,
+        translate_waiting=args.translate_queue,
+        batch_tokens=args.max_tokens,
+        batch_delay=args.batch_delay,
     )
     device = device_of(args.device)  # --device cuda without CUDA: before anything is said
     decoding, notice = decoding_of(args, "serve")
@@ -47,6 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_hosts=args.allow_host or (),
         device=device,
         notice=notice,
+        api_only=args.api_only,
+        languages_served=args.languages,
     )
     return 0
 
@@ -54,14 +96,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_parsers(sub) -> None:
     serve = sub.add_parser(
         "serve",
-        help="the attention explorer: a web page and JSON API over a trained model",
+        help="the attention explorer and a translation service over a trained model",
         description=(
             "Serve the attention explorer of an encoder-decoder model trained by `attnlab "
-            "train`: a page at / and a JSON API under /api (docs/serve.md). It binds the "
-            "loopback interface by default and answers only requests addressed to it (the Host "
-            "header); the API has no authentication. The model runs one request at a time, "
-            "with --queue more waiting; beyond, or after --request-timeout, a request gets a "
-            "503 with Retry-After. --port 0 picks a free port; the URL printed has the real one."
+            "train`: a page at / and a JSON API under /api; and a translation service: "
+            "LibreTranslate's POST /translate and GET /languages, GET /health and GET /metrics "
+            "(docs/serve.md). It binds the loopback interface by default and answers only "
+            "requests addressed to it (the Host header); the API has no authentication. The "
+            "explorer's model routes run one request at a time, with --queue more waiting; "
+            "/translate requests that arrive together are decoded together, up to --max-tokens "
+            "source tokens a batch, with --translate-queue sentences waiting; beyond, or after "
+            "--request-timeout, a request gets a 503 with Retry-After. Ctrl-C or SIGTERM "
+            "drains: the requests in flight are answered, new ones get a 503. --port 0 picks "
+            "a free port; the URL printed has the real one."
         ),
     )
     add_model_flag(serve)
@@ -102,5 +149,36 @@ def add_parsers(sub) -> None:
         default=30.0,
         metavar="SECONDS",
         help="a model request's longest wait and run before its 503 (30)",
+    )
+    serve.add_argument(
+        "--api-only",
+        action="store_true",
+        help="serve the JSON routes without the page (/ and /static/ are 404s)",
+    )
+    serve.add_argument(
+        "--languages",
+        type=_pair,
+        default=None,
+        metavar="SRC,TGT",
+        help="the model's language codes for /translate and /languages; default: the task's "
+        "in the model's job.json, else src,tgt",
+    )
+    serve.add_argument(
+        "--max-tokens", type=positive_int, default=4096, help="source tokens per batch (4096)"
+    )
+    serve.add_argument(
+        "--batch-delay",
+        type=_delay,
+        default=0.005,
+        metavar="SECONDS",
+        help="right after a batch, how long the batcher may wait for more /translate requests; "
+        "a request that finds the model idle never waits (0.005)",
+    )
+    serve.add_argument(
+        "--translate-queue",
+        type=_bounded_int(1, 4096),
+        metavar="N",
+        default=256,
+        help="sentences that may wait for the translation batcher, 1-4096; more get a 503 (256)",
     )
     serve.set_defaults(func=resolving(cmd_serve))

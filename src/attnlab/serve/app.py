@@ -1,4 +1,6 @@
-"""The attention explorer's web server: FastAPI routes over :class:`Explorer` (docs/serve.md).
+"""The web server: the attention explorer's FastAPI routes over :class:`Explorer`, and the
+translation service's (LibreTranslate's ``/translate`` and ``/languages``, ``/health``,
+``/metrics``) over :class:`~attnlab.serve.service.TranslationService` (docs/serve.md).
 
 :func:`create_app` loads the model once and returns the ASGI app; :func:`run` serves it with
 uvicorn. Every client error is a 4xx answer ``{"error": message, "status": code}``, where the
@@ -22,25 +24,31 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import torch
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._checks import is_int
 from ..decode.options import DecodingOptions
+from .errors import FORM_TYPE, BodyGuard, clip, install_error_handlers, json_type, media_type
 from .errors import MAX_BODY_BYTES as MAX_BODY_BYTES
-from .errors import BodyGuard, clip, install_error_handlers
 from .explorer import ATTENTION_DECIMALS, Explorer
+from .libre import BadRequest, languages, parse_translate
 from .limits import (
     LOOPBACK_NAMES,
+    MAX_BEAM,
+    Draining,
     HeadAsGet,
     HostGuard,
     InternalErrors,
@@ -48,12 +56,13 @@ from .limits import (
     ModelQueue,
     server_config,
 )
+from .metrics import RequestMetrics, ServeMetrics
+from .service import TranslationService, model_languages
 
 __all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "Limits", "create_app", "make_server", "run"]
 
 #: The page's files: index.html, its script and stylesheet.
 STATIC_DIR = Path(__file__).with_name("static")
-MAX_BEAM = 16
 #: The longest name under /static/ (a longer one is a 404 before the file system is asked).
 MAX_STATIC_NAME = 64
 
@@ -177,17 +186,75 @@ class ErrorResponse(BaseModel):
     status: int
 
 
-#: POST routes and their request bodies (the guard checks these routes' bodies).
-BODIES: dict[str, type[BaseModel]] = {
+class DetectedLanguage(BaseModel):
+    language: str = Field(description="the model's source language (assumed: no detection)")
+
+
+class LibreTranslateAnswer(BaseModel):
+    """LibreTranslate's answer (for the schema; the route builds it as a dict)."""
+
+    translatedText: str | list[str] = Field(
+        description="the translation, or one per sentence when q was a list"
+    )
+    alternatives: list[str] | list[list[str]] | None = Field(
+        None, description="the next best translations, when asked (one list per sentence)"
+    )
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
+        None, description='for source "auto"'
+    )
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+class Health(BaseModel):
+    live: bool
+    ready: bool = Field(description="the model is loaded and warmed up, and not shutting down")
+    draining: bool = Field(description="Ctrl-C or SIGTERM came: in-flight requests finish")
+
+
+def libre_body(pair: tuple[str, str]) -> dict:
+    """``/translate``'s JSON body in the schema, for a model of language ``pair`` (the route
+    checks it itself, LibreTranslate's way: 400s; it takes the same fields as a URL-encoded
+    form)."""
+    q = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+    fields = {
+        "q": {**q, "description": "a sentence, or a list of them"},
+        "source": {"type": "string", "enum": [pair[0], "auto"]},
+        "target": {"type": "string", "enum": [pair[1]]},
+        "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+        "alternatives": {"type": "integer", "minimum": 0, "default": 0},
+        "beam_size": {"type": "integer", "minimum": 1},
+        "api_key": {"type": "string", "description": "ignored"},
+    }
+    body = {"type": "object", "required": ["q", "source", "target"], "properties": fields}
+    return {"required": True, "content": {"application/json": {"schema": body}}}
+
+
+#: POST routes and their request bodies (the guard checks these routes' bodies); None: the
+#: route checks its fields itself (``/translate``, which takes a form too).
+BODIES: dict[str, type[BaseModel] | None] = {
     "/api/translate": TranslateRequest,
     "/api/attention": AttentionRequest,
     "/api/masks": MasksRequest,
+    "/translate": None,
 }
-#: Every route, as an unknown route's 404 lists them.
-ROUTES = (
+#: The API's routes, as an unknown route's 404 lists them (the page's follow, unless
+#: ``--api-only``).
+API_ROUTES = (
     "GET /api/model, POST /api/translate, POST /api/attention, GET /api/positional, "
-    "POST /api/masks, GET /, GET /static/<file>"
+    "POST /api/masks, POST /translate, GET /languages, GET /health, GET /metrics"
 )
+PAGE_ROUTES = "GET /, GET /static/<file>"
+ROUTES = f"{API_ROUTES}, {PAGE_ROUTES}"
+#: Paths counted by name in /metrics.
+METRIC_ROUTES = (
+    "/api/model", "/api/translate", "/api/attention", "/api/positional", "/api/masks",
+    "/translate", "/languages", "/health", "/metrics", "/",
+)  # fmt: skip
 
 # -- the app -----------------------------------------------------------------------------------
 
@@ -213,15 +280,23 @@ def create_app(
     limits: Limits | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
     decoding: DecodingOptions | None = None,
+    api_only: bool = False,
+    languages_served: tuple[str, str] | None = None,
+    warm_up: bool = True,
 ) -> FastAPI:
-    """The explorer's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
-    once). ``decoding``: how it decodes (default: what the model directory carries,
+    """The server's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
+    once): the explorer's page and API, and the translation service. ``decoding``: how it
+    decodes (default: what the model directory carries,
     :meth:`~attnlab.decode.options.DecodingOptions.carried_by`); ``beam_size``, the default
     beam (1-16), and ``alpha``, the length penalty, replace its fields where not None;
     ``device``: default CUDA when available;
     ``static_dir``: the page's files (default the package's ``static/``); ``limits``: queue,
     timeouts, connection and answer sizes (:class:`Limits`' defaults); ``allowed_hosts``: the
-    names the Host header may carry (default the loopback names; ``"*"``: any).
+    names the Host header may carry (default the loopback names; ``"*"``: any);
+    ``api_only``: no page (``/`` and ``/static/`` are 404s); ``languages_served``: the model's
+    ``(source, target)`` codes for ``/translate`` (default: its job.json's task, else
+    ``("src", "tgt")``); ``warm_up``: start the warm-up now, in a thread (else ``/health``
+    says not ready until ``app.state.service.warm_up()`` has run).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not a directory.
@@ -242,10 +317,26 @@ def create_app(
             f"{MAX_BEAM}: pass one"
         )
     queue = ModelQueue(waiting=limits.queue, timeout=limits.request_timeout)
+    draining = threading.Event()
+    pair = languages_served if languages_served is not None else model_languages(model_dir)
+    metrics = ServeMetrics()
+    service = TranslationService(
+        explorer,
+        pair,
+        metrics,
+        max_tokens=limits.batch_tokens,
+        max_delay=limits.batch_delay,
+        waiting=limits.translate_waiting,
+        timeout=limits.request_timeout,
+    )
+    metrics.queue_depth.read = lambda: service.batcher.sentences_waiting
+    metrics.explorer_depth.read = lambda: queue.pending
+    metrics.ready.read = lambda: float(service.ready.is_set())
     static = Path(static_dir) if static_dir is not None else STATIC_DIR
     app = FastAPI(
-        title="attnlab attention explorer",
-        description="Attention, positional information and masks of an attnlab Transformer.",
+        title="attnlab attention explorer and translation service",
+        description="Attention, positional information and masks of an attnlab Transformer, "
+        "and its translations through a LibreTranslate-compatible route.",
         docs_url=None,  # the interactive docs load scripts from a CDN: the page must not
         redoc_url=None,
         openapi_url="/api/openapi.json",
@@ -255,12 +346,19 @@ def create_app(
     app.state.explorer = explorer
     app.state.queue = queue
     app.state.limits = limits
-    # Starlette runs the last added outermost: errors, then Host, then HEAD, then bodies.
-    app.add_middleware(BodyGuard, bodies=BODIES, timeout=limits.body_timeout)
+    app.state.service = service
+    app.state.metrics = metrics
+    app.state.draining = draining
+    # Starlette runs the last added outermost: metrics, errors, Host, draining, HEAD, bodies.
+    app.add_middleware(
+        BodyGuard, bodies=BODIES, timeout=limits.body_timeout, forms=frozenset({"/translate"})
+    )
     app.add_middleware(HeadAsGet)
+    app.add_middleware(Draining, draining=draining.is_set, exempt=("/health", "/metrics"))
     app.add_middleware(HostGuard, allowed=allowed_hosts)
     app.add_middleware(InternalErrors)
-    install_error_handlers(app, BODIES, ROUTES)
+    app.add_middleware(RequestMetrics, metrics=metrics, routes=METRIC_ROUTES)
+    install_error_handlers(app, BODIES, API_ROUTES if api_only else ROUTES)
     busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
     @app.get("/api/model", response_model=ModelInfo)
@@ -312,15 +410,73 @@ def create_app(
         """Padding, look-ahead and combined masks of a batch of sentences."""
         return explorer.masks(request.texts)
 
-    @app.get("/", include_in_schema=False)
-    def page() -> FileResponse:
-        return _static_file(static, "index.html")
+    @app.post(
+        "/translate",
+        responses={200: {"model": LibreTranslateAnswer}, **busy},
+        openapi_extra={"requestBody": libre_body(pair)},
+    )
+    async def libre_translate(request: Request) -> dict:
+        """LibreTranslate's translate: ``q`` (a string or a list), ``source``, ``target``,
+        ``format`` (text), ``alternatives``; as JSON or a URL-encoded form (docs/serve.md)."""
+        fields = _fields(await request.body(), request.headers.get("content-type"))
+        call = parse_translate(fields, service.languages, max_beam=MAX_BEAM)
+        return await service.translate(call, request.receive)
 
-    @app.get("/static/{name}", include_in_schema=False)
-    def static_file(name: str) -> FileResponse:
-        return _static_file(static, name)
+    @app.get("/languages", response_model=list[Language])
+    def libre_languages() -> list[dict]:
+        """LibreTranslate's languages: the model's pair."""
+        return languages(*service.languages)
 
+    @app.get(
+        "/health",
+        responses={200: {"model": Health}, 503: {"model": Health, "description": "not ready"}},
+    )
+    def health() -> JSONResponse:
+        """Live (it answers) and ready (the model is loaded and warmed up, and the server is
+        not shutting down): 200 when ready, else 503."""
+        ready = service.ready.is_set() and not draining.is_set()
+        answer = {"live": True, "ready": ready, "draining": draining.is_set()}
+        return JSONResponse(answer, status_code=200 if ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics_text() -> Response:
+        """Prometheus' text format: requests, batches, queue depth, latency."""
+        return Response(metrics.exposition(), media_type=ServeMetrics.CONTENT_TYPE)
+
+    if not api_only:
+
+        @app.get("/", include_in_schema=False)
+        def page() -> FileResponse:
+            return _static_file(static, "index.html")
+
+        @app.get("/static/{name}", include_in_schema=False)
+        def static_file(name: str) -> FileResponse:
+            return _static_file(static, name)
+
+    if warm_up:
+        service.start_warm_up()
     return app
+
+
+def _fields(body: bytes, content_type: str | None) -> dict[str, object]:
+    """A ``/translate`` body's fields: a JSON object, or a URL-encoded form (each field once;
+    the guard has checked the type, the size and the encoding)."""
+    if media_type(content_type) == FORM_TYPE:
+        try:
+            pairs = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=64)
+        except ValueError as error:  # more fields than that
+            raise BadRequest(f"body: {error}") from None
+        for name, values in pairs.items():
+            if len(values) > 1:
+                raise BadRequest(
+                    f"{clip(name, 40)}: given {len(values)} times in the form; expected once "
+                    f"(send a list of sentences as JSON)"
+                )
+        return {name: values[0] for name, values in pairs.items()}
+    fields = json.loads(body)
+    if not isinstance(fields, dict):
+        raise BadRequest(f"body: expected a JSON object, got {json_type(fields)}")
+    return fields
 
 
 def _static_file(directory: Path, name: str) -> FileResponse:
@@ -387,10 +543,28 @@ def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_
 
 
 def _server(app: FastAPI, log_level: str):
+    """A uvicorn server for ``app`` that, on Ctrl-C or SIGTERM, marks the app as draining
+    (new requests get a 503, ``/health`` says not ready) before it shuts down gracefully."""
     import uvicorn
 
     limits = getattr(app.state, "limits", None) or Limits()
-    return uvicorn.Server(server_config(app, limits, log_level))
+    draining = getattr(app.state, "draining", None)
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:  # type: ignore[override]
+            if draining is not None:
+                draining.set()
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(server_config(app, limits, log_level))
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised once the server has drained (as Ctrl-C raises KeyboardInterrupt)."""
+
+
+def _terminated(signum, frame) -> None:
+    raise _Terminated()
 
 
 def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> list[str]:
@@ -416,12 +590,19 @@ def run(
     device: str | torch.device | None = None,
     notice: str | None = None,
     decoding: DecodingOptions | None = None,
+    api_only: bool = False,
+    languages_served: tuple[str, str] | None = None,
 ) -> None:
-    """Serve the explorer of ``model_dir`` until interrupted; prints its URL. ``port`` 0
-    picks a free port (the printed URL has the real one). The Host header must be a loopback
-    name, ``host``, or one of ``allow_hosts`` (``"*"``: any). ``decoding``, ``beam_size``,
-    ``alpha``, ``device``: as :func:`create_app`'s. ``notice``: a line for stderr once the
-    model has loaded (the decoding it uses, say)."""
+    """Serve the explorer and the translation service of ``model_dir`` until Ctrl-C or
+    SIGTERM; prints its URL. ``port`` 0 picks a free port (the printed URL has the real one).
+    The Host header must be a loopback name, ``host``, or one of ``allow_hosts`` (``"*"``:
+    any). ``decoding``, ``beam_size``, ``alpha``, ``device``, ``api_only``,
+    ``languages_served``: as :func:`create_app`'s. ``notice``: a line for stderr once the
+    model has loaded (the decoding it uses, say).
+
+    Ctrl-C or SIGTERM drains: the listening socket closes, requests that arrive meanwhile get a
+    503, the requests in flight are answered, then it returns (a second Ctrl-C stops at once).
+    """
     sock = bind(host, port)  # first: a busy port fails before the model loads
     allowed = allowed_hosts_for(host, allow_hosts)
     try:
@@ -433,6 +614,8 @@ def run(
             limits=limits,
             allowed_hosts=allowed,
             decoding=decoding,
+            api_only=api_only,
+            languages_served=languages_served,
         )
     except BaseException:
         sock.close()
@@ -448,12 +631,23 @@ def run(
             file=sys.stderr,
             flush=True,
         )
-    print(f"attnlab serve: the attention explorer is at {url_of(sock)} (Ctrl-C stops it)")
+    what = "the translation API" if api_only else "the attention explorer"
+    print(f"attnlab serve: {what} is at {url_of(sock)} (Ctrl-C stops it)")
     sys.stdout.flush()
+    installed = threading.current_thread() is threading.main_thread()  # signals: main only
+    previous = signal.signal(signal.SIGTERM, _terminated) if installed else None
     try:
-        server.run(sockets=[sock])  # shuts down gracefully on Ctrl-C, then re-raises it
-    except KeyboardInterrupt:
+        # uvicorn drains on Ctrl-C or SIGTERM, then raises the signal again: KeyboardInterrupt
+        # or _Terminated here, once every request in flight is answered.
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Terminated):
         print("attnlab serve: stopped", flush=True)
     finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         sock.close()
+        service = getattr(app.state, "service", None)
+        if service is not None:  # the requests it admitted are answered by now
+            limits = getattr(app.state, "limits", None) or Limits()
+            service.close(wait=limits.request_timeout)
         app.state.queue.close()

@@ -24,10 +24,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .explorer import InputError
+from .libre import BadRequest
 from .limits import Busy, ClientGone, Limits, error_response
 
 #: The largest request body accepted (413 above it).
 MAX_BODY_BYTES = 64 * 1024
+#: The form type that the routes in ``BodyGuard(forms=...)`` take besides JSON.
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -111,12 +114,29 @@ def validation_message(errors: list[dict[str, Any]], body: type[BaseModel] | Non
     return text
 
 
-def content_type_problem(value: str | None) -> str | None:
+def media_type(value: str | None) -> str:
+    """The media type of a Content-Type header, lower case, without parameters."""
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def content_type_problem(value: str | None, form: bool = False) -> str | None:
+    """Why a body of Content-Type ``value`` is refused, or None: ``application/json``, and
+    with ``form`` also :data:`FORM_TYPE`."""
+    expected = f"application/json or {FORM_TYPE}" if form else "application/json"
     if value is None:
-        return "content-type: missing; expected application/json"
-    media = value.split(";", 1)[0].strip().lower()
-    if media != "application/json":
-        return f"content-type: expected application/json, got {short(media)}"
+        return f"content-type: missing; expected {expected}"
+    media = media_type(value)
+    if media != "application/json" and not (form and media == FORM_TYPE):
+        return f"content-type: expected {expected}, got {short(media)}"
+    return None
+
+
+def form_problem(body: bytes) -> str | None:
+    """Why ``body`` is not a UTF-8 URL-encoded form, or None."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"body: not UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start})"
     return None
 
 
@@ -143,18 +163,20 @@ class BodyGuard:
     """ASGI middleware for the POST routes of ``bodies`` (path -> request model): 413 for a
     body over ``limit`` bytes (by Content-Length, or counted while reading: never more than
     ``limit`` + 1 bytes are held), 408 for one not received within ``timeout`` seconds, 415
-    unless ``application/json``, 400 unless UTF-8 JSON. A body that passes is handed on to the
-    app as it came."""
+    unless ``application/json`` (or, on the paths of ``forms``, :data:`FORM_TYPE`), 400 unless
+    UTF-8 JSON (or a UTF-8 form). A body that passes is handed on to the app as it came."""
 
     def __init__(
         self,
         app: ASGIApp,
-        bodies: Mapping[str, type[BaseModel]],
+        bodies: Mapping[str, type[BaseModel] | None],
         limit: int = MAX_BODY_BYTES,
         timeout: float = Limits.body_timeout,
+        forms: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
-        self.paths = frozenset(bodies)
+        self.paths = frozenset(bodies) | forms
+        self.forms = forms
         self.limit = limit
         self.timeout = timeout
 
@@ -169,7 +191,8 @@ class BodyGuard:
             status, text = (413, too_big) if declared.isdigit() else (400, "bad content-length")
             await error_response(status, text)(scope, receive, send)
             return
-        problem = content_type_problem(headers.get("content-type"))
+        form = scope["path"] in self.forms
+        problem = content_type_problem(headers.get("content-type"), form)
         if problem is not None:
             await error_response(415, problem)(scope, receive, send)
             return
@@ -195,7 +218,8 @@ class BodyGuard:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        problem = json_problem(body)
+        is_form = form and media_type(headers.get("content-type")) == FORM_TYPE
+        problem = form_problem(body) if is_form else json_problem(body)
         if problem is not None:
             await error_response(400, problem)(scope, receive, send)
             return
@@ -212,10 +236,11 @@ class BodyGuard:
 
 
 def install_error_handlers(
-    app: FastAPI, bodies: Mapping[str, type[BaseModel]], routes: str
+    app: FastAPI, bodies: Mapping[str, type[BaseModel] | None], routes: str
 ) -> None:
     """Answer every error of ``app`` as one JSON line: pydantic's (422, naming the field of
-    the route's model in ``bodies``), :class:`InputError` (422), :class:`Busy` (503 with
+    the route's model in ``bodies``), :class:`InputError` (422), :class:`BadRequest` (400,
+    the LibreTranslate routes), :class:`Busy` (503 with
     Retry-After), a client gone, and Starlette's HTTP errors (an unknown route lists
     ``routes``)."""
 
@@ -230,6 +255,10 @@ def install_error_handlers(
     @app.exception_handler(InputError)
     async def unusable(request: Request, exc: InputError) -> JSONResponse:
         return error_response(422, str(exc))
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        return error_response(400, str(exc))  # LibreTranslate's status for a bad field
 
     @app.exception_handler(Busy)
     async def busy(request: Request, exc: Busy) -> JSONResponse:

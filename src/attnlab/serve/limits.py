@@ -7,7 +7,8 @@
   gets a 503; one whose client has gone away is dropped before it reaches the model.
 * ASGI middleware: :class:`HostGuard` (the Host header must name this server: DNS rebinding),
   :class:`HeadAsGet` (HEAD on every GET route), :class:`InternalErrors` (a generic 500 body,
-  the details in one log line).
+  the details in one log line), :class:`Draining` (a 503 for new requests while the server
+  shuts down).
 * :func:`protocol_class`: uvicorn's h11 protocol with a deadline for each request's head and a
   cap on open connections (uvicorn has neither of its own); :func:`server_config` gives it to
   uvicorn with the keep-alive timeout, the concurrency limit and the largest head.
@@ -35,14 +36,18 @@ from .._checks import is_int, is_number
 
 __all__ = [
     "LOOPBACK_NAMES",
+    "MAX_BEAM",
     "Busy",
     "ClientGone",
+    "Draining",
     "HeadAsGet",
     "HostGuard",
     "InternalErrors",
     "Limits",
     "ModelQueue",
+    "client_left",
     "protocol_class",
+    "retrieve",
     "server_config",
 ]
 
@@ -51,6 +56,8 @@ T = TypeVar("T")
 
 #: Host names that always reach a loopback-bound server.
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+#: The widest beam a request may ask for (and the server's default may be).
+MAX_BEAM = 16
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class Limits:
         max_connections: connections beyond this many open ones are closed at once.
         max_head_bytes: the largest request head (h11's ``max_incomplete_event_size``).
         attention_elements: the most attention weights in one answer (see docs/serve.md).
+        translate_waiting: sentences that may wait for the translation batcher; more get a
+            503 at once.
+        batch_tokens: source tokens in one batch of the translation batcher.
+        batch_delay: seconds the batcher may wait, right after a batch, for more requests.
     """
 
     queue: int = 8
@@ -76,18 +87,26 @@ class Limits:
     body_timeout: float = 10.0
     header_timeout: float = 10.0
     keep_alive: float = 5.0
-    concurrency: int = 64
+    concurrency: int = 128
     max_connections: int = 128
     max_head_bytes: int = 16 * 1024
     attention_elements: int = 1 << 18
+    translate_waiting: int = 256
+    batch_tokens: int = 4096
+    batch_delay: float = 0.005
 
     def __post_init__(self) -> None:
-        for name in ("queue", "concurrency", "max_connections", "max_head_bytes"):
+        names = ("queue", "concurrency", "max_connections", "max_head_bytes")
+        for name in (*names, "translate_waiting", "batch_tokens"):
             value = getattr(self, name)
             if not (is_int(value) and value >= 0):
                 raise ValueError(f"{name}: expected an integer >= 0, got {value!r}")
         if self.attention_elements < 1 or self.concurrency < 1 or self.max_connections < 1:
             raise ValueError("attention_elements, concurrency, max_connections: expected >= 1")
+        if self.translate_waiting < 1 or self.batch_tokens < 1:
+            raise ValueError("translate_waiting, batch_tokens: expected >= 1")
+        if not (is_number(self.batch_delay) and 0 <= self.batch_delay <= 1):
+            raise ValueError(f"batch_delay: expected 0 to 1 second, got {self.batch_delay!r}")
         for name in ("request_timeout", "body_timeout", "header_timeout", "keep_alive"):
             value = getattr(self, name)
             if not (is_number(value) and value > 0):
@@ -168,11 +187,11 @@ class ModelQueue:
         job = self._pool.submit(self._job, work, given_up)
         job.add_done_callback(self._finished)
         answer = asyncio.wrap_future(job)
-        answer.add_done_callback(_retrieve)
+        answer.add_done_callback(retrieve)
         waits: set[asyncio.Future[Any]] = {answer}
         left = None
         if receive is not None:
-            left = asyncio.ensure_future(_disconnect(receive))
+            left = asyncio.ensure_future(client_left(receive))
             waits.add(left)
         try:
             done, _ = await asyncio.wait(waits, timeout=self.timeout, return_when="FIRST_COMPLETED")
@@ -219,13 +238,13 @@ class ModelQueue:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _retrieve(future: asyncio.Future) -> None:
+def retrieve(future: asyncio.Future) -> None:
     """Mark a result nobody awaits any more as seen (no 'never retrieved' warning)."""
     if not future.cancelled():
         future.exception()
 
 
-async def _disconnect(receive: Receive) -> None:
+async def client_left(receive: Receive) -> None:
     """Return when ``receive`` says the client disconnected."""
     while True:
         message = await receive()
@@ -335,6 +354,27 @@ class InternalErrors:
                 await error_response(500, message)(scope, receive, send)
 
 
+class Draining:
+    """Once ``draining()`` is true (Ctrl-C or SIGTERM: the server is shutting down), every new
+    request but those to ``exempt`` paths gets a 503 and its connection is closed; requests
+    already in the app are answered as usual."""
+
+    def __init__(
+        self, app: ASGIApp, draining: Callable[[], bool], exempt: Iterable[str] = ()
+    ) -> None:
+        self.app = app
+        self.draining = draining
+        self.exempt = frozenset(exempt)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.draining() or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        message = "the server is shutting down: it answers the requests it has, and no more"
+        headers = {"Connection": "close", "Retry-After": "1"}
+        await error_response(503, message, headers)(scope, receive, send)
+
+
 # -- uvicorn -----------------------------------------------------------------------------------
 
 
@@ -390,9 +430,12 @@ def protocol_class(limits: Limits) -> type:
 def server_config(app: ASGIApp, limits: Limits, log_level: str = "warning") -> Any:
     """A ``uvicorn.Config`` for ``app`` with ``limits``: the guarded h11 protocol, the
     keep-alive timeout, ``limit_concurrency``, the largest request head; no Server header, no
-    proxy headers (nothing sits in front of this server)."""
+    proxy headers (nothing sits in front of this server). On shutdown it waits for the
+    requests in flight as long as the longest of them may take (the request and body
+    deadlines, then 5 s), so that each is answered."""
     import uvicorn
 
+    drain = math.ceil(max(limits.request_timeout, limits.body_timeout)) + 5
     return uvicorn.Config(
         app,
         log_level=log_level,
@@ -401,7 +444,7 @@ def server_config(app: ASGIApp, limits: Limits, log_level: str = "warning") -> A
         timeout_keep_alive=limits.keep_alive,
         limit_concurrency=limits.concurrency,
         h11_max_incomplete_event_size=limits.max_head_bytes,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=drain,
         server_header=False,
         proxy_headers=False,
     )

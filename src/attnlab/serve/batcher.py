@@ -1,0 +1,277 @@
+"""The translation service's batcher: requests that arrive while the model is busy are decoded
+together (docs/serve.md, "Batching").
+
+Requests wait in one first-come-first-served line. One worker thread takes the oldest request
+and, behind it, the later ones with the same decoding options (:class:`Options`: the beam and
+the number of hypotheses), up to a budget of source tokens, and hands their sentences to one
+``decode`` call (the app's: one call to the Translator, which sorts them by length into its own
+batches); each request then gets its own sentences' results. Requests with other options wait
+for a batch of their own.
+
+* **No wait when idle**: a request that finds the model idle starts at once. Only right after a
+  batch (within ``max_delay`` seconds of its end) does the worker wait, at most until then, for
+  as many requests as that batch answered: the clients it answered are likely sending their
+  next ones, and one batch of them costs less than many small ones.
+* **Fairness**: a request is never overtaken by more than ``max_tokens`` source tokens of
+  later requests (of other options that a batch took past it): the oldest request leads every
+  batch, so each waits at most for the batches ahead of it.
+* **Bounds**: at most ``waiting`` sentences wait (more: :class:`~attnlab.serve.limits.Busy`,
+  a 503); a request that gets no answer within ``timeout`` seconds is a 503 too, and one
+  whose client has gone, or whose deadline passed, before its batch started is dropped.
+* **Draining**: :meth:`Batcher.close` lets every admitted request be decoded, then stops the
+  worker; requests after it are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import Receive
+
+from .limits import Busy, ClientGone, client_left, retrieve
+
+__all__ = ["Batcher", "Options"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a batch's sentences share: ``beam_size`` (1: greedy) and ``n``, the hypotheses
+    asked for each sentence (1 + LibreTranslate's ``alternatives``)."""
+
+    beam_size: int
+    n: int = 1
+
+
+@dataclass(eq=False)
+class _Request:
+    texts: list[str]
+    options: Options
+    tokens: int  # source tokens, the budget's unit
+    future: Future = field(default_factory=Future)
+    overtaken: int = 0  # source tokens of later requests decoded before it
+    started: bool = False
+
+
+#: ``decode(options, texts)``: one result per text, in order.
+Decode = Callable[[Options, list[str]], Sequence[Any]]
+
+
+class Batcher:
+    """Decodes concurrent translation requests together, in one worker thread (see the module
+    docstring).
+
+    Args:
+        decode: ``decode(options, texts)`` -> one result per text, in order; it runs in the
+            worker thread, one call at a time.
+        max_tokens: source tokens in one batch (a request over it goes alone).
+        max_delay: seconds the worker may wait after a batch for its clients' next requests.
+        waiting: sentences that may wait (not counting the batch being decoded); a request
+            that finds none waiting is admitted whatever its size (the caller caps that).
+        timeout: seconds a request may wait and be decoded before its 503.
+        on_batch: called after each batch with ``(requests, sentences, seconds)``.
+        on_drop: called with a reason (``"client_gone"``, ``"timeout"``) for each request
+            given up before its batch.
+    """
+
+    def __init__(
+        self,
+        decode: Decode,
+        *,
+        max_tokens: int = 4096,
+        max_delay: float = 0.005,
+        waiting: int = 256,
+        timeout: float = 30.0,
+        on_batch: Callable[[int, int, float], object] | None = None,
+        on_drop: Callable[[str], object] | None = None,
+    ) -> None:
+        if max_tokens < 1 or waiting < 1 or max_delay < 0 or timeout <= 0:
+            raise ValueError(
+                "max_tokens, waiting: expected >= 1; max_delay: >= 0; timeout: > 0 seconds"
+            )
+        self.decode = decode
+        self.max_tokens, self.max_delay = max_tokens, max_delay
+        self.waiting, self.timeout = waiting, timeout
+        self.on_batch, self.on_drop = on_batch, on_drop
+        #: What happened to the requests: admitted, refused, dropped, expired, done; batches.
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._line: collections.deque[_Request] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._last_end = -math.inf  # when the last batch ended (time.monotonic())
+        self._last_size = 0  # requests it answered
+        self._seconds_per_batch = 0.1  # a running mean, for Retry-After
+        self._worker = threading.Thread(target=self._loop, name="attnlab-batcher", daemon=True)
+        self._worker.start()
+
+    # -- the event loop's side -----------------------------------------------------------------
+
+    @property
+    def sentences_waiting(self) -> int:
+        """Sentences admitted and not yet in a batch."""
+        with self._cond:
+            return sum(len(r.texts) for r in self._line)
+
+    def retry_after(self) -> int:
+        """Seconds after which the line is likely to have room: a whole number, at least 1."""
+        batches = 1 + sum(r.tokens for r in self._line) / self.max_tokens
+        return max(1, math.ceil(self._seconds_per_batch * batches))
+
+    async def run(
+        self, texts: list[str], options: Options, tokens: int, receive: Receive | None = None
+    ) -> list[Any]:
+        """The results of ``texts`` (one per text, in order), decoded in their turn with
+        ``options``. ``tokens``: their source tokens; ``receive``: the request's ASGI receive,
+        whose ``http.disconnect`` means the client left (the body already read).
+
+        Raises:
+            Busy: the line is full or closed, or no answer came within ``timeout``.
+            ClientGone: the client left before the answer.
+            Exception: whatever ``decode`` raised for the batch.
+        """
+        request = _Request(list(texts), options, max(1, tokens))
+        with self._cond:
+            if self._closed:
+                self.counts["refused"] += 1
+                raise Busy("the server is shutting down; try another", 1)
+            waiting = sum(len(r.texts) for r in self._line)
+            if waiting and waiting + len(request.texts) > self.waiting:
+                self.counts["refused"] += 1
+                raise Busy(
+                    f"the translation service is busy: {waiting} sentences are waiting, the "
+                    f"most it takes is {self.waiting}; try again in {self.retry_after()} s",
+                    self.retry_after(),
+                )
+            self._line.append(request)
+            self.counts["admitted"] += 1
+            self._cond.notify_all()
+        answer = asyncio.wrap_future(request.future)
+        answer.add_done_callback(retrieve)
+        waits: set[asyncio.Future[Any]] = {answer}
+        left = None
+        if receive is not None:
+            left = asyncio.ensure_future(client_left(receive))
+            waits.add(left)
+        try:
+            done, _ = await asyncio.wait(waits, timeout=self.timeout, return_when="FIRST_COMPLETED")
+        except asyncio.CancelledError:
+            self._give_up(request, "client_gone")
+            raise
+        finally:
+            if left is not None:
+                left.cancel()
+        if answer in done:
+            return answer.result()
+        if left is not None and left in done:
+            self._give_up(request, "client_gone")
+            raise ClientGone()
+        self._give_up(request, "timeout")
+        self.counts["expired"] += 1
+        raise Busy(
+            f"no answer within {self.timeout:g} s: the translation service is busy; try again "
+            f"in {self.retry_after()} s",
+            self.retry_after(),
+        )
+
+    def _give_up(self, request: _Request, reason: str) -> None:
+        """Drop ``request`` from the line unless its batch has started."""
+        with self._cond:
+            if request.started or request not in self._line:
+                return
+            self._line.remove(request)
+            self.counts["dropped"] += 1
+        if self.on_drop is not None:
+            self.on_drop(reason)
+
+    def close(self, wait: float | None = None) -> None:
+        """Refuse new requests; the worker decodes those admitted, then stops. ``wait``:
+        seconds to wait for it (None: do not wait)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if wait is not None:
+            self._worker.join(wait)
+
+    # -- the worker's side ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                batch = self._gather()
+                if batch is None:
+                    return
+                for request in batch:
+                    request.started = True
+                    self._line.remove(request)
+            start = time.monotonic()
+            texts = [text for request in batch for text in request.texts]
+            try:
+                results = list(self.decode(batch[0].options, texts))
+                if len(results) != len(texts):
+                    raise RuntimeError(
+                        f"decode returned {len(results)} results for {len(texts)} texts"
+                    )
+            except Exception as error:  # every request of the batch gets the error
+                for request in batch:
+                    request.future.set_exception(error)
+            else:
+                at = 0
+                for request in batch:
+                    request.future.set_result(results[at : at + len(request.texts)])
+                    at += len(request.texts)
+            seconds = time.monotonic() - start
+            with self._cond:
+                self._last_end, self._last_size = time.monotonic(), len(batch)
+                self._seconds_per_batch += 0.2 * (seconds - self._seconds_per_batch)
+                self.counts["batches"] += 1
+                self.counts["done"] += len(batch)
+            if self.on_batch is not None:
+                self.on_batch(len(batch), len(texts), seconds)
+
+    def _gather(self) -> list[_Request] | None:
+        """The next batch (called holding the lock), or None once closed and empty."""
+        while not self._line:
+            if self._closed:
+                return None
+            self._cond.wait()
+        # Right after a batch, wait (a little) for as many requests as it answered.
+        deadline = self._last_end + self.max_delay
+        while (
+            not self._closed
+            and len(self._line) < self._last_size
+            and sum(r.tokens for r in self._line) < self.max_tokens
+        ):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        if not self._line:  # every waiting request was given up meanwhile
+            return self._gather()
+        return self._select()
+
+    def _select(self) -> list[_Request]:
+        """The oldest request and the later ones of its options that fit the budget, none of
+        them taken past an older request whose overtaken tokens would then exceed it."""
+        head = self._line[0]
+        batch, tokens = [head], head.tokens
+        passed: list[_Request] = []  # older requests of other options, left waiting
+        for request in list(self._line)[1:]:
+            if request.options != head.options:
+                passed.append(request)
+                continue
+            if tokens + request.tokens > self.max_tokens:
+                break
+            if any(p.overtaken + request.tokens > self.max_tokens for p in passed):
+                break
+            batch.append(request)
+            tokens += request.tokens
+            for p in passed:
+                p.overtaken += request.tokens
+        return batch

@@ -1,0 +1,192 @@
+"""The translation service's model work, apart from HTTP (docs/serve.md, "The translation
+service"): the explorer's :class:`~attnlab.inference.translator.Translator` behind a
+:class:`~attnlab.serve.batcher.Batcher`, the warm-up that makes the server ready, and the
+model's language pair.
+
+Every batch is one call of :meth:`Translator.hypotheses
+<attnlab.inference.translator.Translator.hypotheses>` over the sentences of its requests (it
+sorts them by length into batches of its ``max_tokens``), under the explorer's model lock, so
+that the explorer's routes and the batcher never run the model at once. A request's beam is
+the Translator's own decoding with that beam; nothing of the decoding is copied here.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive
+
+from ..inference.modeldir import read_job_file
+from .batcher import Batcher, Options
+from .explorer import Explorer
+from .libre import BadRequest, TranslateCall, translate_answer
+from .metrics import ServeMetrics
+
+__all__ = ["TranslationService", "model_languages"]
+
+log = logging.getLogger("attnlab.serve")
+
+#: Sentences the warm-up translates (any text: unknown words are <unk>).
+WARM_UP = ["one", "two hundred", "three thousand four hundred and fifty six"]
+#: A request of at most this many characters is tokenized (for the batch budget) on the event
+#: loop; a longer one in a worker thread.
+INLINE_CHARACTERS = 1000
+#: The language codes of a model whose directory does not say them (no job.json).
+UNKNOWN_PAIR = ("src", "tgt")
+
+
+def model_languages(model_dir: str | Path) -> tuple[str, str]:
+    """The ``(source, target)`` language codes of the task the model was trained on (its
+    ``job.json``: ``task.src_lang``, ``task.tgt_lang``), else :data:`UNKNOWN_PAIR`."""
+    try:
+        task = read_job_file(model_dir).get("task")
+    except (OSError, ValueError):
+        return UNKNOWN_PAIR
+    if isinstance(task, dict):
+        pair = task.get("src_lang"), task.get("tgt_lang")
+        if all(isinstance(code, str) and code for code in pair):
+            return pair  # type: ignore[return-value]
+    return UNKNOWN_PAIR
+
+
+class TranslationService:
+    """``/translate``'s work for ``explorer``'s model: check, batch, decode, answer.
+
+    Args:
+        explorer: the loaded model (its Translator, its lock).
+        languages: the model's ``(source, target)`` codes.
+        metrics: where batches and dropped requests are counted.
+        max_tokens, max_delay, waiting, timeout: the :class:`Batcher`'s.
+    """
+
+    def __init__(
+        self,
+        explorer: Explorer,
+        languages: tuple[str, str],
+        metrics: ServeMetrics,
+        *,
+        max_tokens: int = 4096,
+        max_delay: float = 0.005,
+        waiting: int = 256,
+        timeout: float = 30.0,
+    ) -> None:
+        self.explorer = explorer
+        self.translator = explorer.translator
+        self.languages = languages
+        self.metrics = metrics
+        self.ready = threading.Event()
+        #: Model calls the batcher made (one per batch), for tests and the benchmark.
+        self.calls = 0
+        self._translators: dict[int, Any] = {self.translator.beam_size: self.translator}
+
+        def on_batch(requests: int, sentences: int, seconds: float) -> None:
+            metrics.batch_requests.observe(requests)
+            metrics.batch_sentences.observe(sentences)
+            metrics.batch_seconds.observe(seconds)
+
+        self.batcher = Batcher(
+            self._decode,
+            max_tokens=max_tokens,
+            max_delay=max_delay,
+            waiting=waiting,
+            timeout=timeout,
+            on_batch=on_batch,
+            on_drop=lambda reason: metrics.dropped.inc(reason=reason),
+        )
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def options(self, call: TranslateCall) -> Options:
+        """The decoding options of ``call``: its beam (or the server's), widened to hold
+        ``1 + alternatives`` hypotheses; BadRequest for alternatives from a sampling server."""
+        n = 1 + call.alternatives
+        if self.translator.sample:
+            if call.alternatives:
+                raise BadRequest(
+                    "alternatives: this server samples its translations; n-best lists come "
+                    "from beam search: ask for 0"
+                )
+            return Options(self.translator.beam_size, 1)
+        beam = call.beam_size if call.beam_size is not None else self.translator.beam_size
+        return Options(max(beam, n), n)
+
+    def source_tokens(self, texts: Sequence[str]) -> int:
+        """The source tokens of ``texts``, each counted up to the model's ``max_len`` (the
+        batcher's budget unit); no model work."""
+        most = self.translator.max_len
+        encoded = self.explorer.src_tokenizer.encode_batch(list(texts))
+        return sum(min(len(ids), most) for ids in encoded)
+
+    async def translate(self, call: TranslateCall, receive: Receive | None = None) -> dict:
+        """The LibreTranslate answer of ``call``, decoded in a batch in its turn."""
+        options = self.options(call)
+        if call.characters <= INLINE_CHARACTERS:  # microseconds: not worth a thread's hop
+            tokens = self.source_tokens(call.texts)
+        else:
+            tokens = await run_in_threadpool(self.source_tokens, call.texts)
+        results = await self.batcher.run(call.texts, options, tokens, receive)
+        return translate_answer(call, results, self.languages[0])
+
+    # -- the model -----------------------------------------------------------------------------
+
+    def translator_for(self, beam_size: int):
+        """The server's Translator decoding with ``beam_size`` (the same model and
+        tokenizers; only its decoding options differ)."""
+        found = self._translators.get(beam_size)
+        if found is None:
+            found = copy.copy(self.translator)
+            found.decoding = self.translator.decoding.updated(beam_size=beam_size)
+            self._translators[beam_size] = found
+        return found
+
+    def _decode(self, options: Options, texts: list[str]) -> list[list[Any]]:
+        """One batch: the ``options.n`` best hypotheses of each of ``texts``, one Translator
+        call under the model lock (a source over ``max_len`` tokens is cut, as ``attnlab
+        translate`` does)."""
+        self.calls += 1  # the worker's alone: one thread
+        return self._hypotheses(options, texts)
+
+    def _hypotheses(self, options: Options, texts: list[str]) -> list[list[Any]]:
+        translator = self.translator_for(options.beam_size)
+        with self.explorer.lock, torch.no_grad():
+            return translator.hypotheses(texts, options.n, on_too_long=_cut_silently)
+
+    def warm_up(self) -> None:
+        """Translate a few sentences greedily and with the server's beam (the first calls of
+        a model are slow: allocations, kernels chosen), then mark the service ready. A model
+        that fails here raises, and the service stays not ready."""
+        start = time.monotonic()
+        for beam in sorted({1, self.translator.beam_size}):
+            self._hypotheses(Options(beam, 1), WARM_UP)
+            self._hypotheses(Options(beam, 1), WARM_UP[:1])
+        self.ready.set()
+        log.info("warm-up done in %.2f s", time.monotonic() - start)
+
+    def start_warm_up(self) -> threading.Thread:
+        """:meth:`warm_up` in a thread of its own (the server answers meanwhile, not ready)."""
+
+        def run() -> None:
+            try:
+                self.warm_up()
+            except Exception as error:  # logged; /health stays 503, the routes say their own
+                log.error("warm-up failed: %s: %s", type(error).__name__, error)
+
+        thread = threading.Thread(target=run, name="attnlab-warm-up", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self, wait: float | None = None) -> None:
+        """Stop the batcher once the admitted requests are answered."""
+        self.batcher.close(wait)
+
+
+def _cut_silently(report: object) -> None:
+    """A source over ``max_len`` tokens is cut to them (the docs say so); nothing to report."""
