@@ -5,29 +5,36 @@ Corpora are synthetic, made from Multi30K's training pairs (``train.en.gz``, ``t
 in ``$ATTNLAB_MULTI30K``): each line joins 1-3 pairs drawn at random (seeded), about 24 words
 a line, ``--sizes`` million lines (default 0.1 1 4.5), written as plain text to ``--work DIR``
 (default: a temporary directory, removed at the end; never committed). Each figure is measured
-in a child process, whose peak resident set comes from ``os.wait4`` (the largest of the
-process and its workers) and from sampling the sum over its process tree every 0.25 s:
+in a child process. Memory has one measure (:data:`MEMORY_MEASURE`): the peak of the PSS
+(proportional set size: a page shared by N processes counts 1/N in each) summed over the
+child and all its descendants, read from ``/proc/PID/smaps_rollup`` every 0.25 s, so the
+pages that preparation workers share with their parent count once. Where a process's
+``smaps_rollup`` cannot be read, its RSS stands in, and the run's ``memory_measure`` says so.
 
 * preparation: the tokenizer trained on a sample (:func:`attnlab.data.prepare.
-  train_tokenizer_on_sample`, 8,000 joint subwords, the default 1,000,000-pair sample) and
-  the shards written (:func:`attnlab.data.prepare.cached_corpus`, every core, default
-  cleaning): seconds and peak RSS;
+  train_tokenizer_on_sample`, ``--vocab-size`` joint subwords, default 8,000, the default
+  1,000,000-pair sample) and the shards written (:func:`attnlab.data.prepare.cached_corpus`,
+  every core, default cleaning): seconds, peak memory, and the pairs kept after cleaning
+  (the duplicate filter drops most);
 * the loader: :class:`attnlab.data.shards.ShardExamples` over those shards, batched by
   :class:`attnlab.data.batching.TokenBatcher` (25,000 tokens) and collated for 10 s: pairs/s
-  in one process, and its peak RSS, whose growth from 1M to 4.5M pairs is divided by the
-  growth in pairs;
-* training (:func:`measure_training`): ``attnlab train`` on a ``files`` job with
-  ``[train] max_steps = 3``, once with an empty cache (tokenizer + preparation + 3 steps) and
-  once with the shards ready: time to the first step's line and peak RSS;
+  in one process, and its peak memory, whose growth from 1M to 4.5M pairs is divided by the
+  growth in kept pairs;
+* training (:func:`measure_training`): ``attnlab train`` on a ``files`` job (preset
+  ``--preset``, default ``tiny``) with ``[train] max_steps = 3``, once with an empty cache
+  (tokenizer + preparation + 3 steps) and once with the shards ready: time to the first
+  step's line and peak memory;
 * today's path (not with ``--skip-today``; up to 1M pairs, and only with the memory for it):
   the corpus in memory as the ``files`` task held it before the shards (``parallel_files``,
   ``Tokenizer.train`` on every pair, ``encode_batch``, ``make_examples``, ``TokenBatcher``)
   up to its first collated batch.
 
-The goals: peak RSS of training on 4.5M pairs, preparation included, <= 2 GB; preparing 4.5M
-pairs on 2 cores <= 10 minutes; with shards ready, the first step <= 30 s at 4.5M; the loader
->= 30,000 pairs/s per process; RSS growth <= 32 bytes per pair (1M against 4.5M). Results go
-to ``benchmarks/results/data_scale.json``.
+The goals (issues 40 and 48): peak memory of training on 4.5M pairs, preparation included,
+<= 2 GB; of preparing them alone <= 1 GB; preparing 4.5M pairs on 2 cores <= 10 minutes; with
+shards ready, the first step <= 30 s at 4.5M; the loader >= 30,000 pairs/s per process; memory
+growth <= 32 bytes per kept pair (1M against 4.5M). Results go to
+``benchmarks/results/data_scale.json``, with the measure's name, the vocabulary size, the
+preset and each size's kept pairs.
 
     ATTNLAB_MULTI30K=... python benchmarks/data_scale.py --sizes 0.1 1 4.5
     python benchmarks/data_scale.py --sizes 0.1 --skip-today --skip-training   # a quick look
@@ -42,7 +49,6 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -57,26 +63,35 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results" / "data_scale.json"
-VOCAB = 8000
+VOCAB = 8000  # --vocab-size's default
+PRESET = "tiny"  # --preset's default
 MAX_TOKENS = 25_000  # the loader's batches (the paper's ~25,000 tokens)
 LOADER_SECONDS = 10.0
 TODAY_MAX_PAIRS = 1_000_000
 GiB = 1024**3
 
+#: The one memory measure, by name (recorded in the results) and in words.
+MEMORY_MEASURE = "pss_tree"
+MEMORY_MEASURE_TEXT = (
+    "peak PSS summed over the process and all its descendants (/proc/PID/smaps_rollup), "
+    "sampled every 0.25 s; RSS stands in for a process whose smaps_rollup is unreadable"
+)
+
 GOALS = {
     "prepare_s_4.5M": ("preparing 4.5M pairs (tokenizer + shards)", "s", "<=", 600.0),
-    "train_peak_rss_4.5M": ("peak RSS, training on 4.5M incl. preparation", "MiB", "<=", 2048.0),
+    "train_peak_pss_4.5M": ("peak PSS, training on 4.5M incl. preparation", "MiB", "<=", 2048.0),
+    "prepare_peak_pss_4.5M": ("peak PSS, preparing 4.5M pairs", "MiB", "<=", 1024.0),
     "first_step_ready_4.5M": ("first step with shards ready, 4.5M", "s", "<=", 30.0),
     "loader_pairs_per_s": ("loader pairs/s per process (each size)", "pairs/s", ">=", 30_000.0),
-    "rss_growth_per_pair": ("RSS growth per pair, 1M -> 4.5M", "B/pair", "<=", 32.0),
+    "pss_growth_per_pair": ("PSS growth per kept pair, 1M -> 4.5M", "B/pair", "<=", 32.0),
 }
 
 
 # -- measuring a child process -----------------------------------------------------------------
 
 
-def _tree_rss_bytes(root: int) -> int:
-    """The sum of VmRSS over ``root`` and its descendants (shared pages count in each)."""
+def _tree_pids(root: int) -> set[int]:
+    """``root`` and its descendants, from each process's parent in ``/proc/PID/stat``."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -93,16 +108,58 @@ def _tree_rss_bytes(root: int) -> int:
             if parent == pid and child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    total = 0
-    for pid in tree:
-        try:
-            with open(f"/proc/{pid}/status", encoding="ascii") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
+    return tree
+
+
+def _status_rss(pid: int | str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None  # a zombie or a kernel thread: no memory of its own
+
+
+def process_memory(pid: int | str) -> tuple[int, str] | None:
+    """``pid``'s PSS in bytes and ``"pss"``; its RSS and ``"rss"`` where its
+    ``smaps_rollup`` cannot be read (an older kernel, another user's process); None when the
+    process is gone or holds no memory."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024, "pss"
+    except OSError:
+        pass
+    rss = _status_rss(pid)
+    return None if rss is None else (rss, "rss")
+
+
+def tree_memory(root: int) -> tuple[int, int]:
+    """The PSS summed over ``root`` and its descendants, in bytes, and how many of those
+    processes were counted by their RSS instead (their ``smaps_rollup`` unreadable)."""
+    total = fallbacks = 0
+    for pid in _tree_pids(root):
+        found = process_memory(pid)
+        if found is not None:
+            total += found[0]
+            fallbacks += found[1] == "rss"
+    return total, fallbacks
+
+
+def measure_name(samples: int, fallbacks: int) -> str:
+    """The measure a run's peak was taken with: :data:`MEMORY_MEASURE`, with a note where some
+    processes were counted by RSS."""
+    if samples == 0:
+        return f"{MEMORY_MEASURE} (no sample: the process ended within the first one)"
+    if fallbacks:
+        return (
+            f"{MEMORY_MEASURE}, RSS for {fallbacks} process sample(s) whose smaps_rollup was "
+            "unreadable"
+        )
+    return MEMORY_MEASURE
 
 
 def run_measured(
@@ -112,19 +169,26 @@ def run_measured(
     watch: str | None = None,
     timeout: float = 7200.0,
 ) -> dict[str, Any]:
-    """Run ``command``; its exit status, wall time, output lines, the peak RSS of its largest
-    process (``os.wait4``), the peak sum over its process tree (sampled), and the seconds
-    until a line first matched ``watch`` (a regex)."""
+    """Run ``command``; its exit status, wall time, output lines, its peak memory (the PSS
+    summed over its process tree, sampled every 0.25 s from the start: :func:`tree_memory`)
+    with the measure's name, and the seconds until a line first matched ``watch`` (a
+    regex)."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
     )
-    peak = [0]
+    peak, samples, fallbacks = [0], [0], [0]
     stop = threading.Event()
 
     def sample() -> None:
-        while not stop.wait(0.25):
-            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+        while True:
+            total, rss_counted = tree_memory(proc.pid)
+            if total:
+                samples[0] += 1
+                fallbacks[0] += rss_counted
+                peak[0] = max(peak[0], total)
+            if stop.wait(0.25):
+                return
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -139,16 +203,15 @@ def run_measured(
         lines.append((at, line.rstrip("\n")))
         if pattern and matched is None and pattern.search(line):
             matched = at
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    timer.cancel()
-    stop.set()
+    stop.set()  # before the wait: a zombie's tree is no longer its working set
     sampler.join()
+    proc.wait()
+    timer.cancel()
     return {
         "rc": proc.returncode,
         "wall_s": time.perf_counter() - started,
-        "peak_rss_mib": usage.ru_maxrss / 1024,
-        "peak_tree_rss_mib": peak[0] / 2**20,
+        "peak_pss_mib": peak[0] / 2**20,
+        "memory_measure": measure_name(samples[0], fallbacks[0]),
         "first_match_s": matched,
         "lines": [f"{at:8.1f}s {text}" for at, text in lines],
         "raw": [text for _, text in lines],
@@ -239,19 +302,12 @@ def build_corpus(pairs: int, work: Path, seed: int) -> Path:
 # -- the children ------------------------------------------------------------------------------
 
 
-def _peaks() -> dict[str, float]:
-    return {
-        "self_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "workers_peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-    }
-
-
-def child_prepare(corpus: Path, cache: Path, workers: int | None) -> dict[str, Any]:
+def child_prepare(corpus: Path, cache: Path, vocab: int, workers: int | None) -> dict[str, Any]:
     from attnlab.data.prepare import cached_corpus, progress_printer, train_tokenizer_on_sample
 
     src, tgt = corpus / "train.en", corpus / "train.de"
     start = time.perf_counter()
-    src_tok, tgt_tok = train_tokenizer_on_sample(src, tgt, VOCAB)
+    src_tok, tgt_tok = train_tokenizer_on_sample(src, tgt, vocab)
     tokenizer_s = time.perf_counter() - start
     src_tok.save(cache / "tokenizer.json")
     start = time.perf_counter()
@@ -262,35 +318,33 @@ def child_prepare(corpus: Path, cache: Path, workers: int | None) -> dict[str, A
     return {
         "tokenizer_s": tokenizer_s,
         "shards_s": time.perf_counter() - start,
+        "vocab_size": src_tok.vocab_size,
         "pairs": result.pairs,
         "lines": result.lines,
         "dropped": result.dropped,
         "summary": result.summary,
         "directory": str(result.directory),
         "disk_bytes": sum(p.stat().st_size for p in result.directory.iterdir()),
-        **_peaks(),
     }
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def _own_mib() -> float:
+    """This process's memory now, in the one measure (its PSS; its RSS where unreadable)."""
+    found = process_memory("self")
+    return float("nan") if found is None else found[0] / 2**20
 
 
 def child_loader(directory: Path) -> dict[str, Any]:
     from attnlab.data.batching import TokenBatcher
     from attnlab.data.shards import ShardExamples
 
-    before = _rss_mib()
+    before = _own_mib()
     start = time.perf_counter()
     examples = ShardExamples(directory, max_len=256)
     batcher = TokenBatcher.for_examples(examples, MAX_TOKENS, seed=0)
     batches = batcher.batches(0)
     open_s = time.perf_counter() - start
-    opened = _rss_mib()
+    opened = _own_mib()
     pairs = tokens = 0
     start = time.perf_counter()
     for indices in batches:
@@ -303,17 +357,16 @@ def child_loader(directory: Path) -> dict[str, Any]:
     return {
         "pairs": len(examples),
         "open_s": open_s,
-        "rss_before_mib": before,
-        "rss_opened_mib": opened,
-        "rss_end_mib": _rss_mib(),
+        "pss_before_mib": before,
+        "pss_opened_mib": opened,
+        "pss_end_mib": _own_mib(),
         "pairs_collated": pairs,
         "padded_tokens": tokens,
         "pairs_per_s": pairs / seconds,
-        **_peaks(),
     }
 
 
-def child_today(corpus: Path) -> dict[str, Any]:
+def child_today(corpus: Path, vocab: int) -> dict[str, Any]:
     """The corpus in memory, as the ``files`` task held it before the shards."""
     from attnlab.data.batching import TokenBatcher, make_examples
     from attnlab.data.corpora import parallel_files
@@ -322,7 +375,7 @@ def child_today(corpus: Path) -> dict[str, Any]:
     start = time.perf_counter()
     train = parallel_files((corpus / "train.en", corpus / "train.de"))["train"]
     read_s = time.perf_counter() - start
-    tok = Tokenizer.train([s for pair in train for s in pair], VOCAB)
+    tok = Tokenizer.train([s for pair in train for s in pair], vocab)
     tokenizer_s = time.perf_counter() - start - read_s
     src = tok.encode_batch([s for s, _ in train])
     tgt = tok.encode_batch([t for _, t in train])
@@ -334,7 +387,6 @@ def child_today(corpus: Path) -> dict[str, Any]:
         "read_s": read_s,
         "tokenizer_s": tokenizer_s,
         "first_batch_s": time.perf_counter() - start,
-        **_peaks(),
     }
 
 
@@ -359,7 +411,7 @@ vocab_size = {vocab}
 joint = true
 
 [model]
-preset = "tiny"
+preset = {preset}
 max_len = 260
 
 [train]
@@ -377,10 +429,18 @@ bleu_sentences = 0
 """
 
 
-def measure_training(corpus: Path, cache: Path, out: Path) -> dict[str, Any]:
+#: The line in which ``attnlab train`` reports its cleaning: kept and read pairs.
+KEPT = re.compile(r"cleaning: kept ([\d,]+) of ([\d,]+) pairs")
+
+
+def measure_training(
+    corpus: Path, cache: Path, out: Path, *, vocab: int = VOCAB, preset: str = PRESET
+) -> dict[str, Any]:
     """``attnlab train --config JOB.toml --out OUT`` on a ``files`` job of ``corpus`` with
-    ``[train] max_steps = 3`` and the shard cache ``cache``: seconds to the first step's
-    progress line (``step 1/3``), peak RSS, and the run's own lines about its data."""
+    ``[train] max_steps = 3``, ``vocab`` joint subwords, the model ``preset`` and the shard
+    cache ``cache``: seconds to the first step's progress line (``step 1/3``), peak memory
+    (:func:`run_measured`), the pairs the run kept after cleaning, and its own lines about
+    its data."""
     job = out.with_suffix(".toml")
     sides = (("src", "en"), ("tgt", "de"))
     paths = {
@@ -389,7 +449,9 @@ def measure_training(corpus: Path, cache: Path, out: Path) -> dict[str, Any]:
         for side, lang in sides
     }
     fields = {k: json.dumps(str(v)) for k, v in paths.items()}
-    job.write_text(_JOB.format(**fields, cache=json.dumps(str(cache)), vocab=VOCAB))
+    job.write_text(
+        _JOB.format(**fields, cache=json.dumps(str(cache)), vocab=vocab, preset=json.dumps(preset))
+    )
     shutil.rmtree(out, ignore_errors=True)
     attnlab = Path(sys.executable).with_name("attnlab")
     command = [str(attnlab), "train", "--config", str(job), "--out", str(out), "--no-progress"]
@@ -397,8 +459,12 @@ def measure_training(corpus: Path, cache: Path, out: Path) -> dict[str, Any]:
     data_lines = [
         line for line in result["lines"] if re.search(r"shards|cleaning|tokenizer|preparing", line)
     ]
-    measured = {k: result[k] for k in ("rc", "wall_s", "peak_rss_mib", "peak_tree_rss_mib")}
+    measured = {k: result[k] for k in ("rc", "wall_s", "peak_pss_mib", "memory_measure")}
     measured["first_step_s"] = result["first_match_s"]
+    measured["vocab_size"], measured["preset"] = vocab, preset
+    kept = [KEPT.search(line) for line in data_lines]
+    kept = [m for m in kept if m]
+    measured["kept_pairs"] = int(kept[-1].group(1).replace(",", "")) if kept else None
     measured["data_lines"] = data_lines
     if result["rc"] != 0:
         measured["tail"] = result["lines"][-20:]
@@ -425,39 +491,41 @@ def measure_size(pairs: int, work: Path, args: argparse.Namespace) -> dict[str, 
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     workers = [] if args.workers is None else [str(args.workers)]
-    run = run_measured(_child("prepare", str(corpus), str(cache), *workers))
+    run = run_measured(_child("prepare", str(corpus), str(cache), str(args.vocab_size), *workers))
     prepared = _child_json(run)
-    prepared.update({k: run[k] for k in ("wall_s", "peak_rss_mib", "peak_tree_rss_mib")})
+    prepared.update({k: run[k] for k in ("wall_s", "peak_pss_mib", "memory_measure")})
     found["prepare"] = prepared
+    found["kept_pairs"] = prepared["pairs"]  # after cleaning: the duplicate filter drops most
     print(
         f"prepare: {prepared['wall_s']:.0f} s (tokenizer {prepared['tokenizer_s']:.0f} s, "
-        f"shards {prepared['shards_s']:.0f} s), peak RSS {prepared['peak_rss_mib']:,.0f} MiB "
-        f"(tree {prepared['peak_tree_rss_mib']:,.0f} MiB); {prepared['summary']}",
+        f"shards {prepared['shards_s']:.0f} s), peak PSS {prepared['peak_pss_mib']:,.0f} MiB "
+        f"({prepared['memory_measure']}); {prepared['summary']}",
         flush=True,
     )
 
     run = run_measured(_child("loader", prepared["directory"]))
     loader = _child_json(run)
-    loader.update({k: run[k] for k in ("wall_s", "peak_rss_mib")})
+    loader.update({k: run[k] for k in ("wall_s", "peak_pss_mib", "memory_measure")})
     found["loader"] = loader
     print(
         f"loader: {loader['pairs_per_s']:,.0f} pairs/s, opened in {loader['open_s']:.1f} s, "
-        f"peak RSS {loader['peak_rss_mib']:,.0f} MiB",
+        f"peak PSS {loader['peak_pss_mib']:,.0f} MiB",
         flush=True,
     )
 
     if not args.skip_training:
         train_cache = work / f"cache-train-{pairs}"
         shutil.rmtree(train_cache, ignore_errors=True)
-        cold = measure_training(corpus, train_cache, work / f"run-cold-{pairs}")
-        warm = measure_training(corpus, train_cache, work / f"run-warm-{pairs}")
+        job = {"vocab": args.vocab_size, "preset": args.preset}
+        cold = measure_training(corpus, train_cache, work / f"run-cold-{pairs}", **job)
+        warm = measure_training(corpus, train_cache, work / f"run-warm-{pairs}", **job)
         found["training"] = {"cold": cold, "ready": warm}
         for name, result in (("cold cache", cold), ("shards ready", warm)):
             first = result["first_step_s"]
             shown = f"{first:.1f} s" if first is not None else f"never (exit {result['rc']})"
             print(
-                f"training, {name}: first step {shown}, peak RSS "
-                f"{result['peak_rss_mib']:,.0f} MiB (tree {result['peak_tree_rss_mib']:,.0f})",
+                f"training, {name}: first step {shown}, peak PSS "
+                f"{result['peak_pss_mib']:,.0f} MiB ({result['memory_measure']})",
                 flush=True,
             )
         shutil.rmtree(train_cache, ignore_errors=True)
@@ -469,13 +537,13 @@ def measure_size(pairs: int, work: Path, args: argparse.Namespace) -> dict[str, 
     elif mem_available() < 12 * GiB * pairs / 1e6 + GiB:  # 9.4 GB at 1M (issue 40)
         found["today"] = {"skipped": f"{mem_available() / GiB:.1f} GiB available"}
     else:
-        run = run_measured(_child("today", str(corpus)))
+        run = run_measured(_child("today", str(corpus), str(args.vocab_size)))
         today = _child_json(run)
-        today.update({k: run[k] for k in ("wall_s", "peak_rss_mib")})
+        today.update({k: run[k] for k in ("wall_s", "peak_pss_mib", "memory_measure")})
         found["today"] = today
         print(
-            f"today's path: first batch after {today['first_batch_s']:.0f} s, peak RSS "
-            f"{today['peak_rss_mib']:,.0f} MiB",
+            f"today's path: first batch after {today['first_batch_s']:.0f} s, peak PSS "
+            f"{today['peak_pss_mib']:,.0f} MiB",
             flush=True,
         )
     if "skipped" in found["today"]:
@@ -489,27 +557,34 @@ def goals(sizes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     big, one = sizes.get("4.5M"), sizes.get("1M")
     values: dict[str, tuple[float | None, str]] = {}
     if big:
-        values["prepare_s_4.5M"] = (big["prepare"]["wall_s"], "")
+        prepared = big["prepare"]
+        values["prepare_s_4.5M"] = (prepared["wall_s"], "")
+        values["prepare_peak_pss_4.5M"] = (prepared["peak_pss_mib"], prepared["memory_measure"])
         training = big.get("training")
         if training and training["cold"]["rc"] == 0:
-            values["train_peak_rss_4.5M"] = (training["cold"]["peak_rss_mib"], "attnlab train")
+            cold = training["cold"]
+            values["train_peak_pss_4.5M"] = (
+                cold["peak_pss_mib"], f"attnlab train; {cold['memory_measure']}"
+            )  # fmt: skip
             values["first_step_ready_4.5M"] = (training["ready"]["first_step_s"], "")
         else:
-            values["train_peak_rss_4.5M"] = (big["prepare"]["peak_rss_mib"], "preparation only")
+            values["train_peak_pss_4.5M"] = (
+                prepared["peak_pss_mib"], f"preparation only; {prepared['memory_measure']}"
+            )  # fmt: skip
     values["loader_pairs_per_s"] = (
         min((s["loader"]["pairs_per_s"] for s in sizes.values()), default=None),
         "the slowest size",
     )
     if big and one:
-        growth = big["loader"]["peak_rss_mib"] - one["loader"]["peak_rss_mib"]
-        pairs = big["loader"]["pairs"] - one["loader"]["pairs"]
+        growth = big["loader"]["peak_pss_mib"] - one["loader"]["peak_pss_mib"]
+        pairs = big["loader"]["pairs"] - one["loader"]["pairs"]  # kept pairs, as loaded
         note = "loader process"
         if big.get("training") and one.get("training") and big["training"]["ready"]["rc"] == 0:
             growth = (
-                big["training"]["ready"]["peak_rss_mib"] - one["training"]["ready"]["peak_rss_mib"]
+                big["training"]["ready"]["peak_pss_mib"] - one["training"]["ready"]["peak_pss_mib"]
             )
             note = "attnlab train, shards ready"
-        values["rss_growth_per_pair"] = (growth * 2**20 / pairs, note)
+        values["pss_growth_per_pair"] = (growth * 2**20 / pairs, note)
     rows = []
     for key, (label, unit, sense, target) in GOALS.items():
         value, note = values.get(key, (None, "not measured (size not run)"))
@@ -524,12 +599,12 @@ def goals(sizes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def child_main(argv: list[str]) -> None:
     mode = argv[0]
     if mode == "prepare":
-        workers = int(argv[3]) if len(argv) > 3 else None
-        result = child_prepare(Path(argv[1]), Path(argv[2]), workers)
+        workers = int(argv[4]) if len(argv) > 4 else None
+        result = child_prepare(Path(argv[1]), Path(argv[2]), int(argv[3]), workers)
     elif mode == "loader":
         result = child_loader(Path(argv[1]))
     else:
-        result = child_today(Path(argv[1]))
+        result = child_today(Path(argv[1]), int(argv[2]))
     print(json.dumps(result), flush=True)
 
 
@@ -543,6 +618,8 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="keep the corpora here (default: a temp)")
     parser.add_argument("--workers", type=int, help="preparation processes (default: all cores)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=int, default=VOCAB, help="joint subwords")
+    parser.add_argument("--preset", default=PRESET, help="the training runs' model preset")
     parser.add_argument("--skip-today", action="store_true", help="not today's in-memory path")
     parser.add_argument("--skip-training", action="store_true", help="no attnlab train runs")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
@@ -570,9 +647,9 @@ def main() -> int:
         today = found.get("today", {})
         if "first_batch_s" in today:
             print(
-                f"  today's path at {label}: first batch {today['first_batch_s']:.0f} s, peak RSS "
-                f"{today['peak_rss_mib']:,.0f} MiB; shards: loader opened in "
-                f"{found['loader']['open_s']:.1f} s, {found['loader']['peak_rss_mib']:,.0f} MiB"
+                f"  today's path at {label}: first batch {today['first_batch_s']:.0f} s, peak PSS "
+                f"{today['peak_pss_mib']:,.0f} MiB; shards: loader opened in "
+                f"{found['loader']['open_s']:.1f} s, {found['loader']['peak_pss_mib']:,.0f} MiB"
             )
     report = {
         "benchmark": "data_scale",
@@ -580,6 +657,10 @@ def main() -> int:
         "python_version": platform.python_version(),
         "usable_cores": len(os.sched_getaffinity(0)),
         "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB,
+        "memory_measure": {"name": MEMORY_MEASURE, "description": MEMORY_MEASURE_TEXT},
+        "vocab_size": args.vocab_size,
+        "preset": args.preset,
+        "kept_pairs": {label: found["kept_pairs"] for label, found in sizes.items()},
         "sizes": sizes,
         "goals": rows,
         "wall_time_s": time.perf_counter() - started,

@@ -213,6 +213,13 @@ def test_data_scale_benchmark_smoke_run(tmp_path: Path) -> None:
     assert size["training"]["cold"]["rc"] == 0 and size["training"]["ready"]["rc"] == 0
     assert any("shards reused" in line for line in size["training"]["ready"]["data_lines"])
     assert "goals:" in done.stdout
+    report = json.loads(out.read_text())  # one memory measure, named; what the runs were
+    assert report["memory_measure"]["name"] == "pss_tree"
+    assert (report["vocab_size"], report["preset"]) == (8000, "tiny")
+    assert report["kept_pairs"]["0.002M"] == size["prepare"]["pairs"] == size["kept_pairs"]
+    for run in (size["prepare"], size["loader"], *size["training"].values()):
+        assert run["peak_pss_mib"] > 0 and run["memory_measure"].startswith("pss_tree")
+    assert size["training"]["cold"]["kept_pairs"] == size["kept_pairs"]
 
 
 @pytest.mark.slow
