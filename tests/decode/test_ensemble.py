@@ -115,6 +115,36 @@ def test_fast_and_reference_steps_agree_on_an_ensemble():
     torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=0)
 
 
+def test_constraints_prefixes_and_sampling_work_on_an_ensemble():
+    """Over two different models: every constrained output holds its phrase, a prefixed one
+    starts with its prefix, and a seeded sample draws the same twice, each token scored by the
+    reference ensemble."""
+    models = [model(11), model(12, eos_scale=2.0)]
+    src = sources()
+    phrases = [[[30, 31]], [[40]], []]
+    out = beam_search(models, src, beam_size=4, max_new_tokens=12, constraints=phrases)
+    for ids, want in zip(out.tolist(), phrases, strict=True):
+        for phrase in want:
+            n = len(phrase)
+            assert any(ids[i : i + n] == phrase for i in range(len(ids))), (ids, phrase)
+    prefixes = [[50, 51], [], [52]]
+    out = greedy_search(models, src, max_new_tokens=8, prefixes=prefixes)
+    for ids, prefix in zip(out.tolist(keep_eos=True), prefixes, strict=True):
+        assert ids[: len(prefix)] == prefix
+    draws = [
+        sample(models, src, generator=torch.Generator().manual_seed(3), max_new_tokens=8)
+        for _ in range(2)
+    ]
+    assert draws[0].tolist() == draws[1].tolist()
+    for i, (ids, scores) in enumerate(
+        zip(draws[0].tolist(keep_eos=True), draws[0].token_scores(), strict=True)
+    ):
+        row = real(src[i])
+        for t, token in enumerate(ids):
+            want = ensemble_log_probs(models, row, ids[:t])[token]
+            assert scores[t] == pytest.approx(float(want), abs=1e-4)
+
+
 def test_an_ensemble_of_one_is_the_model_exactly():
     m = model(7)
     one = Ensemble([m])

@@ -21,7 +21,7 @@ from torch import Tensor
 from .._checks import check_positive_int, is_int
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.options import DecodingOptions
-from ..decode.search import EXTRA_LENGTH, Generation, length_penalty
+from ..decode.search import Generation, length_penalty
 from ..inference.bounds import CHARS_PER_TOKEN
 from ..inference.translator import as_hypotheses, search
 from ..models.transformer import Transformer
@@ -246,8 +246,12 @@ class Explorer:
         return ids[:max_len], fields
 
     def _limit(self, source: list[int]) -> int:
-        """The longest output of ``source``: BOS + output fit ``max_len`` positions."""
-        return max(1, min(len(source) + EXTRA_LENGTH, self.config.max_len - 1))
+        """The longest output of ``source``: the translator's rule
+        (:meth:`~attnlab.decode.options.DecodingOptions.output_limit`: ``max_new_tokens``, or
+        the source + 50), with one position kept so that the attention route can feed BOS +
+        the whole output through ``max_len`` positions."""
+        limit = self.translator.decoding.output_limit(len(source), self.config.max_len - 1)
+        return max(1, limit)
 
     def _generate(self, job: TranslateJob) -> Generation:
         """The best translation of one source, with its token scores."""
