@@ -1,7 +1,9 @@
-"""The shape of the package, checked from its source: no import cycles, no module importing
-another's private name, a top level of a few packages, nothing outside the tasks that
-branches on the kind of task, and a training loop that knows no task. (Read with ``ast``;
-nothing is imported but the objectives' registry.)"""
+"""The shape of the package, checked from its source: layers that import only downward, no
+import cycles, no module importing another's private name, a top level of a few packages,
+nothing outside the tasks that branches on the kind of task, and a training loop that knows no
+task. Every import counts: a function's, and a type-only one under ``if TYPE_CHECKING:`` (it is
+a dependency all the same, and a circle through it is a circle). (Read with ``ast``; nothing is
+imported but the objectives' registry.)"""
 
 from __future__ import annotations
 
@@ -32,25 +34,22 @@ def _tree(path: Path) -> ast.Module:
 
 
 def _imports(name: str, path: Path) -> list[tuple[str, str, int]]:
-    """``(module, imported name or "", line)`` of every import of ``name``'s source, those
-    inside functions too, but not those under ``if TYPE_CHECKING:`` (never run)."""
-    tree = _tree(path)
-    typing_only = {
-        id(node)
-        for branch in ast.walk(tree)
-        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
-        for node in ast.walk(branch)
-    }
-    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    """``(module, imported name or "", line)`` of every import of ``name``'s source: those
+    inside functions and those under ``if TYPE_CHECKING:`` too."""
+    return _imports_in(_tree(path), name, package=path.name == "__init__.py")
+
+
+def _imports_in(tree: ast.Module, name: str, *, package: bool) -> list[tuple[str, str, int]]:
+    """The imports of module ``name`` (a package's ``__init__`` when ``package``) in ``tree``,
+    relative ones made absolute."""
+    parent = name.split(".") if package else name.split(".")[:-1]
     found = []
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, "", node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[: len(package) - node.level + 1]
+                base = parent[: len(parent) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
@@ -58,19 +57,22 @@ def _imports(name: str, path: Path) -> list[tuple[str, str, int]]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (``from . import x`` counts as module x)."""
+def _targets(name: str, path: Path) -> list[tuple[str, int]]:
+    """``(module, line)``: the package's modules that ``name`` imports (``from . import x``
+    counts as module x, ``from .. import f`` as the package ``..``)."""
     modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        targets = set()
-        for module, imported, _ in _imports(name, path):
-            if f"{module}.{imported}" in modules:
-                targets.add(f"{module}.{imported}")
-            elif module in modules:
-                targets.add(module)
-        graph[name] = targets - {name}
-    return graph
+    found = []
+    for module, imported, line in _imports(name, path):
+        if f"{module}.{imported}" in modules:
+            found.append((f"{module}.{imported}", line))
+        elif module in modules:
+            found.append((module, line))
+    return [(target, line) for target, line in found if target != name]
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports."""
+    return {name: {t for t, _ in _targets(name, path)} for name, path in _modules().items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -109,16 +111,30 @@ def test_the_graph_reader_finds_imports_and_cycles():
     graph = _graph()
     assert "attnlab.models.config" in graph["attnlab.models.transformer"]
     assert "attnlab.train.loop" in graph["attnlab.train"]
-    assert (
-        "attnlab.formats.bert" in graph["attnlab.models.transformer"]
-    )  # from_bert's import, inside a method
+    assert "attnlab.inference.modeldir" in graph["attnlab.jobs.job"]  # inside a method
+    source = """
+from typing import TYPE_CHECKING
+from . import sibling
+from .. import face_name
+if TYPE_CHECKING:
+    from ..models.transformer import Transformer
+def f():
+    import attnlab.nn.masks
+"""
+    found = _imports_in(ast.parse(source), "attnlab.decode.search", package=False)
+    assert [(m, n) for m, n, _ in found if m.startswith("attnlab")] == [
+        ("attnlab.decode", "sibling"),
+        ("attnlab", "face_name"),
+        ("attnlab.models.transformer", "Transformer"),  # type-only: counted
+        ("attnlab.nn.masks", ""),  # inside a function: counted
+    ]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_import_cycles():
-    """Every import counts, a function's too: a module that two others reach through each
-    other cannot be read, tested or replaced alone."""
+    """Every import counts, a function's and a type-only one too: a module that two others
+    reach through each other cannot be read, tested or replaced alone."""
     assert _cycles(_graph()) == []
 
 
@@ -136,23 +152,79 @@ def test_no_module_imports_another_modules_private_name():
     assert offences == []
 
 
-#: The package's top level: the public face and the ground floor, then the packages.
-TOP_MODULES = {
-    "__init__", "__main__", "_checks", "_io", "_moved", "_ops", "_tensorfile", "_version",
-}  # fmt: skip
-PACKAGES = {
-    "cli", "data", "decode", "formats", "inference", "instruments", "jobs", "models", "nn",
-    "serve", "tasks", "train",
-}  # fmt: skip
+#: The layers, from the ground up (CONTRIBUTING.md, "The architecture in a page"), as
+#: import-linter's layers contract: a module imports its own layer or a lower one, never a
+#: higher one, type-only imports included. GROUND is every private top-level module
+#: (``_checks.py``, ``_io.py``, ...), FACE the package's public face (``__init__.py``,
+#: ``__main__.py``); the other names are packages. A new package goes where it belongs here.
+GROUND, FACE = "<ground>", "<face>"
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (GROUND,),
+    ("nn", "data"),
+    ("models",),
+    ("decode", "train", "formats"),
+    ("inference", "instruments"),
+    ("tasks", "serve"),
+    ("jobs",),
+    ("cli", FACE),
+)
+#: The public face's modules at the top level; every other top-level module is private and on
+#: the ground floor.
+FACE_MODULES = {"__init__", "__main__"}
 
 
-def test_the_top_level_is_a_handful_of_packages():
+def _place(module: str) -> str:
+    """The name ``module`` has in :data:`LAYERS`: its package, GROUND or FACE."""
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in FACE_MODULES):
+        return FACE
+    if len(parts) == 2 and (PACKAGE / f"{parts[1]}.py").is_file():
+        return GROUND
+    return parts[1]
+
+
+def _layer(module: str) -> int:
+    place = _place(module)
+    return next(i for i, layer in enumerate(LAYERS) if place in layer)
+
+
+def test_every_package_is_placed_in_the_layers():
     """A newcomer sees the architecture from the folder list: each package is named for what
-    it holds (CONTRIBUTING.md, "The architecture in a page"), no concept sits loose."""
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    it holds and sits in one layer (a new package is welcome wherever LAYERS places it); the
+    top level holds only the public face and the ground floor's private modules."""
+    placed = [name for layer in LAYERS for name in layer]
+    assert len(placed) == len(set(placed)), "a name placed in two layers"
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert modules == TOP_MODULES
-    assert packages == PACKAGES
+    assert sorted(packages - set(placed)) == [], "packages missing from LAYERS"
+    assert sorted(set(placed) - packages - {GROUND, FACE}) == [], "LAYERS names no package"
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    assert sorted(m for m in modules - FACE_MODULES if not m.startswith("_")) == [], (
+        "a public module at the top level: put it in the package it belongs to"
+    )
+    assert {_place(f"attnlab.{m}") for m in modules} == {GROUND, FACE}
+
+
+def test_the_layer_reader_places_modules():
+    assert _place("attnlab") == _place("attnlab.__main__") == FACE
+    assert _place("attnlab._checks") == _place("attnlab._rundir") == GROUND
+    assert _place("attnlab.nn.attention") == _place("attnlab.nn") == "nn"
+    assert _layer("attnlab._io") < _layer("attnlab.nn.masks") == _layer("attnlab.data.shards")
+    assert _layer("attnlab.models") < _layer("attnlab.formats.bert") < _layer("attnlab.serve")
+    assert _layer("attnlab.jobs.job") < _layer("attnlab.cli.train") == _layer("attnlab")
+
+
+def test_the_layers_import_only_downward():
+    """No arrow runs back up (CONTRIBUTING.md, "The architecture in a page"): a module
+    imports its own layer or a lower one, never a higher one: not in a function, not for types
+    only, not from the public face (``from attnlab import X`` inside the package)."""
+    upward = [
+        f"{path.relative_to(SRC)}:{line}: {name} ({_place(name)}, layer {_layer(name)}) imports "
+        f"{target} ({_place(target)}, layer {_layer(target)})"
+        for name, path in _modules().items()
+        for target, line in _targets(name, path)
+        if _layer(target) > _layer(name)
+    ]
+    assert upward == []
 
 
 #: What branches on the kind of task: it belongs in the task's class (attnlab.tasks).

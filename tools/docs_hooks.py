@@ -223,11 +223,11 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
 #: The order of the API pages (the way data flows); a public module not named here follows,
 #: alphabetically, so a new module gets its page without an edit here.
 API_ORDER = (
-    "nn.masks", "nn.attention", "nn.positional", "nn.layers", "nn.cache", "nn.embeddings",
-    "models.config", "models.transformer", "models.saved", "models.vision",
+    "nn.masks", "nn.attention", "nn.positional", "nn.layers", "nn.cache", "nn.torch_nn",
+    "models.config", "models.embeddings", "models.transformer", "models.saved", "models.vision",
     "decode.search", "decode.constraints", "decode.session", "decode.fast",
     "inference.translator", "inference.modeldir", "inference.scores", "inference.bounds",
-    "formats", "formats.marian", "formats.ctranslate2", "formats.bert", "formats.torch_nn",
+    "formats", "formats.marian", "formats.ctranslate2", "formats.bert",
     "data", "tasks", "train", "jobs",
     "instruments.flops", "instruments.viz", "instruments.explain", "serve",
 )  # fmt: skip

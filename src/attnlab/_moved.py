@@ -22,7 +22,7 @@ MOVED: dict[str, str] = {
     "attnlab.positional": "attnlab.nn.positional",
     "attnlab.feedforward": "attnlab.nn.layers",
     "attnlab.layers": "attnlab.nn.layers",
-    "attnlab.embeddings": "attnlab.nn.embeddings",
+    "attnlab.embeddings": "attnlab.models.embeddings",
     "attnlab.cache": "attnlab.nn.cache",
     "attnlab.config": "attnlab.models.config",
     "attnlab.model": "attnlab.models.transformer",
@@ -41,13 +41,17 @@ MOVED: dict[str, str] = {
     "attnlab.export.ct2": "attnlab.formats.ctranslate2",
     "attnlab.export": "attnlab.formats",
     "attnlab.interop": "attnlab.formats.bert",
-    "attnlab.torch_interop": "attnlab.formats.torch_nn",
+    "attnlab.torch_interop": "attnlab.nn.torch_nn",
     "attnlab.losses": "attnlab.train.losses",
     "attnlab.schedule": "attnlab.train.schedule",
     "attnlab.flops": "attnlab.instruments.flops",
     "attnlab.viz": "attnlab.instruments.viz",
     "attnlab.explain": "attnlab.instruments.explain",
     "attnlab.jobs.tables": "attnlab.jobs.job",
+    # Moved in 0.x to keep the layers (CONTRIBUTING, "The architecture in a page"): the torch.nn
+    # interop beside the blocks it copies, the embeddings beside the models that own them.
+    "attnlab.nn.embeddings": "attnlab.models.embeddings",
+    "attnlab.formats.torch_nn": "attnlab.nn.torch_nn",
 }
 
 

@@ -75,7 +75,7 @@ def hf_model() -> transformers.PreTrainedModel:
 
 @pytest.fixture(scope="module")
 def model() -> attnlab.TransformerEncoder:
-    return attnlab.TransformerEncoder.from_bert(MODEL_DIR)
+    return load_bert(MODEL_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -301,10 +301,10 @@ def test_padding_content_is_ignored(model, batch) -> None:
     assert (clean - dirty).abs().max().item() <= 1e-6
 
 
-# -- 5. from_bert metadata ----------------------------------------------------------------------
+# -- 5. load_bert metadata ----------------------------------------------------------------------
 
 
-def test_from_bert_config(model) -> None:
+def test_load_bert_config(model) -> None:
     c = model.config
     assert (c.d_model, c.num_heads, c.d_ff, c.num_encoder_layers) == (384, 12, 1536, 6)
     assert c.head_dim == 32
@@ -320,7 +320,7 @@ def test_from_bert_config(model) -> None:
     assert not model.training
 
 
-def test_from_bert_parameter_count(model) -> None:
+def test_load_bert_parameter_count(model) -> None:
     with safe_open(str(MODEL_DIR / "model.safetensors"), framework="pt") as f:
         stored = {k: f.get_slice(k).get_shape() for k in f.keys()}  # noqa: SIM118
     skipped = {"embeddings.position_ids"} | {k for k in stored if k.startswith("pooler.")}
@@ -330,7 +330,7 @@ def test_from_bert_parameter_count(model) -> None:
     assert attnlab.count_parameters(model.config, "encoder") == model.num_parameters()
 
 
-def test_from_bert_copies_the_weights_exactly(model, bert_state) -> None:
+def test_load_bert_copies_the_weights_exactly(model, bert_state) -> None:
     state = model.state_dict()
     assert torch.equal(state["embed.token.weight"], bert_state["embeddings.word_embeddings.weight"])
     q, k, v = (
@@ -366,7 +366,7 @@ def test_missing_file_is_named(tmp_path, name) -> None:
     directory = _copy(tmp_path)
     (directory / name).unlink()
     with pytest.raises(FileNotFoundError, match=name) as info:
-        attnlab.TransformerEncoder.from_bert(directory)
+        load_bert(directory)
     assert str(directory / name) in str(info.value)
 
 

@@ -1,6 +1,6 @@
 """DecodingOptions (attnlab.decode.options): the defaults decided once, every field checked,
-what a model directory's job.json carries and how given values win; the one reader of each
-model-directory file (job.json, config.json); the tokenizer protocol both kinds implement."""
+what a model directory's job.json carries and how given values win; the one reader of
+config.json (job.json's: tests/test_rundir.py); the tokenizer protocol both kinds implement."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from _helpers import tiny
 from attnlab import Transformer
 from attnlab.decode.options import ALPHA, BEAM_SIZE, DecodingOptions
 from attnlab.decode.search import beam_search
-from attnlab.inference.modeldir import JOB_FILE, kind_of, read_job_file
+from attnlab.inference.modeldir import JOB_FILE, kind_of
 from attnlab.inference.translator import Translator
 from attnlab.models.saved import read_config_file
 
@@ -107,25 +107,6 @@ def test_the_translator_decodes_with_its_options() -> None:
         Translator(model, tok, tok, beam_size=0)
     with pytest.raises(TypeError, match=r"^decoding: expected a DecodingOptions"):
         Translator(model, tok, tok, decoding={"beam_size": 2})  # type: ignore[arg-type]
-
-
-def test_job_json_has_one_reader_whose_errors_name_the_file(tmp_path: Path) -> None:
-    path = tmp_path / JOB_FILE
-    with pytest.raises(FileNotFoundError, match=r"job\.json: missing; the model was not saved"):
-        read_job_file(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"job\.json: missing; why not$"):
-        read_job_file(tmp_path, why="why not")
-    path.write_text("[1]", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"job\.json: expected a JSON object, got list"):
-        read_job_file(tmp_path)
-    path.write_text("{", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"job\.json: invalid JSON at line 1"):
-        read_job_file(tmp_path)
-    path.write_bytes(b'{"a": "\xff"}')
-    with pytest.raises(ValueError, match=r"job\.json: not UTF-8 text"):
-        read_job_file(tmp_path)
-    path.write_text('{"task": {"name": "numbers"}}', encoding="utf-8")
-    assert read_job_file(tmp_path) == {"task": {"name": "numbers"}}
 
 
 def test_config_json_has_one_reader_that_kind_of_reads_too(tmp_path: Path) -> None:

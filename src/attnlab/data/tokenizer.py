@@ -52,6 +52,7 @@ import tokenizers as hf
 
 from .._checks import is_int
 from .._io import atomic_write
+from .._rundir import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
 from ._ids import as_id_list, check_id, check_texts
 from .byte_tokens import BYTE_SYMBOLS, BYTE_TOKENS, SYMBOL_TO_BYTE, byte_level_backend, bytes_text
 from .tokens import TokenizerProtocol
@@ -77,9 +78,6 @@ PathLike = str | os.PathLike
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0, 1, 2, 3
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-TOKENIZER_FILE = "tokenizer.json"  # a joint (shared) vocabulary
-SRC_TOKENIZER_FILE = "src_tokenizer.json"
-TGT_TOKENIZER_FILE = "tgt_tokenizer.json"
 
 _FIRST_BYTE_ID = len(SPECIAL_TOKENS)
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_SYMBOLS

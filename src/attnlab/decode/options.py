@@ -31,6 +31,7 @@ from .._checks import (
     is_int,
     is_number,
 )
+from .._rundir import JOB_FILE, read_job_file
 from .session import EXTRA_LENGTH
 
 if TYPE_CHECKING:
@@ -128,8 +129,6 @@ class DecodingOptions:
         ``job.json``'s ``[eval]``, what its recipe chose on validation), else the defaults;
         and where they come from, for a line that says so. A missing or unreadable
         ``job.json`` is no error here: the defaults."""
-        from ..inference.modeldir import JOB_FILE, read_job_file
-
         try:
             job: object = read_job_file(model_dir)
         except (OSError, ValueError):

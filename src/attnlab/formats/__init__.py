@@ -1,7 +1,7 @@
 """Foreign formats, one module each, both directions where both exist: :mod:`.marian`
 (Hugging Face Marian / opus-mt, import and export, one name map), :mod:`.ctranslate2`
-(export), :mod:`.bert` (BERT checkpoints in), :mod:`.torch_nn` (torch.nn's attention and layers,
-both ways).
+(export), :mod:`.bert` (BERT checkpoints in). torch.nn's attention and layers, both ways, are
+beside the building blocks they copy: :mod:`attnlab.nn.torch_nn`.
 
 Export: a model leaves attnlab as a directory that another engine runs by itself, computing the same
 function on the same weights:
@@ -94,7 +94,7 @@ def export_model(
     :func:`to_ctranslate2`. The export's decoding settings (a generation config, a README's
     example) are the model's own (its recipe's ``[eval]``, as ``attnlab translate`` decodes
     it). Returns ``out_dir``. Checks everything before writing."""
-    from .. import load_pretrained
+    from ..models.transformer import load_pretrained
 
     to = check_target(to)
     if quantization is not None and to != "ctranslate2":

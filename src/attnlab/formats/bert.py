@@ -14,16 +14,14 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..models.config import TransformerConfig
-from ..models.saved import WEIGHTS_FILE, model_class
-
-if TYPE_CHECKING:  # attnlab.models.transformer imports this module (TransformerEncoder.from_bert)
-    from ..models.transformer import TransformerEncoder
+from ..models.saved import WEIGHTS_FILE
+from ..models.transformer import TransformerEncoder
 
 __all__ = ["bert_config", "load_bert"]
 
@@ -156,7 +154,7 @@ def load_bert(
         if not tensor.dtype.is_floating_point and name not in _IGNORED_NAMES:
             raise ValueError(f"{weights_path}: {name}: dtype {tensor.dtype}, expected floating")
 
-    model: TransformerEncoder = model_class("encoder")(config)  # type: ignore[assignment]
+    model = TransformerEncoder(config)
     state = model.state_dict()
     used: set[str] = set()
     converted: dict[str, Tensor] = {}

@@ -1,13 +1,8 @@
 """Where a model is: :func:`resolve_model_dir` turns what a user names (a model directory, a
 checkpoint of a run, or the run directory itself) into one directory that every loader reads
-(:func:`attnlab.load_pretrained`, the tokenizers, ``job.json``).
-
-``attnlab train --out OUT`` lays a run out as::
-
-    OUT/job.json                     the job (written when training starts)
-    OUT/tokenizers/                  tokenizer.json, or src_tokenizer.json + tgt_tokenizer.json
-    OUT/checkpoints/step-NNNNNNNN/   config.json, model.safetensors, optimizer, state.json
-    OUT/model/                       the averaged model, its tokenizers and job.json
+(:func:`attnlab.load_pretrained`, the tokenizers, ``job.json``). The layout of a run, its
+files' names and the reader of ``job.json`` (:func:`read_job_file`, re-exported here) live in
+:mod:`attnlab._rundir`.
 
 A checkpoint holds no tokenizer: its run's are found two levels up, and a view of the
 checkpoint's weights with them (links in a temporary directory, removed at exit) is returned.
@@ -20,7 +15,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._rundir import CONFIG_FILE, JOB_FILE, TOKENIZER_NAMES, find_checkpoints, read_job_file
 
 if TYPE_CHECKING:
     import torch
@@ -35,11 +32,6 @@ __all__ = [
     "resolve_model_dir",
 ]
 
-#: The tokenizer files a model directory may hold (a joint one, or one per side).
-TOKENIZER_NAMES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
-#: The job a model was trained by, beside it (and at the top of its run): :func:`read_job_file`.
-JOB_FILE = "job.json"
-_CONFIG, _WEIGHTS, _JOB = "config.json", "model.safetensors", JOB_FILE
 _VIEWS: list[str] = []
 
 
@@ -61,7 +53,7 @@ def find_run_files(checkpoint: Path) -> list[Path]:
         if names:
             found += names
             break
-    for job in (run / _JOB, run / "model" / _JOB):
+    for job in (run / JOB_FILE, run / "model" / JOB_FILE):
         if job.is_file():
             found.append(job)
             break
@@ -84,11 +76,9 @@ def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
             f"{name}: {directory}: no such directory (a model directory OUT/model, a "
             f"checkpoint OUT/checkpoints/step-N, or a run OUT)"
         )
-    if not (directory / _CONFIG).is_file():
-        if (directory / "model" / _CONFIG).is_file():
+    if not (directory / CONFIG_FILE).is_file():
+        if (directory / "model" / CONFIG_FILE).is_file():
             return directory / "model"
-        from ..train.checkpoint import find_checkpoints
-
         checkpoints = find_checkpoints(directory)
         if checkpoints:
             return resolve_model_dir(checkpoints[-1], name=name)
@@ -107,34 +97,6 @@ def resolve_model_dir(path: str | os.PathLike, *, name: str = "model") -> Path:
         except OSError:  # a filesystem without links
             shutil.copyfile(source, view / source.name)
     return view
-
-
-def read_job_file(
-    directory: str | os.PathLike,
-    *,
-    why: str = "the model was not saved by `attnlab train`, so its task is unknown",
-) -> dict[str, Any]:
-    """The JSON object of ``job.json`` in ``directory`` (a model directory or a run), as it is:
-    the one place that file is opened and parsed (``Job.from_dict`` of :mod:`attnlab.jobs`
-    makes a job of it; :meth:`attnlab.decode.options.DecodingOptions.carried_by` reads its
-    ``[eval]``). FileNotFoundError ``PATH: missing; {why}``; ValueError naming the file for
-    bytes that are not UTF-8, invalid JSON, or another value than an object."""
-    import json
-
-    path = Path(directory) / _JOB
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; {why}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def kind_of(directory: str | os.PathLike) -> str:
@@ -165,7 +127,6 @@ def load_with_tokenizers(
         TOKENIZER_FILE,
         load_tokenizers,
     )
-    from ..models.saved import CONFIG_FILE
     from ..models.transformer import Transformer, load_pretrained
 
     model = load_pretrained(model_dir, device=device)

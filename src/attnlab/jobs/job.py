@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import check_keys, closest, dataclass_from
+from .._rundir import JOB_FILE
 from ..decode.options import ALPHA, BEAM_SIZE
-from ..inference.modeldir import JOB_FILE
 from ..tasks import TASKS, Task, get_task
 from ..tasks.distill import DistillOptions
 

@@ -107,7 +107,7 @@ def train_job(
 
 def read_job(model_dir: str | os.PathLike) -> Job:
     """The job a model directory was trained by (its ``job.json``); errors name the file."""
-    from ..inference.modeldir import read_job_file
+    from .._rundir import read_job_file
 
     data = read_job_file(model_dir)
     try:

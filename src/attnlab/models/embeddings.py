@@ -17,10 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from .._ops import dropout
-from ..models.config import TransformerConfig
-from .layers import DecoderCache
-from .masks import key_mask
-from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from ..nn.layers import DecoderCache
+from ..nn.masks import key_mask
+from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from .config import TransformerConfig
 
 __all__ = ["Embeddings", "causal_key_mask", "check_ids", "decoder_input", "key_mask_or_none"]
 

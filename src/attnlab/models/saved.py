@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from .._io import atomic_write, atomic_write_dir, not_written
+from .._rundir import CONFIG_FILE, WEIGHTS_FILE
 from .._tensorfile import (
     FLOAT_DTYPES,
     TensorInfo,
@@ -56,9 +57,6 @@ __all__ = [
     "register_model_type",
     "set_weights",
 ]
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 
 #: The largest value a loaded ``config.json`` may give each size field (any model family that
 #: has the field). Far above any real model (the widest published Transformers have d_model

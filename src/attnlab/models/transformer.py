@@ -3,12 +3,12 @@
 * :class:`Transformer`: the paper's encoder-decoder (Vaswani et al. 2017, sec. 3, figure 1) for
   translation.
 * :class:`TransformerLM`: decoder-only, causal (the decoder without cross-attention).
-* :class:`TransformerEncoder`: BERT-style encoder with token types and mean pooling; loads real
-  BERT checkpoints with :meth:`TransformerEncoder.from_bert`.
+* :class:`TransformerEncoder`: BERT-style encoder with token types and mean pooling;
+  :func:`attnlab.formats.bert.load_bert` loads real BERT checkpoints into it.
 * :func:`count_parameters`: the analytic parameter count of a config.
 
 All three are built from one :class:`attnlab.models.config.TransformerConfig` (with presets), embed
-their ids with :class:`attnlab.nn.embeddings.Embeddings`, and run the layer stacks of
+their ids with :class:`attnlab.models.embeddings.Embeddings`, and run the layer stacks of
 :mod:`attnlab.nn.layers`. They save with ``save_pretrained(dir)`` (``config.json`` +
 ``model.safetensors``, no pickle) and load with ``Model.from_pretrained(dir)`` or
 :func:`attnlab.models.saved.load_pretrained`, which knows them as ``transformer``, ``lm`` and
@@ -17,7 +17,6 @@ their ids with :class:`attnlab.nn.embeddings.Embeddings`, and run the layer stac
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,11 +27,11 @@ from torch import Tensor, nn
 # The `X as X` imports re-export names that lived here before attnlab.models.config and
 # attnlab.models.saved held them.
 from .._checks import shape_of
-from ..nn.embeddings import Embeddings, check_ids, decoder_input, key_mask_or_none
 from ..nn.layers import Decoder, DecoderCache, Encoder
 from ..nn.positional import ALiBi, AttentionPositional, LearnedPositionalEmbedding, RotaryEmbedding
 from .config import POSITIONAL_KINDS as POSITIONAL_KINDS
 from .config import TransformerConfig
+from .embeddings import Embeddings, check_ids, decoder_input, key_mask_or_none
 from .saved import CONFIG_FILE as CONFIG_FILE
 from .saved import WEIGHTS_FILE as WEIGHTS_FILE
 from .saved import PretrainedModel, load_pretrained, model_class, register_model_type
@@ -409,7 +408,8 @@ class TransformerEncoder(_TransformerModel):
     embeddings (Reimers and Gurevych 2019).
 
     Uses ``num_encoder_layers``; any positional kind works, BERT's is ``learned``.
-    :meth:`from_bert` loads a Hugging Face BERT directory (config.json + model.safetensors).
+    :func:`attnlab.formats.bert.load_bert` loads a Hugging Face BERT directory (config.json +
+    model.safetensors) into one.
 
     Shape: ``forward(input_ids (B, T)) -> hidden (B, T, d_model)``;
     ``embed(input_ids) -> (B, d_model)``.
@@ -497,17 +497,6 @@ class TransformerEncoder(_TransformerModel):
         """Self-attention weights of every layer, ``AttentionMaps.encoder``."""
         _, _, weights = self._run(input_ids, attention_mask, token_type_ids, need_weights=True)
         return AttentionMaps(encoder=weights or [])
-
-    @classmethod
-    def from_bert(
-        cls, directory: str | os.PathLike[str], *, device: torch.device | str | None = None
-    ) -> TransformerEncoder:
-        """Load a Hugging Face BERT checkpoint directory (``config.json`` and
-        ``model.safetensors``, e.g. all-MiniLM-L6-v2); see
-        :func:`attnlab.formats.bert.load_bert`."""
-        from ..formats.bert import load_bert
-
-        return load_bert(directory, device=device)
 
 
 for _model in (Transformer, TransformerLM, TransformerEncoder):

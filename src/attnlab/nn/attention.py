@@ -16,7 +16,7 @@ path: torch's SDPA has no fused CPU kernel with dropout either (it falls back to
 which materialises the scores too), and attnlab's dropout draws its mask faster.
 
 Beside this module: :mod:`attnlab.nn.cache` (:class:`KVCache`, re-exported here, for incremental
-decoding), :mod:`attnlab.formats.torch_nn` (the copies to and from ``torch.nn.MultiheadAttention``
+decoding), :mod:`attnlab.nn.torch_nn` (the copies to and from ``torch.nn.MultiheadAttention``
 behind :meth:`MultiHeadAttention.from_torch` / ``to_torch``) and the argument checks.
 """
 
@@ -31,10 +31,10 @@ from torch import Tensor, nn
 
 from .._checks import check_positive_int, shape_of
 from .._ops import dropout
-from ..formats.torch_nn import attention_kwargs, attention_to_torch, copy_attention
 from .cache import KVCache
 from .masks import causal_mask, check_attention_mask, combine_masks
 from .positional import ALiBi, AttentionPositional, RotaryEmbedding
+from .torch_nn import attention_kwargs, attention_to_torch, copy_attention
 
 __all__ = ["KVCache", "MultiHeadAttention", "scaled_dot_product_attention"]
 
@@ -434,7 +434,7 @@ class MultiHeadAttention(nn.Module):
             weights = weights.mean(dim=1)
         return out, weights
 
-    # -- interop with torch.nn.MultiheadAttention (attnlab.formats.torch_nn) --------------------
+    # -- interop with torch.nn.MultiheadAttention (attnlab.nn.torch_nn) -------------------------
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:

@@ -17,7 +17,7 @@ Each sub-layer is wrapped in a residual connection with dropout on the sub-layer
 
 Parameter names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
 (``self_attn``, ``linear1``, ``norm1``, ...), and ``from_torch`` copies those modules exactly
-(the reading and copying live in :mod:`attnlab.formats.torch_nn`). Masks follow
+(the reading and copying live in :mod:`attnlab.nn.torch_nn`). Masks follow
 :mod:`attnlab.nn.masks` (bool ``True`` = may attend). :class:`DecoderCache`, what a decoder keeps
 between steps of incremental decoding, lives in :mod:`attnlab.nn.cache` and is re-exported here.
 """
@@ -33,10 +33,10 @@ from torch import Tensor, nn
 
 from .._checks import check_positive_int, check_positive_number, check_rate, shape_of
 from .._ops import dropout
-from ..formats.torch_nn import copy_layer, layer_kwargs, stack_kwargs
 from .attention import MultiHeadAttention
 from .cache import DecoderCache, KVCache
 from .positional import AttentionPositional
+from .torch_nn import copy_layer, layer_kwargs, stack_kwargs
 
 __all__ = ["Decoder", "DecoderCache", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
 

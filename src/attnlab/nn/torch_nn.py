@@ -10,8 +10,8 @@
 The classes' ``from_torch`` / ``to_torch`` methods are the way in. This module does their
 reading and copying: it turns torch's modules into constructor arguments (refusing options
 attnlab cannot compute) and copies the weights. It imports neither :mod:`attnlab.nn.attention` nor
-:mod:`attnlab.nn.layers` at run time (both import it): the classes construct themselves from the
-arguments it returns.
+:mod:`attnlab.nn.layers` (both import it): the classes construct themselves from the arguments
+it returns, and what it reads of an attention module is named by :class:`AttentionLike`.
 
 torch's masks use the opposite polarity (True = ignore); convert them with
 :func:`attnlab.nn.masks.from_torch_masks`. torch's modules may be ``batch_first`` or not; attnlab's
@@ -20,14 +20,11 @@ are always batch-first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-if TYPE_CHECKING:  # attnlab.nn.attention imports this module
-    from ..nn.attention import MultiHeadAttention
 
 __all__ = [
     "attention_kwargs",
@@ -40,6 +37,38 @@ __all__ = [
 
 
 # -- torch.nn.MultiheadAttention ---------------------------------------------------------------
+
+
+class AttentionLike(Protocol):
+    """What the copies read of :class:`attnlab.nn.attention.MultiHeadAttention` (which imports
+    this module, so it is named by its members, not imported)."""
+
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def kdim(self) -> int: ...
+    @property
+    def vdim(self) -> int: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def positional(self) -> object: ...
+    @property
+    def training(self) -> bool: ...
+    @property
+    def in_proj(self) -> nn.Linear | None: ...
+    @property
+    def q_proj(self) -> nn.Linear: ...
+    @property
+    def k_proj(self) -> nn.Linear: ...
+    @property
+    def v_proj(self) -> nn.Linear: ...
+    @property
+    def out_proj(self) -> nn.Linear: ...
 
 
 def attention_kwargs(module: nn.MultiheadAttention) -> dict[str, Any]:
@@ -66,7 +95,7 @@ def attention_kwargs(module: nn.MultiheadAttention) -> dict[str, Any]:
     }
 
 
-def copy_attention(new: MultiHeadAttention, module: nn.MultiheadAttention) -> None:
+def copy_attention(new: AttentionLike, module: nn.MultiheadAttention) -> None:
     """Copy ``module``'s projections into ``new``, built with :func:`attention_kwargs`."""
     e = module.embed_dim
     with torch.no_grad():
@@ -89,7 +118,7 @@ def copy_attention(new: MultiHeadAttention, module: nn.MultiheadAttention) -> No
             new.out_proj.bias.copy_(module.out_proj.bias)
 
 
-def attention_to_torch(mha: MultiHeadAttention, *, batch_first: bool) -> nn.MultiheadAttention:
+def attention_to_torch(mha: AttentionLike, *, batch_first: bool) -> nn.MultiheadAttention:
     """A ``torch.nn.MultiheadAttention`` holding ``mha``'s weights, on its device and dtype, in
     its train/eval mode; raises for what torch's module cannot compute (GQA, RoPE, ALiBi)."""
     if mha.num_kv_heads != mha.num_heads:

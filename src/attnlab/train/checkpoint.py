@@ -38,11 +38,18 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from .._io import atomic_write, atomic_write_dir, not_written, write_json
-from .._tensorfile import read_safetensors, read_safetensors_header, save_safetensors
-from ..data.tokenizer import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
-from ..models.saved import (
+from .._rundir import (
+    CHECKPOINT_FILES,
+    CHECKPOINTS_DIR,
     CONFIG_FILE,
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    TOKENIZER_NAMES,
     WEIGHTS_FILE,
+    find_checkpoints,
+)
+from .._tensorfile import read_safetensors, read_safetensors_header, save_safetensors
+from ..models.saved import (
     PretrainedModel,
     check_weights,
     read_config,
@@ -77,31 +84,8 @@ __all__ = [
 CHECKPOINT_FORMAT = "attnlab-checkpoint-2"
 #: Read too: a checkpoint of the first format has no digests, and is checked for the rest.
 OLD_FORMATS = ("attnlab-checkpoint-1",)
-TOKENIZER_FILES = (TOKENIZER_FILE, SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE)
-STATE_FILE = "state.json"
-OPTIMIZER_FILE = "optimizer.safetensors"
-CHECKPOINT_FILES = (WEIGHTS_FILE, CONFIG_FILE, OPTIMIZER_FILE, STATE_FILE)
+TOKENIZER_FILES = TOKENIZER_NAMES
 DAMAGED_PREFIX = "damaged-"
-
-
-def find_checkpoints(out: str | os.PathLike) -> list[Path]:
-    """The complete checkpoint directories of run ``out``, oldest first (by step).
-
-    Complete: named ``step-NNNNNNNN`` with every file a checkpoint holds (a checkpoint is
-    renamed into place only once written, and renamed away before it is deleted, so an
-    interrupted write or deletion leaves another name, which is ignored).
-    """
-    root = Path(out) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = []
-    for path in root.iterdir():
-        name = path.name
-        if not (name.startswith("step-") and name[5:].isdigit() and path.is_dir()):
-            continue
-        if all((path / f).is_file() for f in CHECKPOINT_FILES):
-            found.append((int(name[5:]), path))
-    return [path for _, path in sorted(found)]
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -160,7 +144,7 @@ def prepare_run_directory(out: Path, *, resume: bool, rank: int, world_size: int
     checkpoints; without ``resume`` there must be none (FileExistsError)."""
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        root = out / "checkpoints"
+        root = out / CHECKPOINTS_DIR
         stale = [*out.glob(".model.*.tmp"), *out.glob(".old-model.*"), *out.glob(".tmp-model-*")]
         if root.is_dir():
             for pattern in (".step-*.tmp", ".old-*", ".tmp-*"):
@@ -271,7 +255,7 @@ def save_checkpoint(
         body["checksum"] = state_checksum(body)
         write_json(temp / STATE_FILE, body)
 
-    root = out / "checkpoints"
+    root = out / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{state['step']:08d}"
     try:
