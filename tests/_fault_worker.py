@@ -12,8 +12,7 @@ while a checkpoint or the final model is being written. First one uninterrupted 
 * ``kill``: SIGKILLs itself just before that call (after it, for a write: with the file cut to
   half, a write interrupted half-way);
 * ``interrupt``: gets SIGINT there (Ctrl-C): Python's KeyboardInterrupt;
-* ``full-disk``: that call fails as on a full disk (ENOSPC; safetensors' own error for its
-  writes);
+* ``full-disk``: that call fails as on a full disk (ENOSPC);
 * ``sigint``: (not at an event) the parent sends SIGINT once the first checkpoint exists,
   while each step sleeps 30 ms so that it lands mid-run.
 
@@ -47,6 +46,8 @@ import numpy as np
 import torch
 
 import attnlab._io
+import attnlab.models.saved
+import attnlab.train.checkpoint
 import attnlab.train.loop as loop
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.train import TrainConfig, Trainer
@@ -65,13 +66,15 @@ EVENTS = (
     "shutil.rmtree",
     "shutil.copyfile",
     "attnlab._io._exchange",
-    "safetensors.torch.save_file",
+    # attnlab's safetensors writer, where checkpoints (the optimizer) and models call it.
+    "attnlab.train.checkpoint.save_safetensors",
+    "attnlab.models.saved.save_safetensors",
     "pathlib.Path.write_text",
 )
-WRITES = ("safetensors.torch.save_file", "pathlib.Path.write_text")
-FULL_DISK_MESSAGE = (
-    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
-    'left on device" })'
+WRITES = (
+    "attnlab.train.checkpoint.save_safetensors",
+    "attnlab.models.saved.save_safetensors",
+    "pathlib.Path.write_text",
 )
 
 
@@ -148,7 +151,7 @@ def _hook(name: str, original: Any) -> Any:
         if fault["kind"] == "kill":
             if name in WRITES:
                 result = original(*args, **kwargs)
-                target = Path(args[1] if name.startswith("safetensors") else args[0])
+                target = Path(args[1] if name.endswith("save_safetensors") else args[0])
                 with open(target, "r+b") as handle:
                     handle.truncate(target.stat().st_size // 2)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -158,10 +161,6 @@ def _hook(name: str, original: Any) -> Any:
             os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt, here
             time.sleep(1)  # (the signal is handled before this ends)
         if fault["kind"] == "full-disk":
-            if name == "safetensors.torch.save_file":
-                from safetensors import SafetensorError
-
-                raise SafetensorError(FULL_DISK_MESSAGE)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return original(*args, **kwargs)
 
@@ -169,14 +168,13 @@ def _hook(name: str, original: Any) -> Any:
 
 
 def _install() -> None:
-    import safetensors.torch
-
     owners = {
         "os": os,
         "tempfile": tempfile,
         "shutil": shutil,
         "attnlab._io": attnlab._io,
-        "safetensors.torch": safetensors.torch,
+        "attnlab.train.checkpoint": attnlab.train.checkpoint,
+        "attnlab.models.saved": attnlab.models.saved,
         "pathlib.Path": pathlib.Path,
     }
     for event in EVENTS:

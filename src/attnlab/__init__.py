@@ -16,7 +16,8 @@ The packages, each named for what it holds:
   (``from attnlab.instruments import flops``); :mod:`attnlab.serve`: the attention explorer.
 """
 
-from . import _moved
+# _interrupt first: in the attnlab command, Ctrl-C is handled from here on (before torch loads)
+from . import _interrupt, _moved  # noqa: F401
 from ._version import __version__
 from .decode import search as generate
 from .decode.search import Generation, beam_search, greedy_search, sample

@@ -11,6 +11,10 @@ has returned, a reader finds either the old content or the new, never a partial 
   swapped out in one step (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames with a
   window in which neither is in place), then deleted.
 
+In the ``attnlab`` command, a Ctrl-C that has arrived by the time the file is complete stops
+it from being published (:mod:`attnlab._interrupt`): an interrupted command leaves no output
+that looks finished, even where the interrupt ended its input early.
+
 When the disk refuses a write (full, read-only, an I/O error) the error is an :class:`OSError`
 of the same class and ``errno``, whose message names the file and says that the previous
 version is intact; no temporary is left behind.
@@ -28,6 +32,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from . import _interrupt
 
 __all__ = [
     "atomic_write",
@@ -54,15 +60,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Non
     path = Path(path)
     temp: str | None = None
     try:
-        handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(handle)
+        with _interrupt.deferred():  # not between the file's creation and its name's return
+            handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.close(handle)
         write(temp)
         os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes 0600 files; give what open() would
         fsync_file(temp)
+        _interrupt.check()  # the command was interrupted: publish nothing (its input may be cut)
         os.replace(temp, path)
     except BaseException as error:
         if temp is not None:
-            with contextlib.suppress(OSError):
+            with _interrupt.deferred(), contextlib.suppress(OSError):  # cleaned up whole
                 os.unlink(temp)
         if isinstance(error, OSError):
             named = _not_written(error, path)
@@ -88,14 +96,17 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], object]) -
     path.parent.mkdir(parents=True, exist_ok=True)
     temp: Path | None = None
     try:
-        temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        with _interrupt.deferred():
+            temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         write(temp)
         os.chmod(temp, 0o777 & ~current_umask())  # mkdtemp makes 0700 directories
         fsync_tree(temp)
+        _interrupt.check()
         replace_dir(temp, path)
     except BaseException as error:
         if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
+            with _interrupt.deferred():
+                shutil.rmtree(temp, ignore_errors=True)
         if isinstance(error, OSError):
             named = _not_written(error, path)
             if named is error:

@@ -3,8 +3,8 @@
 :func:`read_safetensors_header` checks a file from its header alone (its structure, that the
 data is all there) before anything is allocated; :func:`read_safetensors` then reads the
 tensors (each a copy in torch's own, aligned memory) and checks the floats finite;
-:func:`save_safetensors` turns the library's errors into ones that name the file (a refused
-write is the OSError of its errno).
+:func:`save_safetensors` writes one canonically (equal tensors and metadata, equal bytes),
+its errors naming the file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,10 @@ _DTYPES: dict[str, torch.dtype] = {
     "BOOL": torch.bool,
 }
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+#: An integer dtype of each element size, to read any tensor's bytes (bfloat16 has no NumPy
+#: dtype; a view as integers of its size has).
+_SAME_SIZE_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True)
@@ -165,22 +169,71 @@ def read_safetensors(
 
 
 def save_safetensors(
-    tensors: dict[str, Tensor], path: str | os.PathLike[str], metadata: dict[str, str]
+    tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str]
 ) -> None:
-    """``safetensors.torch.save_file``, whose errors name ``path``: a refused write (a full
-    disk, a file-size limit) is the OSError of its errno, anything else an OSError too."""
-    from safetensors import SafetensorError
-    from safetensors.torch import save_file
+    """Write ``tensors`` and ``metadata`` to the safetensors file ``path``, canonically: equal
+    tensors and metadata give equal bytes, whatever the process (safetensors' own writer puts
+    the metadata in the order of a hash map seeded afresh in each process).
 
+    The layout is safetensors' (read by it and by every reader of the format): an 8-byte
+    little-endian header length; the JSON header, compact, ``__metadata__`` first with its keys
+    sorted, then the tensors largest dtype first and by name (safetensors' order, which keeps
+    each tensor aligned), padded with spaces to a multiple of 8 bytes; the tensors' bytes,
+    little-endian, in that order. Tensors sharing memory are each written whole.
+
+    Raises:
+        TypeError, ValueError: a name, value or dtype the format cannot hold.
+        OSError: the write failed (its errno, naming the file).
+    """
+    named = {}
+    for name, tensor in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensors: names must be str, got {type(name).__name__}")
+        if not isinstance(tensor, Tensor):
+            raise TypeError(
+                f"tensors: {name}: expected a torch.Tensor, got {type(tensor).__name__}"
+            )
+        if tensor.dtype not in _NAMES:
+            raise ValueError(f"tensors: {name}: dtype {tensor.dtype} is not one of {list(_NAMES)}")
+        named[name] = tensor
+    for key, value in metadata.items():
+        if not (isinstance(key, str) and isinstance(value, str)):
+            raise TypeError(
+                f"metadata: expected str keys and values, got {key!r:.40}: {value!r:.40}"
+            )
+    order = sorted(named, key=lambda n: (-named[n].element_size(), n))
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = dict(sorted(metadata.items()))
+    offset = 0
+    for name in order:
+        tensor = named[name]
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": _NAMES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
     try:
-        save_file(tensors, path, metadata=metadata)
-    except SafetensorError as e:
-        # The OS error inside, as "Os { code: 28, ... }" or "... (os error 27)".
-        found = re.search(r"\bcode: (\d+)|\(os error (\d+)\)", str(e))
-        if found is None:
-            raise OSError(f"{path}: not written: {e}") from None
-        code = int(found.group(1) or found.group(2))
-        raise OSError(code, os.strerror(code), str(path)) from None
+        with open(path, "wb") as handle:
+            handle.write(len(text).to_bytes(8, "little"))
+            handle.write(text)
+            for name in order:
+                handle.write(_little_endian_bytes(named[name]))
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise type(error)(error.errno, error.strerror, str(path)) from None
+
+
+def _little_endian_bytes(tensor: Tensor) -> bytes:
+    """The bytes of ``tensor``'s elements in row-major order, each little-endian."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    raw = flat.view(_SAME_SIZE_INTS[flat.element_size()]).numpy()
+    return raw.astype(raw.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
 def _finite(tensor: Tensor) -> bool:

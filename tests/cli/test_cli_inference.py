@@ -5,12 +5,7 @@ checked against the library on the same weights."""
 from __future__ import annotations
 
 import json
-import select
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +13,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import attnlab
-from _helpers import default_sigint
 from attnlab.cli import main
 from attnlab.inference.scores import Translator, score
 
@@ -358,54 +352,3 @@ def test_evaluate_reports_the_literatures_bleu_on_request(numbers_model_dir, tmp
     files = [*argv, "--src", str(src), "--ref", str(ref), "--json", "--tokenized-bleu"]
     status, out, _ = _run(files, capsys)
     assert status == 0 and "moses:de" in json.loads(out)["bleu_tokenized_signature"]
-
-
-@pytest.mark.slow  # not in make test-fast: a subprocess, or waits on deadlines by design
-def test_ctrl_c_while_translate_waits_on_stdin_exits_130_without_a_traceback(numbers_model_dir):
-    """`attnlab translate --model M` reading a pipe that stays open, interrupted (SIGINT) once
-    it waits for lines: exit status 130 and one line, no traceback and no "Exception ignored"
-    (an interrupt caught at interpreter shutdown, after an exit status 0)."""
-    script = Path(sys.executable).parent / "attnlab"
-    child = subprocess.Popen(
-        [str(script), "translate", "--model", str(numbers_model_dir), "--device", "cpu"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=default_sigint(),
-    )
-    try:
-        # Ready: the model has loaded and its decoding is named (the line before stdin is read).
-        deadline, seen = time.monotonic() + 180, b""
-        while b"attnlab translate: beam" not in seen:
-            left = deadline - time.monotonic()
-            assert left > 0 and child.poll() is None, seen.decode(errors="replace")
-            if select.select([child.stderr], [], [], min(left, 1.0))[0]:
-                seen += child.stderr.readline()  # type: ignore[union-attr]
-        _wait_in_pipe_read(child.pid, deadline)
-        child.send_signal(signal.SIGINT)
-        status = child.wait(timeout=60)  # stdin still open: the interrupt alone ends it
-        err = (seen + child.stderr.read()).decode(errors="replace")  # type: ignore[union-attr]
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdin.close()  # type: ignore[union-attr]
-    assert status == 130, err
-    assert "Traceback" not in err and "Exception ignored" not in err, err
-    assert err.endswith("attnlab translate: interrupted\n"), err
-    assert child.stdout.read() == b""  # type: ignore[union-attr]
-
-
-def _wait_in_pipe_read(pid: int, deadline: float) -> None:
-    """Until the main thread of process ``pid`` sleeps in a pipe's read (Linux's
-    /proc/PID/wchan, ``pipe_read``): at once where /proc does not say, at most 30 s (or until
-    ``deadline``) where it never says so (a kernel that hides wchan shows ``0``)."""
-    wchan = Path(f"/proc/{pid}/wchan")
-    until = min(deadline, time.monotonic() + 30)
-    while time.monotonic() < until:
-        try:
-            if "pipe_read" in wchan.read_text():
-                return
-        except OSError:
-            return
-        time.sleep(0.05)

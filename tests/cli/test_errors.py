@@ -733,7 +733,7 @@ def test_cli_a_disk_that_refuses_a_picture_is_one_line_and_1(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
 @pytest.mark.slow
 def test_cli_a_disk_that_refuses_the_weights_is_one_line_and_1(tmp_path):
-    """safetensors (Rust) reports the refused write as a SafetensorError: one line too."""
+    """The weights' writer meets the refused write (EFBIG): one line too."""
     process = _attnlab(
         "train", "--task", "numbers", "--out", str(tmp_path / "run"),
         "--no-progress", "--max-steps", "1", "--checkpoint-every", "1", "--eval-every", "1",

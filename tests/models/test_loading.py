@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from safetensors import SafetensorError
 from torch import nn
 
 from attnlab import (
@@ -36,11 +35,6 @@ from attnlab import (
     load_pretrained,
 )
 from attnlab.models.saved import LOAD_LIMITS
-
-SAFETENSORS_FULL_DISK = (
-    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
-    'left on device" })'
-)
 
 
 def small(**overrides: object) -> TransformerConfig:
@@ -402,17 +396,29 @@ def test_saving_over_a_model_directory_keeps_every_other_file(tmp_path: Path) ->
 def test_a_full_disk_while_saving_leaves_the_old_model_and_its_files(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """safetensors reports the refused write as a SafetensorError: it becomes the OSError of
-    its errno, naming the model's file; nothing of the old directory changed."""
+    """The disk refuses the weights as they are written (attnlab._tensorfile's writer): the
+    OSError of its errno, naming the model's file; nothing of the old directory changed."""
+    import attnlab._tensorfile
+
     directory = tmp_path / "model"
     Transformer(small()).save_pretrained(directory)
     _training_directory(directory)
     before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
 
-    def full(*args: object, **kwargs: object) -> None:
-        raise SafetensorError(SAFETENSORS_FULL_DISK)
+    class FullDisk:  # a file that takes no byte
+        def __init__(self, path: object, mode: str) -> None:
+            Path(str(path)).touch()
 
-    monkeypatch.setattr(safetensors.torch, "save_file", full)
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def write(self, data: bytes) -> int:
+            raise OSError(28, os.strerror(28))
+
+    monkeypatch.setattr(attnlab._tensorfile, "open", FullDisk, raising=False)
     with pytest.raises(OSError) as caught:
         Transformer(small(d_model=32)).save_pretrained(directory)
     assert caught.value.errno == 28

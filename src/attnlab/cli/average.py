@@ -35,10 +35,10 @@ def cmd_average(args: argparse.Namespace) -> int:
     weights, metadata = average_checkpoints(dirs)
 
     def write(temp: Path) -> None:
-        from safetensors.torch import save_file
+        from .._tensorfile import save_safetensors
 
         newest = dirs[-1]
-        atomic_write(temp / "model.safetensors", lambda p: save_file(weights, p, metadata=metadata))
+        atomic_write(temp / "model.safetensors", lambda p: save_safetensors(weights, p, metadata))
         for file in newest.iterdir():  # config, tokenizers, job.json (links in a view)
             skip = {"model.safetensors", "optimizer.safetensors", "state.json"}
             if file.name not in skip and file.is_file():

