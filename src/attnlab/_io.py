@@ -195,6 +195,24 @@ def current_umask() -> int:
     return mask
 
 
+def read_json(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``: ValueError naming the file for bytes that are not UTF-8,
+    invalid JSON (with its line and column) or another value than an object; OSError (a
+    missing file included) as the read raised it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def write_json(path: str | os.PathLike, data: object) -> None:
     """``data`` as indented JSON (UTF-8, a final newline), written atomically."""
     text = json.dumps(data, indent=2) + "\n"

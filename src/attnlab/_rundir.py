@@ -15,10 +15,11 @@ Each name is defined here once; the modules that write or load the files
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from ._io import read_json
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -87,14 +88,4 @@ def read_job_file(
     path = Path(directory) / JOB_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; {why}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json(path)

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .._io import atomic_write, atomic_write_dir, not_written
+from .._io import atomic_write, atomic_write_dir, not_written, read_json
 from .._rundir import CONFIG_FILE, WEIGHTS_FILE
 from .._tensorfile import (
     FLOAT_DTYPES,
@@ -134,17 +134,7 @@ def read_config_file(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise FileNotFoundError(
             f"{path}: missing (every saved model directory has it, e.g. OUT/model of attnlab train)"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json(path)
 
 
 def read_config(directory: str | os.PathLike[str]) -> tuple[str, Any]:
