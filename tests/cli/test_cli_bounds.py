@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import attnlab.decode.search
 import attnlab.inference.scores
 import attnlab.inference.translator
 from _helpers import TINY_CLI
@@ -61,8 +62,9 @@ def work(monkeypatch) -> dict[str, list[int]]:
         return encode_batch(self, texts)
 
     monkeypatch.setattr(Tokenizer, "encode_batch", recording_encode)
+    # The Translator decodes through attnlab.decode.search.decode, which calls these.
     for name in ("greedy_search", "beam_search"):
-        search = getattr(attnlab.inference.translator, name)
+        search = getattr(attnlab.decode.search, name)
 
         def recording(model, sources, *, _search=search, **options):
             seen["widths"] += [len(row) for row in sources]
@@ -72,7 +74,7 @@ def work(monkeypatch) -> dict[str, list[int]]:
             seen["outputs"] += [len(row) for row in found.tolist()]
             return found
 
-        monkeypatch.setattr(attnlab.inference.translator, name, recording)
+        monkeypatch.setattr(attnlab.decode.search, name, recording)
     return seen
 
 
