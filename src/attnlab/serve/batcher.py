@@ -36,7 +36,7 @@ from typing import Any
 
 from starlette.types import Receive
 
-from .limits import Busy, ClientGone, client_left, retrieve
+from .limits import ANSWERED, LEFT, Busy, ClientGone, answer_or_leave
 
 __all__ = ["Batcher", "Options"]
 
@@ -153,23 +153,14 @@ class Batcher:
             self.counts["admitted"] += 1
             self._cond.notify_all()
         answer = asyncio.wrap_future(request.future)
-        answer.add_done_callback(retrieve)
-        waits: set[asyncio.Future[Any]] = {answer}
-        left = None
-        if receive is not None:
-            left = asyncio.ensure_future(client_left(receive))
-            waits.add(left)
         try:
-            done, _ = await asyncio.wait(waits, timeout=self.timeout, return_when="FIRST_COMPLETED")
+            outcome = await answer_or_leave(answer, receive, self.timeout)
         except asyncio.CancelledError:
             self._give_up(request, "client_gone")
             raise
-        finally:
-            if left is not None:
-                left.cancel()
-        if answer in done:
+        if outcome == ANSWERED:
             return answer.result()
-        if left is not None and left in done:
+        if outcome == LEFT:
             self._give_up(request, "client_gone")
             raise ClientGone()
         self._give_up(request, "timeout")

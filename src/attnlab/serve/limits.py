@@ -187,26 +187,17 @@ class ModelQueue:
         job = self._pool.submit(self._job, work, given_up)
         job.add_done_callback(self._finished)
         answer = asyncio.wrap_future(job)
-        answer.add_done_callback(retrieve)
-        waits: set[asyncio.Future[Any]] = {answer}
-        left = None
-        if receive is not None:
-            left = asyncio.ensure_future(client_left(receive))
-            waits.add(left)
         try:
-            done, _ = await asyncio.wait(waits, timeout=self.timeout, return_when="FIRST_COMPLETED")
+            outcome = await answer_or_leave(answer, receive, self.timeout)
         except asyncio.CancelledError:
             given_up.set()
             job.cancel()
             raise
-        finally:
-            if left is not None:
-                left.cancel()
-        if answer in done:
+        if outcome == ANSWERED:
             return answer.result()
         given_up.set()
         job.cancel()  # succeeds unless it has started
-        if left is not None and left in done:
+        if outcome == LEFT:
             raise ClientGone()
         self.counts["expired"] += 1
         raise Busy(
@@ -242,6 +233,31 @@ def retrieve(future: asyncio.Future) -> None:
     """Mark a result nobody awaits any more as seen (no 'never retrieved' warning)."""
     if not future.cancelled():
         future.exception()
+
+
+#: What :func:`answer_or_leave` saw first.
+ANSWERED, LEFT, TIMED_OUT = "answered", "left", "timed out"
+
+
+async def answer_or_leave(answer: asyncio.Future, receive: Receive | None, timeout: float) -> str:
+    """Wait for the first of ``answer``, the client leaving (``receive`` says
+    ``http.disconnect``; None: not watched) and ``timeout`` seconds: :data:`ANSWERED`,
+    :data:`LEFT` or :data:`TIMED_OUT`. A cancellation of the caller propagates; an answer
+    nobody awaits any more is marked seen (:func:`retrieve`)."""
+    answer.add_done_callback(retrieve)
+    waits: set[asyncio.Future[Any]] = {answer}
+    left = None
+    if receive is not None:
+        left = asyncio.ensure_future(client_left(receive))
+        waits.add(left)
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+    finally:
+        if left is not None:
+            left.cancel()
+    if answer in done:
+        return ANSWERED
+    return LEFT if left is not None and left in done else TIMED_OUT
 
 
 async def client_left(receive: Receive) -> None:
