@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from torch import Tensor, nn
 
+import attnlab.models.saved
 from _helpers import tiny, token_ids
 from attnlab import (
     AttentionMaps,
@@ -567,12 +568,13 @@ def test_failed_weights_write_keeps_the_previous_file(tmp_path: Path, monkeypatc
     before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
     written: list[str] = []
 
-    def dying_save_file(tensors, filename, metadata=None):
+    def dying_save(tensors, filename, metadata=None):
         written.append(str(filename))
         Path(filename).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", dying_save_file)
+    # attnlab's one safetensors writer, as the model's save calls it.
+    monkeypatch.setattr(attnlab.models.saved, "save_safetensors", dying_save)
     with pytest.raises(OSError, match="disk full"):
         build("lm", seed=2).save_pretrained(tmp_path)
     # It wrote a temporary name in a temporary directory beside the model's, now gone.

@@ -303,9 +303,10 @@ def test_a_student_of_two_teachers_trains_end_to_end_and_the_corpus_is_reused(
     assert (
         "distill: 2 teachers (their ensemble), beam 3, of each source's 3 best by chrF" in printed
     )
-    # Made before training starts (as a large corpus's shards are), then opened by the run.
+    # One process makes it once, as its training sets up (under torchrun, or with
+    # --verify-data, it is made before the process group exists and then reused).
     assert printed.count("distill train: 60 pairs made: ") == 1
-    assert printed.count("distill train: 60 pairs reused: ") == 1
+    assert "pairs reused" not in printed
     assert "student: trains on 60 distilled pairs + 60 original" in printed
     assert "model: small preset" in printed and "120 training examples" in printed
 

@@ -83,6 +83,8 @@ class TranslationService:
         self.languages = languages
         self.metrics = metrics
         self.ready = threading.Event()
+        #: The warm-up's thread while it runs (:meth:`start_warm_up`).
+        self.warming: threading.Thread | None = None
         #: Model calls the batcher made (one per batch), for tests and the benchmark.
         self.calls = 0
         self._translators: dict[int, Any] = {self.translator.beam_size: self.translator}
@@ -181,11 +183,17 @@ class TranslationService:
 
         thread = threading.Thread(target=run, name="attnlab-warm-up", daemon=True)
         thread.start()
+        self.warming = thread
         return thread
 
     def close(self, wait: float | None = None) -> None:
-        """Stop the batcher once the admitted requests are answered."""
+        """Stop the batcher once the admitted requests are answered, and let a warm-up still
+        running end (``wait``: seconds for each; None: do not wait): a process that exits
+        while a thread is inside torch can abort ("terminate called without an active
+        exception") instead of exiting 0."""
         self.batcher.close(wait)
+        if self.warming is not None and wait is not None:
+            self.warming.join(wait)
 
 
 def _cut_silently(report: object) -> None:
