@@ -166,14 +166,13 @@ class TranslationTask(Task):
             own = dataclasses.replace(job, distill=None)
             student.prepare(own, note=note, rank=rank, out=out, resume=resume, verify=verify)
             return True
-        from ..data.prepare import cache_root, cached_corpus, progress_printer
+        from ..data.prepare import cache_root
         from ..data.textfiles import check_parallel
 
         corpora = self.train_corpora()
         if corpora is None:
             return False
-        cache_dir = getattr(self, "cache_dir", None)
-        root = cache_root(cache_dir)
+        root = cache_root(getattr(self, "cache_dir", None))
         for corpus in corpora:
             check_parallel(
                 corpus.src, corpus.tgt, corpus.option, utf8=False, cache_dir=root, verify=verify
@@ -196,21 +195,32 @@ class TranslationTask(Task):
             src_tok, tgt_tok = self.train_tokenizers(job, None, wait=wait)
         tell(f"tokenizers: {src_tok.vocab_size:,} subwords")
         for corpus in corpora:
-            prepared = cached_corpus(
-                corpus.src,
-                corpus.tgt,
-                src_tok,
-                tgt_tok,
-                cleaning=self.cleaning(),
-                cache_dir=cache_dir,
-                progress=progress_printer(corpus.name, every_s=10.0, write=note),
-                name=corpus.option,
-                wait=wait,
-            )
-            where = "ready" if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
-            tell(f"{corpus.name}: shards {where}: {prepared.directory}")
-            tell(f"{corpus.name}: {prepared.summary}")
+            self.corpus_shards(corpus, src_tok, tgt_tok, rank=rank, note=note, tell=tell)
         return True
+
+    def corpus_shards(self, corpus, src_tok, tgt_tok, *, rank: int, note, tell, found="ready"):
+        """One training corpus in token shards: prepared once into the cache (progress on
+        rank 0), else found there (another rank waits for rank 0 on the cache, saying why
+        through ``note``); ``tell`` gets the lines that say which, ``found`` naming a cached
+        one. Returns :func:`attnlab.data.prepare.cached_corpus`'s answer."""
+        from ..data.prepare import cached_corpus, progress_printer
+
+        progress = progress_printer(corpus.name, every_s=10.0, write=note)
+        prepared = cached_corpus(
+            corpus.src,
+            corpus.tgt,
+            src_tok,
+            tgt_tok,
+            cleaning=self.cleaning(),
+            cache_dir=getattr(self, "cache_dir", None),
+            progress=progress if rank == 0 else None,
+            name=corpus.option,
+            wait=None if rank == 0 else note,
+        )
+        where = found if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
+        tell(f"{corpus.name}: shards {where}: {prepared.directory}")
+        tell(f"{corpus.name}: {prepared.summary}")
+        return prepared
 
     def tokenizers(self, job: Any, data: Any, directory: Path, *, resume: bool, rank: int):
         """Trained on the training split (a fine-tuning run keeps its starting model's)."""
@@ -306,28 +316,15 @@ class TranslationTask(Task):
         prepares them before the run starts: :meth:`prepare`). In a distributed run rank 0
         prepares them; the other ranks wait for them on the cache (no collective, so no
         timeout), then open them."""
-        from ..data.prepare import cached_corpus, progress_printer
         from ..data.shards import ShardExamples
 
         corpora = self.train_corpora()
         assert corpora is not None
         directories = []
         for corpus in corpora:
-            progress = progress_printer(corpus.name, every_s=10.0, write=note)
-            prepared = cached_corpus(
-                corpus.src,
-                corpus.tgt,
-                src_tok,
-                tgt_tok,
-                cleaning=self.cleaning(),
-                cache_dir=getattr(self, "cache_dir", None),
-                progress=progress if rank == 0 else None,
-                name=corpus.option,
-                wait=None if rank == 0 else note,
+            prepared = self.corpus_shards(
+                corpus, src_tok, tgt_tok, rank=rank, note=note, tell=note, found="reused"
             )
-            where = "reused" if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
-            note(f"{corpus.name}: shards {where}: {prepared.directory}")
-            note(f"{corpus.name}: {prepared.summary}")
             directories.append(prepared.directory)
         framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
         return ShardExamples(directories, max_len=self.max_len, **framing, **self.mixing(corpora))
