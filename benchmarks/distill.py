@@ -32,6 +32,7 @@ Writes ``--out`` (JSON: every figure, the goals, the machine) and ``--picture`` 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -94,9 +95,10 @@ def systems(teachers: list[Path], students: list[Path]) -> list[dict[str, Any]]:
 # -- quality -----------------------------------------------------------------------------------
 
 
+@functools.cache
 def split_pairs(model_dir: str, split: str, limit: int | None) -> tuple[list, str | None]:
     """The ``(source, reference)`` pairs of ``split`` of the model's own task, and its target
-    language."""
+    language (read once per model, split and limit)."""
     from attnlab.jobs import read_job
 
     job = read_job(Path(model_dir))
@@ -105,14 +107,19 @@ def split_pairs(model_dir: str, split: str, limit: int | None) -> tuple[list, st
     return pairs, getattr(job.task, "tgt_lang", None)
 
 
-def quality(system: dict[str, Any], splits: list[str], limit: int | None) -> dict[str, Any]:
-    """BLEU (cased detokenised, and lowercased tokenised) of ``system`` on each split, float32
-    and int8, decoded as its first directory says."""
+def quality(
+    system: dict[str, Any],
+    splits: list[str],
+    limit: int | None,
+    weights: tuple[str, ...] = ("float32", "int8"),
+) -> dict[str, Any]:
+    """BLEU (cased detokenised, and lowercased tokenised) of ``system`` on each split, with
+    each of ``weights``, decoded as its first directory says."""
     from attnlab.inference.scores import score
     from attnlab.inference.translator import Translator
 
     found: dict[str, Any] = {}
-    for quantize in (None, "int8"):
+    for quantize in (None if w == "float32" else w for w in weights):
         translator = Translator.load(system["dirs"], device="cpu", quantize=quantize)
         decoding = translator.decoding
         for split in splits:
@@ -551,8 +558,12 @@ def main(argv: list[str] | None = None) -> int:
         if len(system["dirs"]) == 1 and not args.no_ct2:
             report["ct2_quality"][system["name"]] = ct2_quality(system, workdir, "test", args.limit)
     for t in teachers:  # each teacher on validation: the ensemble's goal is over their mean
+        recipe = report["quality"]["recipe model"]  # the first teacher, scored above
+        if str(t) == chosen[0]["dirs"][0]:
+            report["teacher_quality"][str(t)] = {"valid/float32": recipe["valid/float32"]}
+            continue
         one = {"name": str(t), "dirs": [str(t)]}
-        report["teacher_quality"][str(t)] = quality(one, ["valid"], args.limit)
+        report["teacher_quality"][str(t)] = quality(one, ["valid"], args.limit, ("float32",))
     texts = [s for s, _ in split_pairs(chosen[0]["dirs"][0], "valid", None)[0]]
     texts = texts[: args.speed_sentences]
     for system in chosen:
