@@ -124,11 +124,13 @@ class EnsembleSession:
         )
 
     def max_new_tokens(self, requested: int | None) -> Tensor:
-        """Each row's maximum output length: the smallest any member allows."""
+        """Each input's maximum output length ``(B,)``: the smallest any member allows."""
         limits = [s.max_new_tokens(requested) for s in self.sessions]
         return torch.stack(limits).amin(dim=0)
 
     def begin(self, rows_per_input: int, capacity: int) -> Tensor:
+        """Every member's cache built (``rows_per_input`` rows per input); the first ids
+        ``(B rows_per_input, P)``, the same for every member."""
         firsts = [s.begin(rows_per_input, capacity) for s in self.sessions]
         return firsts[0]
 
@@ -139,6 +141,7 @@ class EnsembleSession:
         return (torch.logsumexp(each, dim=0) - self.log_n).float()
 
     def select(self, rows: Tensor, *, cross: bool = True) -> None:
+        """Keep the cache rows ``rows`` ``(N',)`` of every member."""
         for s in self.sessions:
             s.select(rows, cross=cross)
 
