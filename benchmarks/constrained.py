@@ -82,7 +82,7 @@ def speed(translator, sources: list[str], phrases: list[list[str]], batch: int, 
     ids = [translator.src_tokenizer.encode(s)[: translator.max_len] for s in sources]
     wanted = [[translator.phrase(p) for p in row] for row in phrases]
     chunks = [(ids[i : i + batch], wanted[i : i + batch]) for i in range(0, len(ids), batch)]
-    options = {"beam_size": translator.beam_size, "alpha": translator.alpha}
+    options = {"beam_size": translator.decoding.beam_size, "alpha": translator.decoding.alpha}
 
     def run(constrained: bool) -> int:
         tokens = 0
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from attnlab.data.corpora import read_lines
+    from attnlab.decode.options import DecodingOptions
     from attnlab.inference.scores import score
     from attnlab.inference.translator import Translator
 
@@ -159,10 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     # The model's own decoding (its recipe's [eval]) unless the flags say otherwise.
-    given = {"beam_size": args.beam_size, "alpha": args.alpha}
-    options = {k: v for k, v in given.items() if v is not None}
-    translator = Translator.load(args.model, device="cpu", **options)
-    beam, alpha = translator.beam_size, translator.alpha
+    decoding = DecodingOptions.for_model(args.model, beam_size=args.beam_size, alpha=args.alpha)
+    translator = Translator.load(args.model, device="cpu", decoding=decoding)
+    beam, alpha = translator.decoding.beam_size, translator.decoding.alpha
     print(f"{len(sources):,} sentences of {src_path.name}; beam {beam}, alpha {alpha}", flush=True)
 
     start = time.perf_counter()

@@ -75,6 +75,7 @@ import torch
 from torch import Tensor, nn
 
 import attnlab
+from attnlab.decode.options import DecodingOptions
 from attnlab.nn.layers import Decoder, Encoder
 from common import Row, check_target, cpu_model, finish, print_table
 
@@ -484,8 +485,7 @@ def int8_quality(model_dir: Path, out: Path) -> int:
             translator = Translator.load(
                 model_dir,
                 device="cpu",
-                beam_size=beam,
-                alpha=job.eval.alpha,
+                decoding=job.eval.decoding.updated(beam_size=beam),
                 max_tokens=job.eval.max_tokens,
                 quantize=quantize,
             )
@@ -506,7 +506,7 @@ def int8_quality(model_dir: Path, out: Path) -> int:
                 results[name]["same_output_as_fp32"] = same / len(sources)
             print(f"{name}: {json.dumps(results[name])}", flush=True)
     # A continuous measure where the outputs agree: log P of each greedy output under both.
-    translator = Translator.load(model_dir, device="cpu", beam_size=1)
+    translator = Translator.load(model_dir, device="cpu", decoding=DecodingOptions(beam_size=1))
     ids = [row for row in translator.src_tokenizer.encode_batch(sources) if row]
     diffs = []
     for start in range(0, len(ids), 64):

@@ -111,7 +111,7 @@ def test_the_graph_reader_finds_imports_and_cycles():
     graph = _graph()
     assert "attnlab.models.config" in graph["attnlab.models.transformer"]
     assert "attnlab.train.loop" in graph["attnlab.train"]
-    assert "attnlab.inference.modeldir" in graph["attnlab.jobs.job"]  # inside a method
+    assert "attnlab.inference.modeldir" in graph["attnlab.tasks.translation"]  # in a function
     source = """
 from typing import TYPE_CHECKING
 from . import sibling

@@ -198,9 +198,11 @@ def test_constrained_benchmark_small_run(numbers_model_dir: Path, tmp_path: Path
 @needs_multi30k
 def test_data_scale_benchmark_smoke_run(tmp_path: Path) -> None:
     """benchmarks/data_scale.py on 2,000 pairs: it builds the corpus, prepares it, reads it
-    and trains on it (a cold and a ready start), and reports the goals it could measure."""
+    and trains on it (a cold and a ready start, then the first run resumed), and reports the
+    goals it could measure."""
     out = tmp_path / "data_scale.json"
     argv = ["--sizes", "0.002", "--skip-today", "--workers", "1", "--work", str(tmp_path / "w")]
+    argv += ["--vocab-size", "8000", "--preset", "tiny"]  # small and quick (defaults: the docs')
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "data_scale.py"), *argv, "--out", str(out)],
         capture_output=True,
@@ -210,7 +212,9 @@ def test_data_scale_benchmark_smoke_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     size = json.loads(out.read_text())["sizes"]["0.002M"]
     assert size["prepare"]["pairs"] > 0 and size["loader"]["pairs_per_s"] > 0
-    assert size["training"]["cold"]["rc"] == 0 and size["training"]["ready"]["rc"] == 0
+    assert [run["rc"] for run in size["training"].values()] == [0, 0, 0]  # cold, ready, resumed
+    for run in size["training"].values():  # the step began, then its line: both seen, in order
+        assert 0 < run["start_s"] <= run["first_step_s"]
     assert any("shards reused" in line for line in size["training"]["ready"]["data_lines"])
     assert "goals:" in done.stdout
     report = json.loads(out.read_text())  # one memory measure, named; what the runs were

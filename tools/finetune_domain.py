@@ -37,6 +37,7 @@ from typing import Any
 
 from attnlab._io import write_json
 from attnlab.data.corpora import multi30k as load_multi30k
+from attnlab.decode.options import DecodingOptions
 from attnlab.inference.scores import Translator, score
 from attnlab.jobs import Job, train_job
 from attnlab.tasks.numbers import Numbers
@@ -72,7 +73,9 @@ def scores(translator: Translator, pairs: list[tuple[str, str]]) -> dict[str, fl
 def measure(model_dir: Path, numbers: dict, multi30k: list, beam: int, alpha: float) -> dict:
     """Scores of ``model_dir`` on the numbers test and validation splits and on Multi30K's
     validation split."""
-    translator = Translator.load(model_dir, beam_size=beam, alpha=alpha, device="cpu")
+    translator = Translator.load(
+        model_dir, decoding=DecodingOptions(beam_size=beam, alpha=alpha), device="cpu"
+    )
     return {
         "numbers_test": scores(translator, numbers["test"]),
         "numbers_valid": scores(translator, numbers["valid"]),

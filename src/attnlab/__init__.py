@@ -17,31 +17,54 @@ The packages, each named for what it holds:
 """
 
 # _interrupt first: in the attnlab command, Ctrl-C is handled from here on (before torch loads)
+from typing import TYPE_CHECKING
+
 from . import _interrupt, _moved  # noqa: F401
+from ._lazy import lazy_exports
 from ._version import __version__
-from .decode import search as generate
-from .decode.search import Generation, beam_search, greedy_search, sample
-from .inference.translator import Translator, load_translator
-from .models.transformer import (
-    AttentionMaps,
-    Transformer,
-    TransformerConfig,
-    TransformerEncoder,
-    TransformerLM,
-    count_parameters,
-    load_pretrained,
-)
-from .models.vision import VisionConfig, VisionTransformer
-from .nn import layers, masks, positional
-from .nn.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
-from .nn.layers import Decoder, DecoderCache, DecoderLayer, Encoder, EncoderLayer, FeedForward
-from .nn.masks import causal_mask, combine_masks, key_mask, padding_mask, padding_mask_from_ids
-from .nn.positional import (
-    ALiBi,
-    LearnedPositionalEmbedding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-)
+
+# The names below load on first use (attnlab._lazy): importing a submodule that needs no
+# torch (a preparation worker, the command line's parser) does not load torch and the models.
+__getattr__, __dir__ = lazy_exports(globals())  # the names imported below
+
+if TYPE_CHECKING:  # the public names, as type checkers read them; made on first use
+    from .decode import search as generate
+    from .decode.options import DecodingOptions
+    from .decode.search import Generation, beam_search, greedy_search, sample
+    from .inference.translator import Translator, load_translator
+    from .models.transformer import (
+        AttentionMaps,
+        Transformer,
+        TransformerConfig,
+        TransformerEncoder,
+        TransformerLM,
+        count_parameters,
+        load_pretrained,
+    )
+    from .models.vision import VisionConfig, VisionTransformer
+    from .nn import layers, masks, positional
+    from .nn.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+    from .nn.layers import (
+        Decoder,
+        DecoderCache,
+        DecoderLayer,
+        Encoder,
+        EncoderLayer,
+        FeedForward,
+    )
+    from .nn.masks import (
+        causal_mask,
+        combine_masks,
+        key_mask,
+        padding_mask,
+        padding_mask_from_ids,
+    )
+    from .nn.positional import (
+        ALiBi,
+        LearnedPositionalEmbedding,
+        RotaryEmbedding,
+        SinusoidalPositionalEncoding,
+    )
 
 __all__ = [
     "ALiBi",
@@ -49,6 +72,7 @@ __all__ = [
     "Decoder",
     "DecoderCache",
     "DecoderLayer",
+    "DecodingOptions",
     "Encoder",
     "EncoderLayer",
     "FeedForward",

@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
-
-from torch import Tensor
 
 
 def is_number(value: object) -> TypeGuard[int | float]:
@@ -96,7 +95,9 @@ def check_positive_number(value: object, name: str) -> float:
 
 def shape_of(value: object) -> object:
     """What to print for an argument expected to be a tensor: its shape, else its type."""
-    return tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+    torch = sys.modules.get("torch")  # no tensor exists before torch is imported
+    is_tensor = torch is not None and isinstance(value, torch.Tensor)
+    return tuple(value.shape) if is_tensor else type(value).__name__  # type: ignore[attr-defined]
 
 
 def dataclass_from(cls: type, data: object, what: str) -> Any:

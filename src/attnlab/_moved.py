@@ -1,8 +1,11 @@
-"""The modules that moved into packages in 0.x, still importable by their old names.
+"""The Python spellings deprecated in 0.x, still working until :data:`REMOVED_IN` (the release
+that removes them, as CHANGELOG.md's version policy and its "Deprecated" section say).
 
-``import attnlab.masks`` (or ``from attnlab.generate import beam_search``) finds the module at
-its new place, ``attnlab.nn.masks``, and warns with a :class:`DeprecationWarning` that names
-it. The old names go in the next release; see CHANGELOG.md.
+* The modules that moved into packages keep their old names: ``import attnlab.masks`` (or
+  ``from attnlab.generate import beam_search``) finds the module at its new place,
+  ``attnlab.nn.masks``, and warns with a :class:`DeprecationWarning` that names it.
+* :func:`warn_deprecated` is the one warning every other deprecated Python spelling gives (a
+  keyword argument, an attribute), naming its replacement and :data:`REMOVED_IN`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ import importlib.util
 import sys
 import warnings
 from types import ModuleType
+
+#: The release that removes the spellings deprecated in this one: the module names below, the
+#: deprecated Python spellings (:func:`warn_deprecated`) and the CLI's deprecated flags and
+#: positionals (CHANGELOG.md, "Deprecated"). 0.1.0 is out; what it deprecates keeps working in
+#: the next minor release, 0.2.0, and goes in the one after it.
+REMOVED_IN = "0.3.0"
 
 #: Old dotted name -> new dotted name (a package maps its submodules too).
 MOVED: dict[str, str] = {
@@ -83,8 +92,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = new_name(spec.name)
         assert new is not None
         warnings.warn(
-            f"{spec.name} moved to {new}; import it from there (the old name goes in the next "
-            f"release)",
+            f"{spec.name} moved to {new}; import it from there (the old name goes in {REMOVED_IN})",
             DeprecationWarning,
             stacklevel=2,
         )
@@ -94,6 +102,22 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._spec  # the import system set the old name's spec: undo it
+
+
+def warn_deprecated(old: str, new: str, *, outside: str) -> None:
+    """Warn (:class:`DeprecationWarning`) that the Python spelling ``old`` is deprecated, naming
+    ``new`` and :data:`REMOVED_IN`. The warning points at the first caller outside the file
+    ``outside`` (the warning module's ``__file__``): the user's line, however many of that
+    module's functions lie between, so Python's default filters show it to a script (once per
+    line) and a test can catch it there."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2: warn_deprecated's caller
+    while frame.f_back is not None and frame.f_code.co_filename == outside:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"{old} is deprecated; use {new} (the old spelling goes in {REMOVED_IN})",
+        DeprecationWarning,
+        stacklevel=level,
+    )
 
 
 def install() -> None:

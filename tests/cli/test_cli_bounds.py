@@ -23,11 +23,10 @@ import attnlab.decode.search
 import attnlab.inference.scores
 import attnlab.inference.translator
 from _helpers import TINY_CLI
-from attnlab.cli import main
-from attnlab.cli._args import TOO_LONG_CHOICES
+from attnlab.cli import build_parser, main
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.inference.scores import CHARS_PER_TOKEN, TooLong, Translator
-from attnlab.inference.scores import TOO_LONG_CHOICES as LIBRARY_CHOICES
+from attnlab.decode.options import DecodingOptions
+from attnlab.inference.scores import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, Translator
 
 #: 203,000 characters of number words: tens of thousands of tokens, one line.
 LONG = "nine hundred and ninety-nine " * 7000
@@ -46,7 +45,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def alone(model_dir: Path):
     """Each line's greedy translation on its own (the library, one line per call)."""
-    translator = Translator.load(model_dir, beam_size=1, device="cpu")
+    translator = Translator.load(model_dir, decoding=DecodingOptions(beam_size=1), device="cpu")
     return lambda line: translator.translate([line])[0]
 
 
@@ -91,8 +90,20 @@ def _bounded(work: dict[str, list[int]], max_len: int = 64) -> None:
     assert max(work["chars"]) <= CHARS_PER_TOKEN * max_len
 
 
-def test_the_flag_and_the_library_offer_the_same_choices():
-    assert TOO_LONG_CHOICES == LIBRARY_CHOICES == ("cut", "refuse")
+def test_too_long_takes_what_the_translator_takes(model_dir, capsys):
+    """``--too-long`` parses each of the Translator's choices, with its default; a value the
+    Translator refuses, the flag refuses too, naming the choices."""
+    parser = build_parser()
+    given = ["translate", "--model", str(model_dir)]
+    assert parser.parse_args([*given, "x"]).too_long == "cut"
+    for choice in TOO_LONG_CHOICES:
+        assert parser.parse_args([*given, "--too-long", choice, "x"]).too_long == choice
+        assert Translator.load(model_dir, device="cpu", too_long=choice).too_long == choice
+    with pytest.raises(SystemExit):
+        parser.parse_args([*given, "--too-long", "skip", "x"])
+    assert "invalid choice: 'skip'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"^too_long: expected one of cut, refuse, got 'skip'"):
+        Translator.load(model_dir, device="cpu", too_long="skip")
 
 
 def test_a_200000_character_line_is_cut_with_a_note_and_costs_max_len(
@@ -127,7 +138,7 @@ def test_refuse_leaves_the_line_empty_with_an_error_and_translates_the_others(
     argv += ["-i", str(source)]
     status, out, err = _run([*argv, "--too-long", "refuse", "--out", str(out_file)], capsys)
     assert status == 2 and out == ""
-    beam = Translator.load(model_dir, beam_size=2, device="cpu")
+    beam = Translator.load(model_dir, decoding=DecodingOptions(beam_size=2), device="cpu")
     expected = [beam.translate([ORDINARY[0]])[0], "", beam.translate([ORDINARY[1]])[0]]
     assert out_file.read_text(encoding="utf-8").split("\n")[:-1] == expected
     assert err.count("\n") == 1
@@ -240,12 +251,14 @@ def test_evaluate_names_the_line_of_either_file_and_bounds_the_sources(
 
 
 def test_the_translator_cuts_with_a_warning_or_refuses_with_an_error(model_dir, work):
-    translator = Translator.load(model_dir, beam_size=1, device="cpu")
+    translator = Translator.load(model_dir, decoding=DecodingOptions(beam_size=1), device="cpu")
     with pytest.warns(UserWarning, match=r"^texts\[1\]: 203,000 characters, more than 1,280"):
         cut = translator.translate(["seven", LONG])
     assert len(cut) == 2 and cut[0] == translator.translate(["seven"])[0]
     _bounded(work)
-    refusing = Translator.load(model_dir, beam_size=1, device="cpu", too_long="refuse")
+    refusing = Translator.load(
+        model_dir, decoding=DecodingOptions(beam_size=1), device="cpu", too_long="refuse"
+    )
     calls = len(work["widths"])
     with pytest.raises(ValueError, match=r"^texts\[1\]: 203,000 characters.*: refused"):
         refusing.translate(["seven", LONG])
@@ -261,10 +274,12 @@ def test_the_translator_cuts_with_a_warning_or_refuses_with_an_error(model_dir, 
 
 
 def test_the_translators_output_budget_is_capped_by_max_len(model_dir, work):
-    asked = Translator.load(model_dir, beam_size=1, device="cpu", max_new_tokens=100_000)
+    asked = Translator.load(
+        model_dir, decoding=DecodingOptions(beam_size=1, max_new_tokens=100_000), device="cpu"
+    )
     asked.translate(["seven"])
     assert work["budgets"] == [64]
-    default = Translator.load(model_dir, beam_size=1, device="cpu")
+    default = Translator.load(model_dir, decoding=DecodingOptions(beam_size=1), device="cpu")
     middle = " ".join(["seven"] * 8)  # 15 to 64 tokens: source + 50 is over 64
     assert 64 - 50 < len(default.src_tokenizer.encode(middle)) <= 64
     default.translate(["seven", middle])

@@ -17,7 +17,7 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.cli.download import _Progress
-from attnlab.data import corpora
+from attnlab.data import corpora, download
 from attnlab.data.corpora import MULTI30K_SHA256, multi30k
 
 #: A stand-in for each of the nine raw files: a few gzipped captions, made the same every run.
@@ -38,7 +38,7 @@ def _stand_in_digests(monkeypatch):
     no directory or mirror from the caller's environment."""
     table = {name: (hashlib.sha256(data).hexdigest(), len(data)) for name, data in FILES.items()}
     monkeypatch.setattr(corpora, "MULTI30K_SHA256", table)
-    monkeypatch.setattr(corpora, "_VERIFIED", set())
+    monkeypatch.setattr(download, "_VERIFIED", set())
     monkeypatch.delenv("ATTNLAB_MULTI30K", raising=False)
     monkeypatch.delenv("ATTNLAB_MULTI30K_URL", raising=False)
 

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 import attnlab
 from attnlab.cli import main
+from attnlab.decode.options import DecodingOptions
 from attnlab.inference.scores import Translator, score
 
 SOURCES = ["three hundred and twelve", "seven", "", "ninety-one", "four hundred and five"]
@@ -39,7 +40,7 @@ def checkpoint(run_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def greedy(numbers_model_dir: Path) -> Translator:
-    return Translator.load(numbers_model_dir, beam_size=1, device="cpu")
+    return Translator.load(numbers_model_dir, decoding=DecodingOptions(beam_size=1), device="cpu")
 
 
 def test_evaluate_scores_any_parallel_text_as_the_library(
@@ -71,7 +72,7 @@ def test_evaluate_split_decodes_with_the_given_length_penalty(
     load = Translator.load.__func__  # type: ignore[attr-defined]
 
     def recording(cls, *args, **kwargs):
-        asked.append(kwargs["alpha"])
+        asked.append(kwargs["decoding"].alpha)
         return load(cls, *args, **kwargs)
 
     monkeypatch.setattr(Translator, "load", classmethod(recording))
@@ -85,7 +86,9 @@ def test_evaluate_split_decodes_with_the_given_length_penalty(
         pairs = attnlab.jobs.Job.from_dict(
             json.loads((numbers_model_dir / "job.json").read_text("utf-8"))
         ).task.load()["valid"][:6]
-        expected = Translator.load(numbers_model_dir, beam_size=2, alpha=alpha, device="cpu")
+        expected = Translator.load(
+            numbers_model_dir, decoding=DecodingOptions(beam_size=2, alpha=alpha), device="cpu"
+        )
         hyps = expected.translate([s for s, _ in pairs])
         assert result["chrf"] == score(hyps, [t for _, t in pairs]).chrf, flags
 
@@ -104,7 +107,9 @@ def test_evaluate_files_refuses_mismatched_or_missing_files(numbers_model_dir, t
 
 def test_a_checkpoint_and_a_run_translate_as_the_library(run_dir, checkpoint, capsys):
     texts = [s for s in SOURCES if s]
-    expected = Translator.load(checkpoint, beam_size=1, device="cpu").translate(texts)
+    expected = Translator.load(
+        checkpoint, decoding=DecodingOptions(beam_size=1), device="cpu"
+    ).translate(texts)
     for model in (checkpoint, run_dir):
         status, out, _ = _run(
             ["translate", "--model", str(model), "--beam-size", "1", *texts], capsys
@@ -178,7 +183,8 @@ def test_translate_options_match_the_library(numbers_model_dir, capsys):
         (["--sample", "--seed", "3", "--top-p", "0.9"], {"sample": True, "seed": 3, "top_p": 0.9}),
     ]  # fmt: skip
     for flags, options in cases:
-        expected = Translator.load(numbers_model_dir, device="cpu", **options).translate(texts)
+        decoding = DecodingOptions.for_model(numbers_model_dir, **options)  # as translate's
+        expected = Translator.load(numbers_model_dir, device="cpu", decoding=decoding)(texts)
         argv = ["translate", "--model", str(numbers_model_dir), "--device", "cpu", *flags, *texts]
         status, out, _ = _run(argv, capsys)
         assert status == 0, flags
@@ -213,7 +219,9 @@ def test_translate_a_file_in_chunks_keeps_the_order(numbers_model_dir, greedy, t
 
 
 def test_load_translator_is_one_call(numbers_model_dir, greedy):
-    translate = attnlab.load_translator(numbers_model_dir, beam_size=1, device="cpu")
+    translate = attnlab.load_translator(
+        numbers_model_dir, decoding=DecodingOptions(beam_size=1), device="cpu"
+    )
     texts = [s for s in SOURCES if s]
     assert translate(texts) == greedy.translate(texts)
     assert translate(texts[0]) == greedy.translate(texts[:1])[0]
@@ -263,7 +271,9 @@ def test_n_best_rows_are_distinct_ranked_and_scored_by_the_model(numbers_model_d
 
 def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
     texts = ["seven", "", "ninety-one"]
-    expected = Translator.load(numbers_model_dir, device="cpu", beam_size=4).n_best(texts, 3)
+    expected = Translator.load(
+        numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=4)
+    ).n_best(texts, 3)
     argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "4", "--n-best", "3"]
     argv += texts
     status, out, _ = _run(argv, capsys)
@@ -318,15 +328,25 @@ def test_translate_decodes_as_the_models_recipe_chose_and_says_so(numbers_model_
 
     texts = ["seven", "ninety-one", "three hundred and twelve"]
     loaded = Plain.load(numbers_model_dir, device="cpu")
-    assert (loaded.beam_size, loaded.alpha) == (1, 0.6)  # the library carries it too
-    greedy = Plain(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, beam_size=1)
+    assert loaded.decoding == DecodingOptions(beam_size=1, alpha=0.6)  # the library carries it
+    greedy = Plain(
+        loaded.model,
+        loaded.src_tokenizer,
+        loaded.tgt_tokenizer,
+        decoding=DecodingOptions(beam_size=1),
+    )
     argv = ["translate", "--model", str(numbers_model_dir), "--device", "cpu", *texts]
     status, out, err = _run(argv, capsys)
     assert status == 0 and out.splitlines() == greedy.translate(texts)
     job = numbers_model_dir / "job.json"
     assert err == f"attnlab translate: beam 1, alpha 0.6: the model's recipe ({job} [eval])\n"
     status, out, err = _run([*argv, "--beam-size", "3", "--alpha", "1"], capsys)
-    beam = Plain(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, beam_size=3, alpha=1.0)
+    beam = Plain(
+        loaded.model,
+        loaded.src_tokenizer,
+        loaded.tgt_tokenizer,
+        decoding=DecodingOptions(beam_size=3, alpha=1.0),
+    )
     assert status == 0 and err == "" and out.splitlines() == beam.translate(texts)
     status, out, err = _run([*argv, "--n-best", "2"], capsys)
     assert status == 0 and "beam 2, alpha 0.6" in err and "raised to 2 for --n-best" in err

@@ -16,7 +16,7 @@ from attnlab import TransformerConfig
 from attnlab.cli import build_parser, main, parse
 from attnlab.cli.train import _check_startable, build_job
 from attnlab.jobs import TASKS, Job, recipe
-from attnlab.jobs.job import _toml
+from attnlab.jobs.recipes import toml_loads
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE_TASKS = [name for name, task in TASKS.items() if task.recipe is not None]
@@ -94,7 +94,7 @@ def test_train_help_lists_what_each_recipe_runs(task):
 def test_config_recipe_prints_the_packaged_recipe(task, capsys, tmp_path):
     assert main(["config", "--recipe", task]) == 0
     printed = capsys.readouterr().out
-    assert _toml().loads(printed) == recipe(task)
+    assert toml_loads(printed) == recipe(task)
     # Saved, it is a job file that trains what --task runs; and --config takes the name too.
     (tmp_path / "job.toml").write_text(printed)
     from_task = _job(["--task", task]).to_dict()

@@ -552,12 +552,12 @@ def test_case_ids_are_unique_and_plenty():
 
 
 def _fail_with(monkeypatch, error: BaseException) -> None:
-    from attnlab.cli import tour
+    from attnlab.cli import masks
 
     def command(args):
         raise error
 
-    monkeypatch.setattr(tour, "cmd_masks", command)
+    monkeypatch.setattr(masks, "cmd_masks", command)
 
 
 SAFETENSORS_FULL_DISK = (

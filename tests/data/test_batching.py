@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _batching_reference import pack_reference, reference_global_batches, reference_padding
 from attnlab.data import batching
 from attnlab.data.batching import (
     Example,
@@ -200,54 +201,6 @@ def test_examples_accept_only_framed_examples() -> None:
 # -- the lean batcher: the same batches as the list-of-lists one it replaced ---------------------
 
 
-def reference_global_batches(
-    src_lengths: np.ndarray,
-    tgt_lengths: np.ndarray,
-    max_tokens: int,
-    *,
-    shuffle: bool,
-    seed: int,
-    epoch: int,
-    length_noise: float = 1.0,
-) -> list[list[int]]:
-    """TokenBatcher's batches as it computed them before issue 40 (a frozen copy: int64
-    lengths, lexsort on them, packing one example at a time into lists, shuffling the lists)."""
-    src, tgt = np.asarray(src_lengths).astype(np.int64), np.asarray(tgt_lengths).astype(np.int64)
-    rng = np.random.default_rng((seed, epoch)) if shuffle else None
-    longer = np.maximum(src, tgt)
-    if rng is None:
-        order = np.lexsort((np.arange(len(src)), src, tgt, longer))
-    else:
-        noisy = np.floor(longer + rng.uniform(0.0, length_noise, len(src)))
-        order = np.lexsort((rng.random(len(src)), src, tgt, noisy))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest_src = longest_tgt = 0
-    for i in order.tolist():
-        s, t = max(longest_src, int(src[i])), max(longest_tgt, int(tgt[i]))
-        size = len(current) + 1
-        if current and (size * s > max_tokens or size * t > max_tokens):
-            batches.append(current)
-            current, s, t = [], int(src[i]), int(tgt[i])
-        current.append(i)
-        longest_src, longest_tgt = s, t
-    if current:
-        batches.append(current)
-    if rng is not None:
-        batches = [batches[j] for j in rng.permutation(len(batches)).tolist()]
-    return batches
-
-
-def reference_padding(src: np.ndarray, tgt: np.ndarray, batches: list[list[int]]) -> float:
-    real = padded = 0
-    for batch in batches:
-        if batch:
-            s, t = src[batch].astype(np.int64), tgt[batch].astype(np.int64)
-            real += int(s.sum() + t.sum())
-            padded += len(batch) * int(s.max() + t.max())
-    return 1.0 - real / padded if padded else 0.0
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     lengths=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 60)), min_size=1, max_size=300),
@@ -291,7 +244,7 @@ def test_lean_batches_equal_the_reference_batches(
 
 
 def test_the_fast_packing_equals_the_readable_one() -> None:
-    """batching._pack (numpy windows) and batching._pack_reference (one example at a time) cut
+    """batching._pack (numpy windows) and pack_reference (one example at a time) cut
     the same batches, on sorted and unsorted lengths, small and large budgets, with empty
     sources and examples that fill the budget alone."""
     rng = np.random.default_rng(0)
@@ -303,7 +256,7 @@ def test_the_fast_packing_equals_the_readable_one() -> None:
             order = np.lexsort((src, tgt, np.maximum(src, tgt)))
             src, tgt = src[order], tgt[order]
         budget = int(max(src.max(), tgt.max()) + rng.choice([0, 5, 100, 2000, 30000]))
-        expected = batching._pack_reference(src.tolist(), tgt.tolist(), budget)
+        expected = pack_reference(src.tolist(), tgt.tolist(), budget)
         assert batching._pack(src, tgt, budget).tolist() == expected
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from _paths import MULTI30K_DIR, needs_multi30k
-from attnlab.data import corpora
+from attnlab.data import corpora, download
 from attnlab.data.corpora import (
     MULTI30K_SHA256,
     ParallelCorpus,
@@ -100,6 +100,13 @@ def test_read_lines_plain_gzip_crlf_and_bom(tmp_path):
     packed = tmp_path / "a.txt.gz"
     packed.write_bytes(gzip.compress("Männer\nfünf\n".encode()))
     assert read_lines(packed) == ["Männer", "fünf"]
+    # gzip is told by its magic bytes, not by the name (as the shard preparation reads it).
+    unnamed = tmp_path / "a.txt"
+    unnamed.write_bytes(gzip.compress("Männer\n".encode()))
+    assert read_lines(unnamed) == ["Männer"]
+    misnamed = tmp_path / "plain.en.gz"
+    misnamed.write_bytes(b"plain text")
+    assert read_lines(misnamed) == ["plain text"]
 
 
 def test_read_lines_errors_name_the_file_and_line(tmp_path):
@@ -116,7 +123,7 @@ def test_read_lines_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"latin1\.de: line 3: not UTF-8 \(byte 0xe4 at column 2"):
         read_lines(latin1)
     fake_gz = tmp_path / "fake.en.gz"
-    fake_gz.write_bytes(b"plain text")
+    fake_gz.write_bytes(gzip.compress(b"plain text\n")[:12])  # gzip's header, cut short
     with pytest.raises(ValueError, match=r"fake\.en\.gz: not a valid gzip file"):
         read_lines(fake_gz)
     bad_in_gz = tmp_path / "bad.en.gz"
@@ -553,7 +560,7 @@ def test_multi30k_a_damaged_cached_file_is_refused(tmp_path):
 def test_multi30k_cached_files_are_hashed_once_per_process(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     shutil.copytree(MULTI30K_DIR, cache)
-    monkeypatch.setattr(corpora, "_VERIFIED", set())  # a fresh process
+    monkeypatch.setattr(download, "_VERIFIED", set())  # a fresh process
     hashed: list[int] = []
     real = hashlib.sha256
 
@@ -561,7 +568,7 @@ def test_multi30k_cached_files_are_hashed_once_per_process(tmp_path, monkeypatch
         hashed.append(1)
         return real(*args)
 
-    monkeypatch.setattr(corpora.hashlib, "sha256", counting)
+    monkeypatch.setattr(download.hashlib, "sha256", counting)
     offline = "http://127.0.0.1:1/never-asked/"
     first = multi30k(cache, base_url=offline)
     assert len(hashed) == 6  # each cached file, once

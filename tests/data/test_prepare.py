@@ -1,5 +1,6 @@
-"""attnlab.data.prepare (the shard writer, its cache and the sampled tokenizer) and
-attnlab.data.textfiles (the line readers under it), on corpora of a few thousand lines."""
+"""attnlab.data.prepare (the shard writer, its cache), attnlab.data.tokenizer_sample (the
+sampled tokenizer) and attnlab.data.textfiles (the line readers under them), on corpora of a
+few thousand lines."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.data import prepare, textfiles
+from attnlab.data import prepare, progress, textfiles, tokenizer_sample, workers
 from attnlab.data.clean import CleaningOptions
 from attnlab.data.prepare import (
     META_FILE,
@@ -93,8 +94,9 @@ def _same_files(a: Path, b: Path) -> bool:
 # -- the shards ----------------------------------------------------------------------------------
 
 
-def test_ids_equal_encoding_each_line(corpus, tok, tmp_path: Path) -> None:
+def test_ids_equal_encoding_each_line(corpus, tok, tmp_path: Path, monkeypatch) -> None:
     src, tgt, pairs = corpus
+    monkeypatch.setattr(workers, "ENCODE_BATCH", 64)  # a chunk of 700 lines: 11 tokenizer calls
     result = prepare_corpus(
         src, tgt, tok, tok, tmp_path / "s", cleaning=CleaningOptions.off(), workers=1,
         chunk_lines=700,
@@ -343,6 +345,52 @@ def test_two_workers_write_the_same_bytes(corpus, tok, tmp_path: Path) -> None:
     two = prepare_corpus(src, tgt, tok, tok, tmp_path / "two", workers=2, chunk_lines=300)
     assert _same_files(one.directory, two.directory)
     assert one.pairs == two.pairs > 0
+
+
+def test_a_preparation_worker_loads_no_torch(corpus, tok, tmp_path: Path) -> None:
+    """A worker is a spawned process: it imports the main module (the installed ``attnlab``
+    script imports attnlab.cli), the worker module, and loads the tokenizers. None of it may
+    load torch or the models: each worker would hold its own ~150 MB copy (issue 48's
+    preparation memory). Asked of the pool's own workers, after they encoded a chunk."""
+    src, tgt, _ = corpus
+    tok.save(tmp_path / "tokenizer.json")
+    script = tmp_path / "attnlab_script.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json
+            import sys
+
+            from attnlab.cli import main  # as the installed attnlab script does
+
+            if __name__ == "__main__":
+                from attnlab.data import workers
+                from attnlab.data.clean import CleaningOptions
+                from attnlab.data.tokenizer import load_tokenizer
+
+                tok = load_tokenizer({str(tmp_path / "tokenizer.json")!r})
+                config = {{
+                    "filters": CleaningOptions().to_dict(),
+                    "dtype": "uint16",
+                    "paths": ({str(src)!r}, {str(tgt)!r}),
+                    "chunk_lines": 2,
+                }}
+                ask = "sorted(m for m in __import__('sys').modules if m == 'torch' or "
+                ask += "m.startswith(('attnlab.models', 'attnlab.nn', 'attnlab.train')))"
+                with workers.encoding_pool(tok, tok, config, 2) as pool:
+                    chunk = pool.submit(workers._work, 0, b"a man\\nzwei\\n", b"ein mann\\ntwo\\n")
+                    loaded = [pool.submit(eval, ask) for _ in range(4)]
+                    print(json.dumps([chunk.result().src_lengths.tolist(),
+                                      [f.result() for f in loaded]]))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=True
+    )
+    lengths, loaded = json.loads(done.stdout)
+    assert lengths == [len(tok.encode("a man")), len(tok.encode("zwei"))]  # it did encode
+    assert loaded == [[]] * 4, loaded
 
 
 def test_progress(corpus, tok, tmp_path: Path) -> None:
@@ -612,7 +660,7 @@ def test_another_rank_waits_for_the_preparation(corpus, tok, tmp_path: Path, mon
     import threading
 
     src, tgt, _ = corpus
-    monkeypatch.setattr(prepare, "WAIT_POLL_S", 0.01)
+    monkeypatch.setattr(progress, "WAIT_POLL_S", 0.01)
     heard: list[str] = []
     waiting = threading.Event()
 
@@ -665,7 +713,7 @@ def test_the_tokenizer_sample_follows_the_weights(tmp_path: Path) -> None:
     assert plain.fingerprint() != weighted.fingerprint()
     # What it learned from: 25 big lines and 100 small ones (each side), seeded per corpus.
     picks = [
-        textfiles.reservoir_sample(path, k=k, seed=prepare._corpus_seed(0, i), lines=True)
+        textfiles.reservoir_sample(path, k=k, seed=tokenizer_sample._corpus_seed(0, i), lines=True)
         for i, (path, k) in enumerate(zip(srcs, [25, 100], strict=True))
     ]
     assert [len(p) for p in picks] == [25, 100]

@@ -34,11 +34,13 @@ from _shards import random_pairs, write_shards
 from attnlab.data import shards as shards_module
 from attnlab.data.batching import (
     Examples,
+    ExamplesProtocol,
     TokenBatcher,
     collate,
     make_examples,
     make_lm_examples,
 )
+from attnlab.data.shardformat import load_meta
 from attnlab.data.shards import ShardExamples, TokenShards, batch_loader
 from attnlab.models.transformer import Transformer, TransformerConfig, TransformerLM
 from attnlab.train import TrainConfig, Trainer, find_checkpoints
@@ -108,6 +110,9 @@ def test_token_shards_errors_say_what_is_wrong(tmp_path: Path) -> None:
     for directory, message in cases:
         with pytest.raises(ValueError, match=message):
             TokenShards(directory)
+        if "bytes" not in message:  # the meta itself: the writer reads it with the same checks
+            with pytest.raises(ValueError, match=message):
+                load_meta(directory)
     (tmp_path / "json").mkdir()
     (tmp_path / "json" / "meta.json").write_text("{")
     with pytest.raises(ValueError, match=r"not a shard directory's meta\.json"):
@@ -578,3 +583,18 @@ def test_two_processes_under_torchrun_share_each_batch_of_the_shards(tmp_path: P
         assert any(not share for share in shares[1][epoch])  # an empty share occurs
     summary = json.loads((out / "run" / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["world_size"] == 2
+
+
+def test_both_kinds_of_examples_answer_one_protocol(tmp_path: Path) -> None:
+    """ShardExamples is not an Examples that replaces every member: both kinds implement
+    ExamplesProtocol, and its questions get the same answers from both."""
+    pairs = random_pairs(40, seed=9, vocab=24)
+    on_disk = ShardExamples(write_shards(tmp_path / "a", pairs), max_len=10)
+    memory = make_examples(pairs, max_len=10)
+    assert isinstance(on_disk, ExamplesProtocol) and isinstance(memory, ExamplesProtocol)
+    assert not isinstance(on_disk, Examples)
+    for side in ("src", "tgt"):
+        for bound in (1, 2, 3, 10, 20, 23, 24):
+            assert on_disk.first_id_from(side, bound) == memory.first_id_from(side, bound)
+    lm = ShardExamples(write_shards(tmp_path / "b", pairs), max_len=None, lm=True)
+    assert lm.first_id_from("src", 0) is None and lm.first_id_from("tgt", 2) == 0

@@ -28,6 +28,7 @@ from attnlab.data.tokenizer import (
     load_tokenizers,
     save_tokenizers,
 )
+from attnlab.decode.options import DecodingOptions
 
 SENTENCES = [
     "Zwei junge Männer stehen draußen.",
@@ -173,7 +174,9 @@ def test_numbers_model_never_writes_a_replacement_character(numbers_model_dir):
     sources = [en for en, _ in pairs]
     outputs = {}
     for beam in (1, 4):
-        translator = Translator.load(numbers_model_dir, beam_size=beam, device="cpu")
+        translator = Translator.load(
+            numbers_model_dir, decoding=DecodingOptions(beam_size=beam), device="cpu"
+        )
         outputs[f"beam {beam}"] = translator.translate(sources)
     tok = translator.tgt_tokenizer
     assert tok.format == 2
@@ -231,7 +234,10 @@ def test_a_model_forced_toward_a_lone_lead_byte_still_writes_valid_text(tok):
     ids = tok.encode_batch(sources)
     assert greedy_search(model, ids).tolist() == [[4 + 0xC3]] * 2  # the model's error
     for beam in (1, 4):
-        assert Translator(model, tok, tok, beam_size=beam).translate(sources) == ["\\xc3"] * 2
+        assert (
+            Translator(model, tok, tok, decoding=DecodingOptions(beam_size=beam)).translate(sources)
+            == ["\\xc3"] * 2
+        )
     drawn = sample(model, ids, generator=torch.Generator().manual_seed(0))
     assert drawn.tolist() == [[4 + 0xC3]] * 2
     texts = tok.decode_batch(drawn.tolist())
@@ -559,3 +565,15 @@ def test_multi30k_joint_vocabulary_is_exact():
     assert 10 < tokens_per_sentence < 20  # ~13 words a caption; BPE keeps most whole
     # Every character of the training text is a symbol: its encoding needs no byte token.
     assert min(i for row in ids for i in row) >= 260
+
+
+def test_one_registry_knows_the_kinds_of_tokenizer(tok, tmp_path):
+    from attnlab.data.tokens import KINDS, is_tokenizer, load_tokenizer, tokenizer_class
+
+    assert set(KINDS) == {"bpe", "sentencepiece"} and tokenizer_class(tok.kind) is Tokenizer
+    tok.save(tmp_path / "tokenizer.json")
+    again = load_tokenizer(tmp_path / "tokenizer.json")
+    assert type(again) is Tokenizer and again.fingerprint() == tok.fingerprint()
+    assert is_tokenizer(tok) and not is_tokenizer("tokenizer.json")
+    with pytest.raises(ValueError, match="kind: expected one of"):
+        tokenizer_class("wordpiece")

@@ -223,9 +223,11 @@ def test_the_translator_loads_an_ensemble_of_model_directories(numbers_model_dir
     from attnlab.inference.translator import Translator, load_translator
 
     texts = ["twelve", "three hundred and four", "forty-two"]
-    alone = load_translator(numbers_model_dir, beam_size=4)
-    twice = load_translator([numbers_model_dir, numbers_model_dir], beam_size=4)
-    once = load_translator([numbers_model_dir], beam_size=4)
+    alone = load_translator(numbers_model_dir, decoding=DecodingOptions(beam_size=4))
+    twice = load_translator(
+        [numbers_model_dir, numbers_model_dir], decoding=DecodingOptions(beam_size=4)
+    )
+    once = load_translator([numbers_model_dir], decoding=DecodingOptions(beam_size=4))
     assert isinstance(twice.model, Ensemble) and len(twice.model) == 2
     assert twice.translate(texts) == alone.translate(texts) == once.translate(texts)
     n_alone, n_twice = alone.n_best(texts, 3), twice.n_best(texts, 3)

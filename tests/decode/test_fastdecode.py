@@ -35,6 +35,7 @@ from attnlab import (
     sample,
 )
 from attnlab.decode.fast import FastDecoder, pack, why_not_fast_path
+from attnlab.decode.options import DecodingOptions
 from attnlab.decode.search import SINGLE_THREAD_ROWS
 
 ATOL = 1e-5
@@ -375,8 +376,12 @@ def test_translator_and_cli_translate_with_int8(numbers_model_dir, capsys):
     from attnlab.cli import main
     from attnlab.inference.scores import Translator
 
-    exact = Translator.load(numbers_model_dir, device="cpu", beam_size=1).translate(NUMBERS)
-    int8 = Translator.load(numbers_model_dir, device="cpu", beam_size=1, quantize="int8")
+    exact = Translator.load(
+        numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=1)
+    ).translate(NUMBERS)
+    int8 = Translator.load(
+        numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=1), quantize="int8"
+    )
     assert int8.quantize == "int8"
     quantized = int8.translate(NUMBERS)
     assert len(quantized) == len(NUMBERS) and all(isinstance(t, str) for t in quantized)

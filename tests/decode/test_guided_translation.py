@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from fastapi.testclient import TestClient
 
 from attnlab.cli import main
+from attnlab.decode.options import DecodingOptions
 from attnlab.inference.translator import Hypothesis, Refused, Translator
 from attnlab.serve import create_app
 
@@ -26,7 +27,7 @@ TEXTS = ["three hundred and twelve", "forty-two", "seven", "nine hundred and one
 
 @pytest.fixture(scope="module")
 def translator(numbers_model_dir) -> Translator:
-    return Translator.load(numbers_model_dir, beam_size=4, device="cpu")
+    return Translator.load(numbers_model_dir, decoding=DecodingOptions(beam_size=4), device="cpu")
 
 
 def teacher_forced(t: Translator, text: str, h: Hypothesis) -> torch.Tensor:
@@ -65,7 +66,7 @@ def test_scores_are_the_models_teacher_forced_log_probabilities(translator):
             scores = [h.score for h in row]
             assert scores == sorted(scores, reverse=True)
     greedy = Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer,
-                        beam_size=1)  # fmt: skip
+                        decoding=DecodingOptions(beam_size=1))  # fmt: skip
     h = greedy.hypotheses(TEXTS[:1])[0][0]
     torch.testing.assert_close(
         torch.tensor(h.token_log_probs), teacher_forced(greedy, TEXTS[0], h), atol=1e-5, rtol=0
@@ -111,7 +112,7 @@ def test_an_impossible_line_is_refused_alone_and_named(translator):
     with pytest.raises(ValueError, match="constraints: 1 lists for 4 texts"):
         translator.translate(TEXTS, constraints=[["neun"]])
     sampler = Translator(translator.model, translator.src_tokenizer, translator.tgt_tokenizer,
-                         sample=True)  # fmt: skip
+                         decoding=DecodingOptions(sample=True))  # fmt: skip
     with pytest.raises(ValueError, match="not with sample=True"):
         sampler.translate(TEXTS[:1], constraints=[["neun"]])
 

@@ -23,6 +23,7 @@ from attnlab import Transformer, TransformerConfig, beam_search, greedy_search
 from attnlab import formats as ex
 from attnlab.cli import main
 from attnlab.data.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
+from attnlab.decode.options import DecodingOptions
 from attnlab.formats import ctranslate2 as ct2
 from attnlab.formats import marian
 from attnlab.formats.common import TARGET_NAMES
@@ -440,7 +441,7 @@ def test_huggingface_translates_text_as_attnlab(numbers, numbers_hf):
             **fast(NUMBER_SOURCES, return_tensors="pt", padding=True), num_beams=1
         )
     texts = fast.batch_decode(generated, skip_special_tokens=True)
-    translator = Translator(model, tokenizer, tokenizer, beam_size=1)
+    translator = Translator(model, tokenizer, tokenizer, decoding=DecodingOptions(beam_size=1))
     assert texts == translator.translate(NUMBER_SOURCES)
     generation = json.loads((numbers_hf / "generation_config.json").read_text("utf-8"))
     c = model.config

@@ -23,6 +23,7 @@ from _marian import write_marian_tokenizer_dir
 from _paths import needs_multi30k
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
+from attnlab.decode.options import DecodingOptions
 from attnlab.inference.scores import Translator
 from attnlab.inference.translator import encode_sources
 
@@ -111,7 +112,9 @@ def _hf_translate(directory: Path, texts: list[str], beams: int) -> list[str]:
 @pytest.mark.parametrize("beams", [1, 4])
 def test_text_translations_equal_transformers(imported, beams):
     marian, out = imported
-    translator = Translator.load(out, beam_size=beams, alpha=0.0, max_new_tokens=MAX_NEW)
+    translator = Translator.load(
+        out, decoding=DecodingOptions(beam_size=beams, alpha=0.0, max_new_tokens=MAX_NEW)
+    )
     assert translator(TEXTS) == _hf_translate(marian, TEXTS, beams)
 
 
@@ -156,7 +159,9 @@ def test_ctranslate2_export_translates_identically(imported, tmp_path):
         max_decoding_length=MAX_NEW,
         suppress_sequences=[[tgt.id_to_token(tgt.pad_id)]],
     )
-    ours = Translator.load(out, beam_size=1, max_new_tokens=MAX_NEW)(TEXTS)
+    ours = Translator.load(out, decoding=DecodingOptions(beam_size=1, max_new_tokens=MAX_NEW))(
+        TEXTS
+    )
     vocab = {tgt.id_to_token(i): i for i in range(tgt.vocab_size)}
     theirs = [tgt.decode([vocab[t] for t in r.hypotheses[0]]) for r in results]
     assert theirs == ours
@@ -176,7 +181,7 @@ def test_cli_translate_evaluate_and_int8(imported, tmp_path, capsys):
     _, out = imported
     assert main(["translate", "--model", str(out), "--beam-size", "1", *TEXTS[:2]]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == Translator.load(out, beam_size=1)(TEXTS[:2])
+    assert lines == Translator.load(out, decoding=DecodingOptions(beam_size=1))(TEXTS[:2])
     argv = ["translate", "--model", str(out), "--quantize", "int8", TEXTS[0]]
     assert main(argv) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
@@ -210,7 +215,7 @@ def test_the_explorer_opens_an_imported_model(imported):
         assert info["model_type"] == "transformer" and info["d_model"] == 32
         answer = client.post("/api/translate", json={"text": TEXTS[0], "beam_size": 1})
         assert answer.status_code == 200, answer.text
-        expected = Translator.load(out, beam_size=1)(TEXTS[:1])[0]
+        expected = Translator.load(out, decoding=DecodingOptions(beam_size=1))(TEXTS[:1])[0]
         assert answer.json()["translation"] == expected
         attention = client.post("/api/attention", json={"text": TEXTS[1], "beam_size": 1})
         assert attention.status_code == 200, attention.text
@@ -247,7 +252,8 @@ def test_fine_tuning_an_imported_model(imported, tmp_path):
         }
     )
     corpus = job.task.load()
-    setup = job.task.setup(job, corpus, tmp_path / "setup", resume=False, rank=0, note=print)
+    context = job.check(tmp_path / "setup")
+    setup = job.task.setup(context, corpus, resume=False, rank=0, note=print)
     model, examples = setup.model, setup.train
     pad = model.config.pad_id
     assert all(e.tgt[0] == pad and e.tgt[-1] == 0 for e in examples)
@@ -266,7 +272,7 @@ def test_empty_and_overlong_sources_keep_marians_frame(imported):
     """An empty line translates to an empty line (Marian's tokenizer frames it as ``[</s>]``);
     a source over the model's max_len is cut to max_len tokens that still end in ``</s>``."""
     _, out = imported
-    translator = Translator.load(out, beam_size=1, max_new_tokens=4)
+    translator = Translator.load(out, decoding=DecodingOptions(beam_size=1, max_new_tokens=4))
     long_text = " ".join(TEXTS * 20)
     reports: list = []
     encoded, order, _ = encode_sources(

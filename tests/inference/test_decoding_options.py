@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -93,20 +94,88 @@ def test_a_model_without_a_usable_eval_decodes_with_the_defaults(tmp_path: Path,
     assert DecodingOptions.from_eval({"alpha": 0}) == DecodingOptions(alpha=0.0)
 
 
-def test_the_translator_decodes_with_its_options() -> None:
+def _tiny_translator_parts():
     from attnlab.data.tokenizer import Tokenizer
 
     tok = Tokenizer.train(["one two three", "four five six"] * 20, vocab_size=300)
-    model = Transformer(tiny(vocab_size=tok.vocab_size))
-    options = DecodingOptions(beam_size=2, alpha=1.0, max_new_tokens=3)
-    translator = Translator(model, tok, tok, decoding=options, alpha=0.5)
-    assert translator.decoding == DecodingOptions(beam_size=2, alpha=0.5, max_new_tokens=3)
-    assert (translator.beam_size, translator.alpha, translator.max_new_tokens) == (2, 0.5, 3)
-    assert Translator(model, tok, tok).decoding == DecodingOptions()
-    with pytest.raises(ValueError, match=r"^beam_size: expected a positive int, got 0"):
-        Translator(model, tok, tok, beam_size=0)
+    return Transformer(tiny(vocab_size=tok.vocab_size)), tok
+
+
+def test_the_translator_holds_its_options_whole() -> None:
+    model, tok = _tiny_translator_parts()
+    options = DecodingOptions(beam_size=2, alpha=0.5, max_new_tokens=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the current spelling warns about nothing
+        translator = Translator(model, tok, tok, decoding=options)
+        assert translator.decoding is options
+        assert Translator(model, tok, tok).decoding == DecodingOptions()
     with pytest.raises(TypeError, match=r"^decoding: expected a DecodingOptions"):
         Translator(model, tok, tok, decoding={"beam_size": 2})  # type: ignore[arg-type]
+    with pytest.raises(AttributeError, match="has no attribute 'beam'"):
+        translator.beam  # noqa: B018
+
+
+def test_the_old_keywords_and_properties_warn_and_still_work() -> None:
+    """Deprecated in 0.x (CHANGELOG, "Deprecated"): the fields of DecodingOptions as the
+    Translator's keywords replace the given options' fields where not None, as they did; the
+    seven fields it read off itself still read; each warns once, naming the replacement and
+    the release that removes it, at the caller's line. Any other keyword: a TypeError."""
+    from attnlab._moved import REMOVED_IN
+
+    model, tok = _tiny_translator_parts()
+    options = DecodingOptions(beam_size=2, alpha=1.0, max_new_tokens=3)
+    with pytest.warns(DeprecationWarning) as caught:
+        translator = Translator(model, tok, tok, decoding=options, alpha=0.5, top_k=None)
+    assert len(caught) == 1
+    assert str(caught[0].message) == (
+        "Translator(alpha=0.5, top_k=None) is deprecated; use decoding=DecodingOptions("
+        f"alpha=0.5) (the old spelling goes in {REMOVED_IN})"
+    )
+    assert caught[0].filename == __file__
+    assert translator.decoding == DecodingOptions(beam_size=2, alpha=0.5, max_new_tokens=3)
+    for name in ("beam_size", "alpha", "max_new_tokens", "sample", "temperature", "top_k"):
+        with pytest.warns(
+            DeprecationWarning,
+            match=rf"^Translator\.{name} is deprecated; use "
+            rf"Translator\.decoding\.{name} ",
+        ) as caught:
+            assert getattr(translator, name) == getattr(translator.decoding, name)
+        assert caught[0].filename == __file__
+    with pytest.warns(DeprecationWarning, match=r"^Translator\.top_p is deprecated"):
+        assert translator.top_p is None
+    with pytest.raises(AttributeError, match=r"^Translator\.beam_size: read-only; .*updated"):
+        translator.beam_size = 3  # as the old property without a setter: never a silent no-op
+    assert translator.decoding.beam_size == 2
+    with (
+        pytest.warns(DeprecationWarning, match=r"^Translator\(beam_size=0\) is deprecated"),
+        pytest.raises(ValueError, match=r"^beam_size: expected a positive int, got 0"),
+    ):
+        Translator(model, tok, tok, beam_size=0)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'beams'"):
+        Translator(model, tok, tok, beams=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before any warning
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'beams'"):
+            Translator(model, tok, tok, beam_size=2, beams=2)
+
+
+def test_the_old_keywords_warn_at_the_callers_line_through_load(numbers_model_dir) -> None:
+    """Through Translator.load and load_translator, the warning names the caller's file (so
+    Python's default filters show it to a script), and the keyword replaces the carried
+    field as before."""
+    from attnlab.inference.translator import load_translator
+
+    carried = DecodingOptions.carried_by(numbers_model_dir)[0]
+    with pytest.warns(DeprecationWarning, match=r"^Translator\(beam_size=3\)") as caught:
+        translator = load_translator(numbers_model_dir, device="cpu", beam_size=3)
+    assert caught[0].filename == __file__
+    assert translator.decoding == carried.updated(beam_size=3)
+    with pytest.warns(DeprecationWarning, match=r"^Translator\(seed=1\)") as caught:
+        translator = Translator.load(numbers_model_dir, device="cpu", seed=1)
+    assert caught[0].filename == __file__
+    assert translator.decoding == carried.updated(seed=1)
+    with pytest.raises((TypeError, ValueError), match=r"unexpected keyword argument 'beams'"):
+        Translator.load(numbers_model_dir, device="cpu", beams=2)
 
 
 def test_config_json_has_one_reader_that_kind_of_reads_too(tmp_path: Path) -> None:

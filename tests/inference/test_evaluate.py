@@ -179,6 +179,7 @@ def test_evaluate_json_names_the_headline_on_numbers(numbers_model_dir, capsys):
 
 def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_model_dir, capsys):
     from attnlab.cli.evaluate import print_scores
+    from attnlab.jobs import read_job
 
     argv = ["evaluate", "--model", str(numbers_model_dir), "--limit", "5", "--show", "1"]
     assert main([*argv, "--beam-size", "1"]) == 0
@@ -190,7 +191,7 @@ def test_evaluate_text_and_the_training_summary_lead_with_the_headline(numbers_m
     # results.json of the session's run holds the same, and `attnlab train` printed it so.
     results = json.loads((numbers_model_dir.parent / "results.json").read_text("utf-8"))
     assert results["headline"] == ["exact_match", "chrf"] and results["note"]
-    print_scores(results, beam_size=4)
+    print_scores(results, read_job(numbers_model_dir).task, beam_size=4)
     summary = capsys.readouterr().out.splitlines()
     n = results["sentences"]
     size = results["beam_size"]  # the results name their decoder; the argument is a fallback

@@ -34,6 +34,7 @@ from attnlab import (
     count_parameters,
     load_pretrained,
 )
+from attnlab.decode.options import DecodingOptions
 from attnlab.models.saved import LOAD_LIMITS
 
 
@@ -521,7 +522,9 @@ def test_a_tokenizer_beyond_the_model_vocabulary_is_refused_at_load(
 
     size = tokenizer.vocab_size
     fits = _translation_directory(tmp_path / "fits", tokenizer, vocab_size=size)
-    assert Translator.load(fits, device="cpu", beam_size=1).translate(["one two"])
+    assert Translator.load(fits, device="cpu", decoding=DecodingOptions(beam_size=1)).translate(
+        ["one two"]
+    )
 
     small_vocab = _translation_directory(tmp_path / "small", tokenizer, vocab_size=size - 20)
     pattern = (

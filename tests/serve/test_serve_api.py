@@ -148,7 +148,7 @@ def test_model_info(client, model, numbers_model_dir):
 @pytest.mark.parametrize("beam", [1, 4])
 def test_translate_equals_translator(client, model, tokenizers, beam):
     src, tgt = tokenizers
-    translator = Translator(model, src, tgt, beam_size=beam)
+    translator = Translator(model, src, tgt, decoding=DecodingOptions(beam_size=beam))
     for text in SENTENCES[:4]:
         answer = post(client, "/api/translate", {"text": text, "beam_size": beam})
         assert answer["translation"] == translator.translate([text])[0]
@@ -195,7 +195,10 @@ def test_attention_teacher_forced(client, model, tokenizers):
     words = tgt.encode(target)
     assert answer["output_tokens"] == [*tgt.labels(words), "<eos>"]
     assert answer["target_tokens"] == ["<bos>", *tgt.labels(words)]
-    assert answer["translation"] == Translator(model, src, tgt, beam_size=2).translate([text])[0]
+    assert (
+        answer["translation"]
+        == Translator(model, src, tgt, decoding=DecodingOptions(beam_size=2)).translate([text])[0]
+    )
     maps = model.attention(torch.tensor([src.encode(text)]), torch.tensor([[1, *words]]))
     close_maps(answer, "cross", torch.stack([w[0] for w in maps.cross]))
     close_maps(answer, "decoder", torch.stack([w[0] for w in maps.decoder]))
@@ -680,7 +683,7 @@ def test_the_server_decodes_as_the_models_recipe_chose(numbers_model_dir):
     with local_client(create_app(numbers_model_dir, device="cpu")) as carried:
         assert carried.get("/api/model").json()["beam_size"] == 1
         answer = post(carried, "/api/translate", {"text": SENTENCES[0]})
-    greedy = Translator.load(numbers_model_dir, device="cpu", beam_size=1)
+    greedy = Translator.load(numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=1))
     assert answer["translation"] == greedy.translate([SENTENCES[0]])[0]
     explorer = Explorer(numbers_model_dir, beam_size=3, alpha=1.0, device="cpu")
     assert (explorer.beam_size, explorer.alpha) == (3, 1.0)

@@ -286,7 +286,7 @@ def translate(url: str, body: dict, **kwargs) -> httpx.Response:
 def test_concurrent_requests_are_decoded_in_fewer_model_calls_each_as_alone(app, url):
     service = app.state.service
     translator = app.state.explorer.translator
-    assert translator.beam_size == 1
+    assert translator.decoding.beam_size == 1
     alone = {text: translator.translate([text])[0] for text in SENTENCES}
     for beam in (1, 4):
         calls = service.calls

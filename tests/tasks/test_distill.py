@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
+from attnlab.decode.options import DecodingOptions
 from attnlab.jobs import Job, train_job
 from attnlab.tasks.distill import (
     META_FILE,
@@ -329,7 +330,7 @@ def test_a_student_of_two_teachers_trains_end_to_end_and_the_corpus_is_reused(
     job = Job.from_dict(tables())
     pairs = job.task.load()["train"]
     assert sources == [s for s, _ in pairs]
-    ensemble = Translator.load(teachers, beam_size=3, alpha=0.6)
+    ensemble = Translator.load(teachers, decoding=DecodingOptions(beam_size=3, alpha=0.6))
     chrf = CHRF()
     for (source, reference), target, found in zip(
         pairs[:8], targets, ensemble.hypotheses(sources[:8], 3), strict=False
@@ -476,7 +477,9 @@ def test_a_teacher_imported_from_opus_mt_teaches_a_student(tmp_path, monkeypatch
     (made,) = corpora_in(tmp_path / "cache")
     sources = (made / SRC_FILE).read_text("utf-8").splitlines()
     targets = (made / TGT_FILE).read_text("utf-8").splitlines()
-    expected = Translator.load(teacher, beam_size=1).translate(sources[:8])
+    expected = Translator.load(teacher, decoding=DecodingOptions(beam_size=1)).translate(
+        sources[:8]
+    )
     assert targets[:8] == [t.replace("\n", " ") for t in expected]
     assert result["distill"]["teachers"][0]["sha256"] == sha256(teacher / "model.safetensors")
     assert (tmp_path / "student" / "model" / "tokenizer.json").is_file()  # its own BPE

@@ -71,15 +71,22 @@ def test_train_writes_the_model_the_metrics_and_the_results(numbers_run, capsys)
 
 @pytest.mark.slow
 def test_translate_and_evaluate_a_trained_model(numbers_run, capsys):
+    from attnlab.inference.translator import Translator
+
     model_dir = str(numbers_run / "model")
     capsys.readouterr()
-    assert main(["translate", "--model", model_dir, "twelve", "two hundred and one"]) == 0
+    sources = ["twelve", "two hundred and one"]
+    assert main(["translate", "--model", model_dir, *sources]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and all(isinstance(line, str) for line in lines)
+    # The command prints the library's translations, one line each, with the model's decoding.
+    assert lines == Translator.load(model_dir).translate(sources)
     assert main(["evaluate", "--model", model_dir, "--json", "--limit", "10"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) >= {"bleu", "chrf", "exact_match"}
-    assert 0.0 <= report["exact_match"] <= 1.0 and report["sentences"] == 10
+    # The command reports what evaluate_model scores: the job's split and decoding.
+    scored = evaluate_model(model_dir, limit=10)
+    for key in ("bleu", "chrf", "exact_match", "sentences", "beam_size", "alpha"):
+        assert report[key] == scored[key], key
+    assert report["sentences"] == 10 and report["split"] == "test"
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.jobs import Job, read_job
+from attnlab.jobs import Job, evaluate_model, read_job
 from attnlab.tasks import TASKS, Task, get_task, register_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,17 @@ def test_the_built_in_tasks_in_the_order_train_offers_them():
     assert list(TASKS)[:5] == ["numbers", "multi30k", "files", "text", "digits"]
     for name, cls in TASKS.items():
         assert issubclass(cls, Task) and cls().name == name and get_task(name) is cls
+
+
+def test_each_task_names_the_objective_that_trains_its_model():
+    """The trainer is handed the task's objective; it trains the model the task builds."""
+    from attnlab.models.transformer import Transformer, TransformerLM
+    from attnlab.models.vision import VisionTransformer
+
+    expected = {"numbers": Transformer, "multi30k": Transformer, "files": Transformer}
+    expected.update(text=TransformerLM, digits=VisionTransformer)
+    for name, model_class in expected.items():
+        assert TASKS[name]().objective().model_class is model_class, name
 
 
 def test_an_unknown_task_and_a_foreign_option_are_named():
@@ -89,5 +100,11 @@ def test_the_contributing_example_task_trains_from_the_command_line(reverse_task
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert result["task"] == "reverse" and result["split"] == "test"
-    assert 0.0 <= result["chrf"] <= 100.0 and result["sentences"] == 50
+    assert result["sentences"] == 50 and len(result["examples"]) == 10
+    # The scores are the saved model's on the test split of the job it saved: evaluating the
+    # model directory again gives them back.
+    again = evaluate_model(out / "model")
+    for key in ("bleu", "chrf", "exact_match", "sentences"):
+        assert again[key] == result[key], key
+    assert [e["source"] for e in again["examples"]] == [e["source"] for e in result["examples"]]
     assert read_job(out / "model").task.length == 4

@@ -490,9 +490,10 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A toy regression task (a model predicting a number from 4 features, with its own data,
-    loss, metric column and validation metric) trains through the unchanged Trainer once its
-    objective is registered: checkpoints, metrics, the averaged model and the summary all come
-    from the loop; everything task-specific from the objective."""
+    loss, metric column and validation metric) trains through the unchanged Trainer once it is
+    handed its objective (as a task names its own): checkpoints, metrics, the averaged model
+    and the summary all come from the loop; everything task-specific from the objective. An
+    objective registered for the model's class is the default of a Trainer handed none."""
     from dataclasses import asdict, dataclass
 
     from attnlab.data.images import ImageBatcher
@@ -560,7 +561,6 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
             return str(len(data[0]))
 
     monkeypatch.setattr(objectives, "_OBJECTIVES", list(objectives._OBJECTIVES))
-    register_objective(Regression)
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(64, 4, generator=generator)
     y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0]) + 0.3
@@ -577,8 +577,17 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
         average_last=1,
         log_every=10,
     )
-    summary = Trainer(Toy(ToyConfig()), (x, y), (x[:16], y[:16]), config, progress=False).train()
+    toy = Toy(ToyConfig())
+    with pytest.raises(TypeError, match="model: expected an attnlab Transformer"):
+        Trainer(toy, (x, y), None, config)  # no objective handed, none registered for Toy
+    with pytest.raises(TypeError, match="model: Regression trains an attnlab Toy, got Linear"):
+        Trainer(torch.nn.Linear(4, 1), (x, y), None, config, objective=Regression)
+    summary = Trainer(
+        toy, (x, y), (x[:16], y[:16]), config, objective=Regression, progress=False
+    ).train()
     assert summary["steps"] == 40 and summary["train_examples"] == 40 * 8
+    register_objective(Regression)
+    assert type(Trainer(toy, (x, y), None, config).objective) is Regression
     rows = read_rows(tmp_path / "run" / "metrics.csv")
     assert list(rows[0])[:7] == list(Regression.columns)
     losses = [float(r["loss"]) for r in rows]

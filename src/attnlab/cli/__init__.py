@@ -2,9 +2,10 @@
 
 One module per command (or per group of commands named for it), each with an
 ``add_parsers(sub)`` that builds its parsers complete and that `build_parser` calls: `tour`
-(tour, demo, masks, config, flops, explain), `serve`, `pictures` (viz), `train`, `prepare`
-(a large corpus made ready ahead of training), `translate`, `evaluate`, `export`, `imports`
-(import), `average`, `generate`, `predict` and `download` (data sets fetched on purpose). The
+(tour, and demo, its old name), `masks`, `config`, `flops`, `explain`, `serve`, `pictures`
+(viz), `train`, `prepare` (a large corpus made ready ahead of training), `translate`,
+`evaluate`, `export`, `imports` (import), `average`, `generate`, `predict` and `download` (data
+sets fetched on purpose). A job is composed in :mod:`attnlab.jobs` (`compose_job`), not here. The
 arguments that several commands share, each flag defined once, and their deprecated spellings
 are in `_args`; what the commands that run a model share (the model resolved and its kind
 checked, the report of over-long input lines) in `_model`.
@@ -13,27 +14,28 @@ checked, the report of over-long input lines) in `_model`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__, _interrupt
-from . import (
-    average,
-    download,
-    evaluate,
-    export,
-    generate,
-    imports,
-    pictures,
-    predict,
-    prepare,
-    serve,
-    tour,
-    train,
-    translate,
-)
-from ._args import take_deprecated_positionals
-from .train import build_job
+
+#: The command modules, in the order --help lists them. They load when the parser is built,
+#: not when this package is imported: a preparation worker, which Python's spawn starts by
+#: importing the main module (the ``attnlab`` script imports this package), then stays free
+#: of torch and the models (about 150 MB each).
+COMMAND_MODULES = (
+    "tour", "masks", "config", "flops", "explain", "serve", "pictures", "train", "prepare",
+    "translate", "evaluate", "export", "imports", "average", "generate", "predict", "download",
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_job":  # the job a command line asks for (attnlab.cli.train.build_job)
+        return importlib.import_module(f"{__name__}.train").build_job
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["build_job", "build_parser", "describe_error", "main", "parse"]
 
@@ -59,10 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an error, show the full traceback instead of one line (for bug reports)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = (tour, serve, pictures, train, prepare, translate, evaluate, export, imports)
-    modules += (average,)
-    for module in (*modules, generate, predict, download):  # in the order --help lists them
-        module.add_parsers(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").add_parsers(sub)
     return parser
 
 
@@ -73,6 +73,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     flag and by its old positional."""
     args, extra = parser.parse_known_args(argv)
     try:
+        from ._args import take_deprecated_positionals
+
         extra = take_deprecated_positionals(args, extra)
     except ValueError as error:  # named as main shows it: "attnlab viz attention: error: ..."
         raise ValueError(f"{_command_parser(parser, args).prog}: error: {error}") from None
@@ -104,11 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     returned (it read end of file on a pipe the same Ctrl-C closed), and one during the
     interpreter's shutdown."""
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    parser = _loaded_parser()
     if not _interrupt.take_over(_interrupted_line(argv)):
-        return _main(argv)
+        return _main(argv, parser)
     said = False
     try:
-        status = _main(argv)
+        status = _main(argv, parser)
         said = status == EXIT_INTERRUPTED  # _main said so
         if not said and _interrupt.received() and _command(argv) not in STOPPED_BY_CTRL_C:
             raise KeyboardInterrupt  # the command returned, but was interrupted
@@ -138,8 +141,21 @@ def _interrupted_line(argv: Sequence[str] | None) -> str:
     return f"attnlab {command}: interrupted" if command else "attnlab: interrupted"
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+def _loaded_parser() -> argparse.ArgumentParser:
+    """The parser, with the library loaded: torch, the models and every command's module (what
+    ``import attnlab`` loaded before its names were lazy). In the command this runs while a
+    SIGINT still ends the process at once (:func:`attnlab._interrupt.arm`): one cut into an
+    import, as KeyboardInterrupt would, leaves a half-imported module behind (numpy then
+    refuses to load again, with a traceback). A spawned preparation worker imports this
+    package but never runs :func:`main`, so it loads none of it."""
+    import attnlab
+
+    for name in attnlab.__all__:
+        getattr(attnlab, name)
+    return build_parser()
+
+
+def _main(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
     try:
         args = parse(parser, argv)
     except ValueError as error:  # one line, as every other bad input

@@ -356,9 +356,6 @@ def take_deprecated_positionals(args: argparse.Namespace, extra: list[str]) -> l
     return words[len(open_slots) :]
 
 
-#: ``--too-long``: what a command that translates does with a source over the model's max_len
-#: (the Translator's ``too_long``; the same choices and default).
-TOO_LONG_CHOICES = ("cut", "refuse")
 #: ``--errors``: what a command that reads text files does with a line that is not UTF-8.
 TEXT_ERRORS_CHOICES = ("strict", "replace")
 
@@ -374,15 +371,17 @@ def add_input_bound_flags(parser: argparse.ArgumentParser, *, too_long: bool = T
         "naming the file and line (for a file, before any work); replace reads its bad bytes "
         "as U+FFFD",
     )
-    if too_long:
+    if too_long:  # the Translator's too_long: its choices and default, its bound in characters
+        from ..inference.bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES
+
         parser.add_argument(
             "--too-long",
             choices=TOO_LONG_CHOICES,
             default="cut",
-            help="a source over the model's max_len tokens (or 20 characters per token of "
-            "it): cut (default) translates its first max_len tokens, with a note naming the "
-            "line on stderr; refuse leaves its output line empty, with an error naming the "
-            "line (the other lines translate; the exit status is then 2)",
+            help=f"a source over the model's max_len tokens (or {CHARS_PER_TOKEN} characters "
+            "per token of it): cut (default) translates its first max_len tokens, with a note "
+            "naming the line on stderr; refuse leaves its output line empty, with an error "
+            "naming the line (the other lines translate; the exit status is then 2)",
         )
 
 

@@ -24,18 +24,14 @@ from ._model import EXIT_REFUSED, TooLongLines, check_kind, model_dirs, resolvin
 
 
 def print_scores(
-    result: dict, show: int = 3, beam_size: int | None = None, tokenized: bool = False
+    result: dict, task, show: int = 3, beam_size: int | None = None, tokenized: bool = False
 ) -> None:
-    """Print the result's lines as its task writes them (no scores: a job without a test
-    split)."""
-    from ..tasks import get_task
-
+    """Print the result's lines as ``task`` (the task, or its class, that scored it) writes
+    them (no scores: a job without a test split)."""
     if result.get("split") is None:
         print("no test split: nothing scored on test")
         return
-    for line in get_task(result["task"]).report(
-        result, show=show, beam_size=beam_size, tokenized=tokenized
-    ):
+    for line in task.report(result, show=show, beam_size=beam_size, tokenized=tokenized):
         print(line)
 
 
@@ -74,6 +70,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         missing = "--ref" if args.ref is None else "--src"
         raise ValueError(f"{missing}: required with {'--src' if missing == '--ref' else '--ref'}")
     from ..inference.scores import Translator, score
+    from ..tasks import TranslationTask
 
     sources = _read_lines(args.src, "--src", args.errors)
     references = _read_lines(args.ref, "--ref", args.errors)
@@ -112,7 +109,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for s, h, r in zip(sources, hypotheses, references, strict=True)
         if h != r
     ]
-    print_scores(result, show=args.show, beam_size=beam, tokenized=args.tokenized_bleu)
+    print_scores(
+        result, TranslationTask, show=args.show, beam_size=beam, tokenized=args.tokenized_bleu
+    )
     return status
 
 
@@ -154,6 +153,7 @@ def _target_language(model_dir: str) -> str:
 
 def _evaluate_lm_file(args: argparse.Namespace) -> int:
     from ..inference.scores import lm_perplexity, load_with_tokenizers
+    from ..tasks.text import Text
 
     if args.ref is not None or args.src is None:
         raise ValueError("--ref: a language model is scored on --src FILE alone (perplexity)")
@@ -166,32 +166,31 @@ def _evaluate_lm_file(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print_scores(result)
+        print_scores(result, Text)
     return 0
 
 
 def _evaluate_split(args: argparse.Namespace) -> int:
     """The job's own split (no --src/--ref): :func:`attnlab.jobs.evaluate_model`."""
-    from ..jobs import evaluate_model
+    from ..jobs import evaluate_model, read_job
 
     models = model_dirs(args)
+    job = read_job(args.model)
     result = evaluate_model(
         models if len(models) > 1 else args.model,
+        job=job,
         split=args.split,
         beam_size=args.beam_size,
         alpha=args.alpha,
         limit=args.limit,
         device=device_of(args.device),
     )  # split None: the task's own (test, or valid for a language model)
-    from ..tasks import get_task
-
-    view = get_task(result["task"]).json_view(
-        result, tokenized=args.tokenized_bleu, model=" + ".join(models)
-    )
+    view = job.task.json_view(result, tokenized=args.tokenized_bleu, model=" + ".join(models))
     if args.json:
         print(json.dumps(view))
         return 0
-    print_scores(result, show=args.show, beam_size=args.beam_size, tokenized=args.tokenized_bleu)
+    tokenized = args.tokenized_bleu
+    print_scores(result, job.task, show=args.show, beam_size=args.beam_size, tokenized=tokenized)
     return 0
 
 

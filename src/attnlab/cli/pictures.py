@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
-from ..models.transformer import Transformer
-from ..models.vision import VisionTransformer
 from ._args import (
     add_deprecated_positionals,
     add_device_flag,
@@ -92,10 +88,13 @@ def _labels(tokenizers: tuple, ids: list[int] | None, side: int) -> list | None:
 
 
 def _viz_attention(args: argparse.Namespace) -> list[Path]:
+    import torch
+
     from ..decode.search import greedy_search
     from ..decode.session import EXTRA_LENGTH
     from ..instruments import viz
-    from ..models.transformer import TransformerEncoder, TransformerLM, load_pretrained
+    from ..models.transformer import Transformer, TransformerEncoder, TransformerLM, load_pretrained
+    from ..models.vision import VisionTransformer
 
     device = device_of(args.device)
     model = load_pretrained(args.model, device=device).eval()
@@ -147,7 +146,8 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
 
 def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
     from ..instruments import viz
-    from ..models.transformer import load_pretrained
+    from ..models.transformer import Transformer, load_pretrained
+    from ..models.vision import VisionTransformer
     from ..nn.positional import LearnedPositionalEmbedding
 
     model = load_pretrained(args.model)
@@ -174,11 +174,13 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
 
 
 def _viz_rollout(args: argparse.Namespace) -> list[Path]:
+    import torch
+
     from ..inference.modeldir import read_job_file
     from ..instruments import viz
     from ..jobs import Job
     from ..models.transformer import load_pretrained
-    from ..models.vision import class_token_rollout
+    from ..models.vision import VisionTransformer, class_token_rollout
 
     device = device_of(args.device)
     model = load_pretrained(args.model, device=device).eval()

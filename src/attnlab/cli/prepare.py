@@ -11,14 +11,17 @@ from ._args import add_config_flag, add_set_flag, add_verify_data_flag
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from .train import build_job, job_args
+    from ..jobs import compose_job
 
-    job = build_job(job_args(config=args.config, set=args.set))
-    job.check()  # every file the job names, before any work
+    try:
+        job = compose_job(args.config, sets=args.set or ())
+    except FileNotFoundError as e:  # --config names neither a file nor a recipe
+        raise FileNotFoundError(f"--config {e}") from None
+    context = job.check()  # every file the job names, before any work
     task = job.task
     print(f"attnlab prepare: {task.heading()}", flush=True)
     ready = task.prepare(
-        job, note=lambda line: print(f"  {line}", flush=True), verify=args.verify_data
+        context, note=lambda line: print(f"  {line}", flush=True), verify=args.verify_data
     )
     if not ready:
         print(

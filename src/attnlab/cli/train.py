@@ -1,6 +1,6 @@
 """``attnlab train``: a job from the task's recipe, --config, the flags and --set
-(:func:`build_job`), its run directory prepared and checked before the first step, and what
-the run printed at its end."""
+(:func:`build_job`, through :func:`attnlab.jobs.compose_job`), its run directory prepared and
+checked before the first step, and what the run printed at its end."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 
 from ..jobs import TASKS
-from ..jobs.job import OPTIONAL_TABLES
 from ..models.transformer import TransformerConfig
 from ..models.vision import VisionConfig
 from ..train.progress import TRAIN_LOG
@@ -67,7 +66,7 @@ def _recipes_epilog() -> str:
     from ..train.config import TrainConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    defaults.update({f.name: f.default for f in dataclasses.fields(EvalOptions)})
+    defaults.update(EvalOptions().to_dict())
     lines = [
         "What each task runs unless told otherwise (its recipe; `attnlab config --recipe "
         "TASK` prints it in full, to start a job file from):"
@@ -103,48 +102,14 @@ def _recipes_epilog() -> str:
     return "\n".join(lines)
 
 
-def _job_data(config: str, init_from: str | None = None):
-    """The tables of ``--config``: a TOML file, or the name of a packaged recipe (a task's,
-    see ``attnlab config --recipe``). ``init_from`` (``--init-from``) joins its ``[model]``
-    before the job is built, so that the fine-tuning recipe fills in what it leaves out."""
-    from ..jobs import Job
-    from ..jobs.job import toml_loads
-    from .tour import recipe_names, recipe_text
-
-    if not Path(config).exists() and config in recipe_names():
-        name, text = f"--config {config}", recipe_text(config)
-    else:
-        path = Path(config)
-        if not path.is_file():
-            raise FileNotFoundError(f"--config {config}: no such file or recipe")
-        name = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{name}: not UTF-8 text ({e.reason})") from None
-    try:
-        data = toml_loads(text)
-        if init_from is not None:
-            data["model"] = {**data.get("model", {}), "init_from": init_from}
-        return Job.from_dict(data).to_dict()
-    except (TypeError, ValueError) as e:  # tomllib's decode error is a ValueError
-        raise ValueError(f"{name}: {e}") from None
-
-
 def build_job(args: argparse.Namespace, notes: list[str] | None = None):
-    """The job the command line asks for: the task's recipe, then --config, the flags and
-    --set. ``--preset`` chooses the whole model, so the recipe's or the job file's other
-    ``[model]`` settings are dropped; each is named in ``notes`` (when given)."""
-    from ..jobs import Job
+    """The job the command line asks for (:func:`attnlab.jobs.compose_job`): the task's recipe,
+    then --config, the flags and --set. ``--preset`` chooses the whole model, so the recipe's
+    or the job file's other ``[model]`` settings are dropped; each is named in ``notes`` (when
+    given)."""
+    from ..jobs import compose_job
 
     init_from = getattr(args, "init_from", None)
-    if args.config:
-        data = _job_data(args.config, init_from)
-    else:  # the task's own defaults (the digits recipe, say), then the flags
-        start: dict[str, dict] = {"task": {"name": args.task}} if args.task else {}
-        if init_from is not None:  # fine-tuning: the fine-tuning recipe, not a fresh model's
-            start["model"] = {"init_from": init_from}
-        data = Job.from_dict(start).to_dict()
     if args.preset is not None and init_from is not None:
         raise ValueError(
             f"--preset {args.preset}: a fine-tuning run (--init-from) keeps the architecture of "
@@ -155,26 +120,9 @@ def build_job(args: argparse.Namespace, notes: list[str] | None = None):
             "--vocab-size: a fine-tuning run (--init-from) keeps the tokenizers of the model it "
             "starts from (no new vocabulary); leave --vocab-size out"
         )
-    if args.preset is not None:
-        config_class = VisionConfig if args.preset in VisionConfig.preset_names() else None
-        preset = (config_class or TransformerConfig).preset(args.preset)
-        # The fields the preset defines give way to it; others ([model] init_from) stay.
-        dropped = {k: v for k, v in data["model"].items() if k != "preset" and hasattr(preset, k)}
-        if dropped and notes is not None:
-            settings = ", ".join(f"{k} = {v}" for k, v in dropped.items())
-            notes.append(
-                f"--preset {args.preset}: the model is the preset's; not using [model] "
-                f"{settings} (--set model.KEY=VALUE sets one)"
-            )
-        # Each dropped field set to the preset's own value: the job's tables merge over the
-        # recipe's, so a field left out would come back from it.
-        data["model"] = {
-            **data["model"],
-            "preset": args.preset,
-            **{k: getattr(preset, k) for k in dropped},
-        }
     flags = {
-        ("task", "name"): args.task,
+        ("model", "init_from"): init_from,
+        ("model", "preset"): args.preset,
         ("task", "data_dir"): args.data_dir,
         ("task", "src_lang"): args.src_lang,
         ("task", "tgt_lang"): args.tgt_lang,
@@ -191,52 +139,20 @@ def build_job(args: argparse.Namespace, notes: list[str] | None = None):
         ("train", "seed"): args.seed,
         ("train", "keep_best"): args.keep_best,
         ("eval", "beam_size"): args.beam_size,
+        ("train", "bf16"): True if args.bf16 else None,
+        ("train", "compile"): args.compile,
     }
-    if args.bf16:
-        flags[("train", "bf16")] = True
-    if args.compile is not None:
-        flags[("train", "compile")] = args.compile
-    for (table, name), value in flags.items():
-        if value is not None:
-            data[table][name] = value
-    for table, name, value in args.set or []:
-        if table in OPTIONAL_TABLES:  # --set distill.teachers=[...] makes a job a student
-            data.setdefault(table, {})
-        if table not in data:
-            raise ValueError(f"--set {table}.{name}: unknown table {table!r}; use {sorted(data)}")
-        data[table][name] = value
-    _check_task_flags(args, data["task"])
-    return Job.from_dict(data)
-
-
-def _check_task_flags(args: argparse.Namespace, table: dict) -> None:
-    """A task flag the task has no option for (--text-file on a translation task): one line
-    naming the flag, not the [task] key."""
-    import dataclasses
-
-    from ..tasks import TASKS
-
-    cls = TASKS.get(table.get("name", "numbers"))
-    if cls is None:
-        return  # Job.from_dict names the unknown task
-    own = {f.name for f in dataclasses.fields(cls)}
-    for key, flag in _TASK_FLAGS.items():
-        if getattr(args, key, None) is not None and key not in own:
-            raise ValueError(f"{flag}: the {cls.name} task has no such option ([task] {key})")
-
-
-def job_args(**given: object) -> argparse.Namespace:
-    """What ``attnlab train`` parses from no flags but ``given`` (``config``, ``set``...): the
-    namespace :func:`build_job` takes, every other flag at its default (``attnlab prepare``
-    builds the job that ``attnlab train`` would build from the same --config and --set)."""
-    parser = argparse.ArgumentParser()
-    add_parsers(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["train"])
-    for name, value in given.items():
-        if not hasattr(args, name):
-            raise TypeError(f"{name}: not a flag of attnlab train")
-        setattr(args, name, value)
-    return args
+    try:
+        note = None if notes is None else notes.append
+        return compose_job(args.config, task=args.task, flags=flags, sets=args.set or (), note=note)
+    except FileNotFoundError as e:  # --config names neither a file nor a recipe
+        raise FileNotFoundError(f"--config {e}") from None
+    except ValueError as e:  # a task flag the task has no option for: name the flag
+        for key, flag in _TASK_FLAGS.items():
+            prefix = f"[task] {key}: "
+            if str(e).startswith(prefix) and str(e).endswith("has no such option"):
+                raise ValueError(f"{flag}: {str(e)[len(prefix) :]} ([task] {key})") from None
+        raise
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -251,7 +167,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/{job.task.name}")
     if args.resume and args.overwrite:
         raise ValueError("--resume, --overwrite: choose one (continue the run, or start it over)")
-    _check_startable(job)  # before --out is touched: a refused start leaves nothing behind
+    context = _check_startable(job, out)  # before --out is touched: a refused start leaves none
     rank, world = launched_world()  # under torchrun: this process's rank; else (0, 1)
     if rank == 0:
         _prepare_out(out, resume=args.resume, overwrite=args.overwrite)
@@ -266,10 +182,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         # cache, and say so. (One process prepares in train_job, which logs it.)
         voice = "  " if rank == 0 else f"  rank {rank}: "
         job.task.prepare(
-            job,
+            context,
             note=lambda line: print(f"{voice}{line}", flush=True),
             rank=rank,
-            out=out,
             resume=args.resume,
             verify=args.verify_data,
         )
@@ -280,6 +195,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             result = train_job(
                 job,
                 out,
+                context=context,
                 resume=args.resume,
                 progress=not args.no_progress and rank == 0,
                 log=lambda line: print(f"  {line}", flush=True),
@@ -293,7 +209,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
     _print_time_cap(result.get("training", {}), job.train)
-    print_scores(result, beam_size=job.eval.beam_size)
+    print_scores(result, job.task, beam_size=job.eval.decoding.beam_size)
     use = job.task.command
     print(f"model: {result['model_dir']}  (attnlab {use} --model {result['model_dir']} ...)")
     best = result.get("training", {}).get("best")
@@ -308,9 +224,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_startable(job) -> None:
+def _check_startable(job, out: Path | str = "."):
     """What would stop the run before its first step, said in the command's flags: no limit
-    on training; then every setting and what the task's options name (`Job.check`)."""
+    on training; then every setting and what the task's options name (`Job.check`, whose
+    context of the run into ``out`` is returned)."""
     train = job.train
     if all(train.get(name) is None for name in ("max_steps", "max_epochs", "max_minutes")):
         raise ValueError(
@@ -319,7 +236,7 @@ def _check_startable(job) -> None:
             f"[train] max_steps, max_epochs or max_minutes in --config)"
         )
     try:
-        job.check()
+        return job.check(out)
     except (ValueError, OSError) as e:  # a [task] option a flag sets: name the flag
         message = str(e)
         for key, flag in _TASK_FLAGS.items():

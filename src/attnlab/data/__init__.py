@@ -8,42 +8,51 @@ Text flows one way: a corpus gives ``(source, target)`` sentence pairs by split;
 them and :class:`TokenBatcher` groups them into batches of similar lengths.
 """
 
-from .batching import (
-    Example,
-    Examples,
-    TokenBatcher,
-    collate,
-    make_examples,
-    make_lm_examples,
-)
-from .corpora import (
-    MULTI30K_LANGS,
-    MULTI30K_SHA256,
-    MULTI30K_URL,
-    ParallelCorpus,
-    default_multi30k_dir,
-    multi30k,
-    numbers,
-    parallel_files,
-    read_lines,
-    text_corpus,
-)
-from .marian_files import from_marian_dir, to_marian_dir
-from .sentencepiece import SentencePieceTokenizer
-from .tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    SPECIAL_TOKENS,
-    SRC_TOKENIZER_FILE,
-    TGT_TOKENIZER_FILE,
-    TOKENIZER_FILE,
-    UNK_ID,
-    Tokenizer,
-    load_tokenizer,
-    load_tokenizers,
-    save_tokenizers,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+# Loaded on first use (attnlab._lazy): a preparation worker imports attnlab.data.workers,
+# which needs no torch; the batching module does.
+__getattr__, __dir__ = lazy_exports(globals())  # the names imported below
+
+if TYPE_CHECKING:  # the public names, as type checkers read them; made on first use
+    from .batching import (
+        Example,
+        Examples,
+        TokenBatcher,
+        collate,
+        make_examples,
+        make_lm_examples,
+    )
+    from .corpora import (
+        MULTI30K_LANGS,
+        MULTI30K_SHA256,
+        MULTI30K_URL,
+        ParallelCorpus,
+        default_multi30k_dir,
+        multi30k,
+        numbers,
+        parallel_files,
+        read_lines,
+        text_corpus,
+    )
+    from .marian_files import from_marian_dir, to_marian_dir
+    from .sentencepiece import SentencePieceTokenizer
+    from .tokenizer import (
+        BOS_ID,
+        EOS_ID,
+        PAD_ID,
+        SPECIAL_TOKENS,
+        SRC_TOKENIZER_FILE,
+        TGT_TOKENIZER_FILE,
+        TOKENIZER_FILE,
+        UNK_ID,
+        Tokenizer,
+        load_tokenizer,
+        load_tokenizers,
+        save_tokenizers,
+    )
 
 __all__ = [
     "BOS_ID",

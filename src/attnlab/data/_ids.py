@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .._checks import is_int
 
-__all__ = ["as_id_list", "check_id", "check_texts"]
+__all__ = ["as_id_list", "as_id_rows", "check_id", "check_texts"]
 
 
 def as_id_list(ids: object, vocab_size: int, name: str) -> list[int]:
@@ -30,6 +30,16 @@ def as_id_list(ids: object, vocab_size: int, name: str) -> list[int]:
                 f"this tokenizer"
             )
     return list(ids)
+
+
+def as_id_rows(batch: object, vocab_size: int) -> list[list[int]]:
+    """``batch`` (sequences of ints, or a 2-D tensor / array) as lists of ids, each checked
+    (:func:`as_id_list`, the argument named ``batch[i]``)."""
+    if hasattr(batch, "tolist") and not isinstance(batch, (list, tuple)):
+        batch = batch.tolist()
+    if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
+        raise TypeError(f"batch: expected a sequence of id sequences, got {type(batch)}")
+    return [as_id_list(ids, vocab_size, f"batch[{i}]") for i, ids in enumerate(batch)]
 
 
 def check_id(i: object, vocab_size: int, name: str) -> int:

@@ -6,6 +6,9 @@ tokens". Here a batch is a list of example indices whose *padded* size, ``len(ba
 longest``, stays within ``max_tokens`` on each side, so the tensors a batch becomes never
 exceed the budget, whatever the lengths.
 
+* :class:`ExamplesProtocol`: what training asks of examples (their lengths, their tensors, a
+  fingerprint, the first out-of-vocabulary id), which the in-memory :class:`Examples` and the
+  memory-mapped :class:`~attnlab.data.shards.ShardExamples` both implement.
 * :func:`make_examples` frames id pairs for teacher forcing (``[bos] + ids + [eos]`` on the
   target) and drops pairs longer than ``max_len``; :func:`make_lm_examples` does the same for
   a decoder-only model (no source).
@@ -20,7 +23,7 @@ exceed the budget, whatever the lengths.
 An epoch's batches are held lean (:class:`IndexBatches`: one index array and the batch
 boundaries, a few bytes per example), so that corpora of millions of pairs batch in seconds;
 :mod:`attnlab.data.shards` gives such corpora memory-mapped, as
-:class:`~attnlab.data.shards.ShardExamples`, which everything here accepts as :class:`Examples`.
+:class:`~attnlab.data.shards.ShardExamples`, which everything here accepts.
 
 Example::
 
@@ -33,8 +36,9 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, Protocol, overload, runtime_checkable
 
 import numpy as np
 import torch
@@ -43,9 +47,11 @@ from torch import Tensor
 __all__ = [
     "Example",
     "Examples",
+    "ExamplesProtocol",
     "IndexBatches",
     "Mixture",
     "TokenBatcher",
+    "as_examples",
     "collate",
     "make_examples",
     "make_lm_examples",
@@ -65,8 +71,43 @@ class Example(NamedTuple):
     tgt: tuple[int, ...]
 
 
+@runtime_checkable
+class ExamplesProtocol(Protocol):
+    """Training examples of either kind, in memory (:class:`Examples`) or memory-mapped
+    (:class:`~attnlab.data.shards.ShardExamples`): what the batcher and the objectives ask.
+
+    ``src_lengths`` and ``tgt_lengths`` (1-D unsigned or int64 arrays, one per example) are the
+    lengths of the tensors each example becomes; ``dropped`` counts the pairs left out for
+    ``max_len``; ``mixture`` draws each training epoch from several corpora, or is None.
+    """
+
+    src_lengths: np.ndarray
+    tgt_lengths: np.ndarray
+    dropped: int
+    mixture: Mixture | None
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Example: ...
+
+    def collate(self, indices: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The padded tensors ``src (B, S)``, ``tgt_in (B, T)``, ``tgt_out (B, T)`` of the
+        examples ``indices`` (:func:`collate`)."""
+        ...
+
+    def fingerprint(self) -> str:
+        """A short, cheap hash of what the examples are (a checkpoint's data fingerprint)."""
+        ...
+
+    def first_id_from(self, side: str, bound: int) -> int | None:
+        """The first example with a ``side`` (``"src"`` or ``"tgt"``: the framed target) id
+        ``>= bound``, or None: an id outside a model's vocabulary."""
+        ...
+
+
 class Examples(Sequence[Example]):
-    """The examples kept by :func:`make_examples`, with their lengths and the dropped count.
+    """The examples kept by :func:`make_examples`, with their lengths and the dropped count:
+    the in-memory :class:`ExamplesProtocol`.
 
     A read-only sequence of :class:`Example`. ``src_lengths`` and ``tgt_lengths`` (int64 numpy
     arrays) are the lengths of the tensors each example becomes: ``len(src)`` and
@@ -111,6 +152,33 @@ class Examples(Sequence[Example]):
     def collate(self, indices: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
         """The padded tensors of the examples ``indices``: :func:`collate`."""
         return _collate_rows(self, indices, pad_id)
+
+    def fingerprint(self) -> str:
+        """A short hash of every example's lengths."""
+        digest = hashlib.sha256(self.src_lengths.tobytes())
+        digest.update(self.tgt_lengths.tobytes())
+        return digest.hexdigest()[:16]
+
+    def first_id_from(self, side: str, bound: int) -> int | None:
+        """The first example with a ``side`` id ``>= bound`` (the target framed), or None."""
+        for i, example in enumerate(self._examples):
+            ids = example.src if side == "src" else example.tgt
+            if ids and max(ids) >= bound:
+                return i
+        return None
+
+
+def as_examples(data: object, name: str) -> ExamplesProtocol:
+    """``data`` as examples: :class:`ExamplesProtocol` as it is, a sequence of
+    :class:`Example` as :class:`Examples`; errors start with ``name``."""
+    if isinstance(data, ExamplesProtocol):
+        return data
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        try:
+            return Examples(data)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{name}: {e}") from None
+    raise TypeError(f"{name}: expected Examples (make_examples), got {type(data).__name__}")
 
 
 def _check_ids(ids: object, where: str) -> tuple[int, ...]:
@@ -396,10 +464,12 @@ class TokenBatcher:
         self._cached: tuple[int, IndexBatches] | None = None
 
     @classmethod
-    def for_examples(cls, examples: Examples, max_tokens: int, **options: Any) -> TokenBatcher:
-        """A batcher over :class:`Examples` (their source and target tensor lengths, and their
-        :class:`Mixture` when they have one)."""
-        if not isinstance(examples, Examples):
+    def for_examples(
+        cls, examples: ExamplesProtocol, max_tokens: int, **options: Any
+    ) -> TokenBatcher:
+        """A batcher over examples (:class:`ExamplesProtocol`: their source and target tensor
+        lengths, and their :class:`Mixture` when they have one)."""
+        if not isinstance(examples, ExamplesProtocol):
             raise TypeError(f"examples: expected Examples, got {type(examples).__name__}")
         options.setdefault("mixture", examples.mixture)
         return cls(examples.src_lengths, examples.tgt_lengths, max_tokens, **options)
@@ -537,7 +607,8 @@ def _pack(src: np.ndarray, tgt: np.ndarray, budget: int) -> np.ndarray:
     the batch boundaries, int64, ``[0, ..., len(src)]``; batch ``j`` is ``[bounds[j],
     bounds[j + 1])``.
 
-    The same cut as :func:`_pack_reference`, found a window at a time: from a batch's first
+    The same cut as packing one example at a time (tests/_batching_reference.py keeps that
+    readable version), found a window at a time: from a batch's first
     example, the ``k``-th joins iff ``k * (the longest of the first k) <= budget`` on both
     sides; that only turns false once (``k`` and the running maximum never decrease), so the
     batch is the leading run of trues. Every example fits alone (checked when the batcher is
@@ -562,24 +633,6 @@ def _pack(src: np.ndarray, tgt: np.ndarray, budget: int) -> np.ndarray:
         bounds.append(start)
         window = max(64, 2 * size)
     return np.array(bounds, dtype=np.int64)
-
-
-def _pack_reference(src: Sequence[int], tgt: Sequence[int], budget: int) -> list[int]:
-    """The greedy packing, one example at a time (what :func:`_pack` must equal): an example
-    joins the current batch while the budget holds on both sides, else it starts the next."""
-    bounds = [0]
-    longest_src = longest_tgt = 0
-    size = 0
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        s, t = max(longest_src, s), max(longest_tgt, t)
-        if size and ((size + 1) * s > budget or (size + 1) * t > budget):
-            bounds.append(i)  # the batch ends before example i
-            s, t, size = src[i], tgt[i], 0
-        size += 1
-        longest_src, longest_tgt = s, t
-    if size:
-        bounds.append(len(src))
-    return bounds
 
 
 class Mixture:
@@ -743,11 +796,11 @@ def collate(
         ``ids + [eos]``, what it must predict at each position (``T = longest len(tgt) - 1``).
         ``B = len(indices)``, in the order of ``indices``.
 
-    :class:`Examples` collate themselves (:meth:`Examples.collate`; memory-mapped
+    Examples collate themselves (:meth:`ExamplesProtocol.collate`; memory-mapped
     :class:`~attnlab.data.shards.ShardExamples` without a loop over the rows), any other
     sequence of :class:`Example` row by row.
     """
-    if isinstance(examples, Examples):
+    if isinstance(examples, ExamplesProtocol):
         return examples.collate(indices, pad_id)
     return _collate_rows(examples, indices, pad_id)
 

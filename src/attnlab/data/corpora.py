@@ -6,7 +6,8 @@
 * :func:`multi30k`: Multi30K task 1 (Elliott et al. 2016), English / German / French image
   captions, the usual small benchmark for the paper's model. Read from a directory, downloaded
   from the dataset's public repository when missing, and checked against SHA-256 digests;
-  :func:`download_multi30k` (``attnlab download multi30k``) fetches it on purpose.
+  :func:`download_multi30k` (``attnlab download multi30k``) fetches it on purpose, through
+  :mod:`attnlab.data.download`.
 * :func:`parallel_files`: any line-aligned pair of files.
 * :func:`text_corpus`: one text file split into train / valid lines, for ``TransformerLM``.
 * :func:`read_lines`: the UTF-8 reader under all of them, whose errors name the file and line.
@@ -17,26 +18,16 @@ sentence pairs, keyed ``"train"``, ``"valid"`` and ``"test"``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gzip
-import hashlib
-import http.client
 import os
 import random
-import socket
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._checks import check_int, check_positive_number, check_rate
-from .._io import atomic_write
+from .download import Progress, fetch, verify_cached
+from .textfiles import iter_lines
 
 __all__ = [
     "MULTI30K_LANGS",
@@ -53,8 +44,6 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike
-#: A download's progress: ``(file name, bytes received, bytes expected)``, called as bytes arrive.
-Progress = Callable[[str, int, int], object]
 
 SPLITS = ("train", "valid", "test")
 
@@ -103,46 +92,22 @@ class ParallelCorpus:
 
 
 def read_lines(path: PathLike) -> list[str]:
-    """The lines of a UTF-8 text file, without their line endings (``\\n`` or ``\\r\\n``).
+    """The lines of a UTF-8 text file, without their line endings (``\\n`` or ``\\r\\n``):
+    :func:`attnlab.data.textfiles.iter_lines`, whole.
 
-    A name ending in ``.gz`` is read through gzip. A leading byte-order mark is dropped. Lines
-    are otherwise returned exactly as written (no stripping); a final newline does not start an
-    extra line.
+    A file that starts with gzip's magic bytes is read through gzip, whatever its name. A
+    leading byte-order mark is dropped. Lines are otherwise returned exactly as written (no
+    stripping); a final newline does not start an extra line.
 
     Raises:
         FileNotFoundError: the file does not exist (IsADirectoryError: it is a directory).
         ValueError: the file is empty, is not valid gzip, or holds bytes that are not UTF-8
             (the message names the file and the line: ``"a.de: line 17: not UTF-8 ..."``).
     """
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{path}: is a directory, expected a text file")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rb") as handle:
-                data = handle.read()
-        else:
-            data = path.read_bytes()
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise ValueError(f"{path}: not a valid gzip file ({exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ValueError(
-            f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at column {column})"
-        ) from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text:
+    lines = list(iter_lines(path))
+    if not lines:
         raise ValueError(f"{path}: the file is empty")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
 
 
 def _read_pairs(src_path: PathLike, tgt_path: PathLike) -> list[tuple[str, str]]:
@@ -360,200 +325,6 @@ def default_multi30k_dir() -> Path:
     return Path(cache) / "attnlab" / "multi30k"
 
 
-class _Deadline:
-    """One deadline for every connection of a download: when it passes, the sockets still open
-    are shut down, which wakes a read blocked on a server that drips bytes (a per-read timeout
-    alone never fires while a byte arrives now and then)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-        self.expired = False
-        self._timers: list[threading.Timer] = []
-
-    def remaining(self) -> float:
-        return max(0.0, self.end - time.monotonic())
-
-    def watch(self, sock: socket.socket) -> None:
-        timer = threading.Timer(self.remaining(), self._expire, args=(sock,))
-        timer.daemon = True
-        self._timers.append(timer)
-        timer.start()
-
-    def _expire(self, sock: socket.socket) -> None:
-        self.expired = True
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-    def cancel(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-
-
-class _DowngradeError(urllib.error.URLError):
-    """A redirect to a weaker scheme (https -> http) or to anything but http(s)."""
-
-
-def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
-    """A urllib opener whose connections are shut when ``deadline`` passes, and whose redirects
-    never leave https for http (nor http(s) for another scheme)."""
-
-    class Connection(http.client.HTTPConnection):
-        def connect(self) -> None:
-            super().connect()
-            deadline.watch(self.sock)
-
-    class SecureConnection(http.client.HTTPSConnection):
-        def connect(self) -> None:
-            super().connect()
-            deadline.watch(self.sock)
-
-    class Handler(urllib.request.HTTPHandler):
-        def http_open(self, req):
-            return self.do_open(Connection, req)
-
-    class SecureHandler(urllib.request.HTTPSHandler):
-        def https_open(self, req):
-            return self.do_open(SecureConnection, req, context=self._context)
-
-    class Redirects(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
-            old = urllib.parse.urlsplit(req.full_url).scheme.lower()
-            new = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl)).scheme.lower()
-            if new not in ("http", "https") or (old == "https" and new != "https"):
-                raise _DowngradeError(
-                    f"refused a redirect from {old} to {new} ({_clip(newurl)}): a download never "
-                    f"moves to a weaker scheme"
-                )
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-    return urllib.request.build_opener(Handler, SecureHandler, Redirects)
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _content_length(answer: http.client.HTTPResponse) -> int | None:
-    """The answer's Content-Length, or None when it gives none (or none that is a number)."""
-    value = answer.headers.get("Content-Length")
-    try:
-        length = int(value) if value is not None else None
-    except ValueError:
-        return None
-    return length if length is not None and length >= 0 else None
-
-
-def _download(
-    url: str,
-    destination: Path,
-    timeout: float,
-    deadline: _Deadline,
-    progress: Progress | None = None,
-) -> None:
-    """Fetch ``url`` into ``destination`` (named like a key of MULTI30K_SHA256) if its digest
-    matches; write it atomically, so no partial or unverified file is ever left behind.
-    ``timeout``: seconds for any one connect or read; ``deadline``: for the whole download;
-    ``progress(name, received, expected)`` as bytes arrive (expected: the Content-Length, else
-    the published size). An answer shorter than its Content-Length is refused as truncated."""
-    name = destination.name
-    expected_digest, expected_size = MULTI30K_SHA256[name]
-    request = urllib.request.Request(url, headers={"User-Agent": "attnlab"})
-    limit = 2 * expected_size  # a wrong URL serving something huge is cut off, then refused
-    chunks, received = [], 0
-    length: int | None = None
-    late = (
-        f"could not download {name} from {url}: not complete within {deadline.seconds:g} s "
-        f"(the download deadline)"
-    )
-
-    def truncated(got: int, announced: int) -> str:
-        return (
-            f"could not download {name} from {url}: the connection closed after {got:,} of "
-            f"{announced:,} bytes (a truncated download); nothing was saved"
-        )
-
-    try:
-        if deadline.remaining() <= 0:
-            raise OSError(late)
-        with _opener(deadline).open(request, timeout=min(timeout, deadline.remaining())) as answer:
-            length = _content_length(answer)
-            total = length if length is not None else expected_size
-            if progress is not None:
-                progress(name, 0, total)
-            while received <= limit:
-                chunk = answer.read1(1 << 16)  # what has arrived: a drip cannot hold it
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                received += len(chunk)
-                if progress is not None:
-                    progress(name, received, total)
-                if deadline.remaining() <= 0:
-                    raise OSError(late)
-        if deadline.expired:  # the shut socket read as the end of the answer
-            raise OSError(late)
-    except urllib.error.HTTPError as exc:
-        exc.close()  # it holds the error response open
-        raise OSError(
-            f"could not download {name} from {url}: HTTP {exc.code} {exc.reason}"
-        ) from exc
-    except http.client.IncompleteRead as exc:  # a chunked answer that stopped early
-        if deadline.expired or deadline.remaining() <= 0:
-            raise OSError(late) from exc
-        got = received + len(exc.partial)
-        raise OSError(truncated(got, got + (exc.expected or 0))) from exc
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        if deadline.expired or deadline.remaining() <= 0:
-            raise OSError(late) from exc
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise OSError(f"could not download {name} from {url}: {reason}") from exc
-    if length is not None and received < length:
-        raise OSError(truncated(received, length))
-    data = b"".join(chunks)
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != expected_digest:
-        raise ValueError(
-            f"{name} downloaded from {url} has sha256 {digest} ({len(data)} bytes), expected "
-            f"{expected_digest} ({expected_size} bytes); it was not saved"
-        )
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(destination, lambda temp: Path(temp).write_bytes(data))
-    _VERIFIED.add(_identity(destination))
-
-
-#: Files checked against MULTI30K_SHA256 in this process, by (path, size, mtime): a cached file
-#: is hashed again on its first use in each process, and after any change.
-_VERIFIED: set[tuple[str, int, int]] = set()
-
-
-def _identity(path: Path) -> tuple[str, int, int]:
-    stat = path.stat()
-    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
-
-
-def _verify_cached(path: Path) -> None:
-    """Check a local Multi30K file that has a published digest (the ``.gz`` names) once per
-    process; plain-text copies have none and are read as they are."""
-    if path.name not in MULTI30K_SHA256:
-        return
-    identity = _identity(path)
-    if identity in _VERIFIED:
-        return
-    expected_digest, expected_size = MULTI30K_SHA256[path.name]
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected_digest:
-        raise ValueError(
-            f"{path}: sha256 {digest.hexdigest()} ({identity[1]} bytes), expected "
-            f"{expected_digest} ({expected_size} bytes): a damaged or different copy; delete it "
-            f"to download it again"
-        )
-    _VERIFIED.add(identity)
-
-
 def _local(directory: Path, stem: str, lang: str) -> Path | None:
     """The file of ``stem`` in ``lang`` in ``directory`` (``.gz``, else plain text), or None."""
     for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
@@ -562,10 +333,11 @@ def _local(directory: Path, stem: str, lang: str) -> Path | None:
     return None
 
 
-def missing_files(directory: Path, langs: Sequence[str]) -> list[str]:
-    """The ``.gz`` names of the files of ``langs`` that ``directory`` has in neither form."""
-    wanted = [(stem, lang) for stem in _MULTI30K_STEMS.values() for lang in langs]
-    return [f"{stem}.{lang}.gz" for stem, lang in wanted if _local(directory, stem, lang) is None]
+def _verify_cached(path: Path) -> None:
+    """Check a local Multi30K file that has a published digest (the ``.gz`` names) once per
+    process; plain-text copies have none and are read as they are."""
+    if path.name in MULTI30K_SHA256:
+        verify_cached(path, MULTI30K_SHA256[path.name])
 
 
 def _fetch(
@@ -576,17 +348,17 @@ def _fetch(
     deadline: float,
     progress: Progress | None = None,
 ) -> None:
-    """Download ``names`` into ``directory``, each verified before it is written, from
-    ``base_url``, else ``$ATTNLAB_MULTI30K_URL``, else :data:`MULTI30K_URL`; ``deadline``
-    seconds for them all."""
-    base_url = base_url or os.environ.get("ATTNLAB_MULTI30K_URL") or MULTI30K_URL
-    clock = _Deadline(deadline)
-    try:
-        for name in names:
-            url = base_url.rstrip("/") + "/" + name
-            _download(url, directory / name, timeout, clock, progress)
-    finally:
-        clock.cancel()
+    """Download ``names`` into ``directory``, each checked against :data:`MULTI30K_SHA256`
+    before it is written, from ``base_url``, else ``$ATTNLAB_MULTI30K_URL``, else
+    :data:`MULTI30K_URL`; ``deadline`` seconds for them all."""
+    url = base_url or os.environ.get("ATTNLAB_MULTI30K_URL") or MULTI30K_URL
+    fetch(directory, names, url, MULTI30K_SHA256, timeout, deadline, progress)
+
+
+def missing_files(directory: Path, langs: Sequence[str]) -> list[str]:
+    """The ``.gz`` names of the files of ``langs`` that ``directory`` has in neither form."""
+    wanted = [(stem, lang) for stem in _MULTI30K_STEMS.values() for lang in langs]
+    return [f"{stem}.{lang}.gz" for stem, lang in wanted if _local(directory, stem, lang) is None]
 
 
 def download_multi30k(

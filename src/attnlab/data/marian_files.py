@@ -214,7 +214,7 @@ def to_marian_dir(
             (Marian's config holds one of each).
     """
     for name, tok in (("src", src), ("tgt", tgt)):
-        if not isinstance(tok, SentencePieceTokenizer):
+        if getattr(tok, "kind", None) != "sentencepiece":
             raise TypeError(f"{name}: expected a SentencePieceTokenizer, got {type(tok).__name__}")
     if not src.add_eos:
         raise ValueError(

@@ -62,7 +62,8 @@ import sentencepiece
 
 from .._checks import is_int
 from .._io import atomic_write
-from ._ids import as_id_list, check_id, check_texts
+from ._ids import as_id_list, as_id_rows, check_id, check_texts
+from .tokens import TokenizerProtocol
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
@@ -176,7 +177,7 @@ def _read_saved(path: Path) -> dict[str, Any]:
     return data
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(TokenizerProtocol):
     """One side of a Marian tokenizer: a SentencePiece model, Marian's vocabulary over its
     pieces (piece -> id; not the SentencePiece ids) and the special tokens ``</s>`` (eos),
     ``<unk>`` and ``<pad>``, whose ids the vocabulary gives.
@@ -197,6 +198,8 @@ class SentencePieceTokenizer:
         src.encode("Two men.")      # [..., src.eos_id]
         tgt.decode(generated_ids)   # "Zwei Männer."
     """
+
+    kind = "sentencepiece"
 
     def __init__(
         self,
@@ -377,12 +380,7 @@ class SentencePieceTokenizer:
 
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
         """:meth:`decode` for each row of ``batch`` (sequences of ints, or a 2-D tensor)."""
-        if hasattr(batch, "tolist") and not isinstance(batch, (list, tuple)):
-            batch = batch.tolist()
-        if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
-            raise TypeError(f"batch: expected a sequence of id sequences, got {type(batch)}")
-        size = len(self._vocab)
-        return [self._decode(as_id_list(row, size, f"batch[{i}]")) for i, row in enumerate(batch)]
+        return [self._decode(row) for row in as_id_rows(batch, len(self._vocab))]
 
     def tokens(self, text: str) -> list[str]:
         """The pieces of ``text`` as readable text, one per id of ``encode(text)`` (so

@@ -1,25 +1,16 @@
 """Prepared corpora read from disk: token-id shards, memory-mapped, as training examples.
 
 A corpus of millions of pairs is prepared once (:mod:`attnlab.data.prepare` writes it) into
-one directory, complete if and only if its ``meta.json`` exists::
-
-    src.ids, tgt.ids          every pair's ids as its tokenizer encodes them, concatenated,
-                              little-endian,
-                              meta["dtype"] ("uint16" or "uint32")
-    src.offsets, tgt.offsets  little-endian int64, pairs + 1 of them, offsets[0] = 0: pair i's
-                              source is src.ids[src.offsets[i]:src.offsets[i + 1]]
-    meta.json                 {"format": "attnlab-shards", "version": 1, "pairs", "dtype",
-                              "src_vocab", "tgt_vocab", "src_max_id", "tgt_max_id",
-                              "src_tokens", "tgt_tokens", "key", "inputs", "filters",
-                              "dropped", "tokenizers"}
+one directory of the shard format (:mod:`attnlab.data.shardformat`: ids, offsets and a
+``meta.json``, complete if and only if that exists).
 
 * :class:`TokenShards` opens one directory read-only (``np.memmap`` of each file: nothing
   is read until it is used). Training reads a batch's rows with ``os.pread`` through the
   operating system's page cache, which holds the ids once for every process that reads
   them, so that no process's resident set grows with the corpus (:meth:`TokenShards.rows`).
   It pickles as its path (DataLoader workers and the ranks of a run open the same files).
-* :class:`ShardExamples` views one corpus, or several as one index space, as the
-  :class:`~attnlab.data.batching.Examples` that ``make_examples`` would have made of the same
+* :class:`ShardExamples` views one corpus, or several as one index space, as the examples
+  (:class:`~attnlab.data.batching.ExamplesProtocol`) that ``make_examples`` would make of the same
   pairs (the same framing, the same pairs left out for ``max_len``): what the
   :class:`~attnlab.train.Trainer` and :class:`~attnlab.data.batching.TokenBatcher` take. It
   holds about 6 bytes per pair of lengths (4 more per pair where ``max_len`` drops some),
@@ -54,26 +45,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .batching import Example, Examples, Mixture, check_int, check_max_len, index_dtype
+from .batching import Example, ExamplesProtocol, Mixture, check_int, check_max_len, index_dtype
+from .shardformat import META_FILE, OFFSETS_DTYPE, read_meta
 
-__all__ = [
-    "FORMAT",
-    "META_FILE",
-    "VERSION",
-    "ShardExamples",
-    "TokenShards",
-    "batch_loader",
-]
+__all__ = ["ShardExamples", "TokenShards", "batch_loader"]
 
 PathLike = str | os.PathLike[str]
 
-#: The ``format`` and ``version`` fields of a shard directory's ``meta.json``.
-FORMAT = "attnlab-shards"
-VERSION = 1
-META_FILE = "meta.json"
-_SIDES = ("src", "tgt")
-_ID_DTYPES = ("uint16", "uint32")
-_OFFSETS = np.dtype("<i8")
+_OFFSETS = np.dtype(OFFSETS_DTYPE)
 _CHUNK = 1 << 20  # offsets read at a time when computing the lengths
 _BLOCK = 64  # the offsets kept in memory: every 64th (0.125 bytes per pair and side)
 
@@ -117,7 +96,7 @@ class TokenShards:
                 f"{self.directory}: not prepared (no {META_FILE}): an interrupted preparation? "
                 f"Prepare it again (attnlab.data.prepare)"
             )
-        self.meta = _read_meta(meta_path)
+        self.meta = read_meta(meta_path)
         self.pairs: int = self.meta["pairs"]
         self.dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
         self.key: str = self.meta["key"]
@@ -257,35 +236,6 @@ def _reopen(directory: str, key: str) -> TokenShards:
     return shards
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
-    """``meta.json``, its fields checked (the format, the version, the counts)."""
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a shard directory's {META_FILE} ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise ValueError(f"{path}: format {found!r:.40}, expected {FORMAT!r}")
-    if meta.get("version") != VERSION:
-        raise ValueError(
-            f"{path}: shard format version {meta.get('version')!r:.20}; this attnlab reads "
-            f"version {VERSION} (prepare the corpus again)"
-        )
-    if meta.get("dtype") not in _ID_DTYPES:
-        raise ValueError(f"{path}: dtype {meta.get('dtype')!r:.20}, expected one of {_ID_DTYPES}")
-    for name in ("pairs", "src_tokens", "tgt_tokens"):
-        value = meta.get(name)
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            raise ValueError(f"{path}: {name}: expected a non-negative int, got {value!r:.40}")
-    for name in ("src_max_id", "tgt_max_id"):
-        value = meta.get(name)
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= -1):
-            raise ValueError(f"{path}: {name}: expected an int >= -1, got {value!r:.40}")
-    if not isinstance(meta.get("key"), str) or not meta["key"]:
-        raise ValueError(f"{path}: key: expected the preparation's fingerprint, a string")
-    return meta
-
-
 def _map(path: Path, dtype: np.dtype[Any], count: int, what: str) -> np.ndarray:
     """``path`` as a read-only array of ``count`` items of ``dtype``, its size checked."""
     try:
@@ -302,8 +252,10 @@ def _map(path: Path, dtype: np.dtype[Any], count: int, what: str) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
 
 
-class ShardExamples(Examples):
-    """Prepared corpora as training :class:`~attnlab.data.batching.Examples`, read from disk.
+class ShardExamples:
+    """Prepared corpora as training examples, read from disk: an
+    :class:`~attnlab.data.batching.ExamplesProtocol`, as the in-memory
+    :class:`~attnlab.data.batching.Examples` is.
 
     The same examples as ``make_examples(pairs, max_len=..., bos_id=..., eos_id=...)`` over the
     corpora's pairs in order (corpus after corpus): item ``i`` is the same
@@ -396,7 +348,7 @@ class ShardExamples(Examples):
             return kept, src, tgt + np.uint16(1)
         return kept, src, tgt.astype(np.uint32) + np.uint32(1)
 
-    # -- the Examples interface ----------------------------------------------------------------
+    # -- the examples protocol -----------------------------------------------------------------
 
     def __len__(self) -> int:
         return int(self.corpus_starts[-1])
@@ -467,11 +419,16 @@ class ShardExamples(Examples):
         return torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out)
 
     def first_id_from(self, side: str, bound: int) -> int | None:
-        """The first example with a ``side`` (``"src"`` or ``"tgt"``) id >= ``bound``, or None.
+        """The first example with a ``side`` (``"src"`` or ``"tgt"``: the framed target) id
+        >= ``bound``, or None (an ``lm``'s empty sources have none).
 
-        Cheap when none has one: a corpus is read only if its meta's largest id reaches
-        ``bound`` (then its ids are scanned in chunks, and pairs ``max_len`` left out do not
-        count). The framing ids are not looked at."""
+        Cheap when none has one: the framing ids are compared, and a corpus is read only if its
+        meta's largest id reaches ``bound`` (then its ids are scanned in chunks, and pairs
+        ``max_len`` left out do not count)."""
+        if side == "src" and self.lm:
+            return None
+        if side == "tgt" and len(self) and max(self.bos_id, self.eos_id) >= bound:
+            return 0
         for k, shards in enumerate(self.shards):
             if getattr(shards, f"{side}_max_id") < bound:
                 continue
@@ -569,7 +526,7 @@ class _Collated:
     batch's indices into its tensors (None for an empty share). Pickles as the examples (a
     few hundred bytes) and the pad id."""
 
-    def __init__(self, examples: Examples, pad_id: int) -> None:
+    def __init__(self, examples: ExamplesProtocol, pad_id: int) -> None:
         self.examples, self.pad_id = examples, pad_id
 
     def __len__(self) -> int:
@@ -587,7 +544,7 @@ def _as_is(batch: Any) -> Any:
 
 
 def batch_loader(
-    examples: Examples,
+    examples: ExamplesProtocol,
     batches: Iterable[Sequence[int]],
     *,
     pad_id: int,

@@ -1,6 +1,7 @@
 """Large line files, read in a stream: plain or gzip, UTF-8, one sentence a line.
 
-The readers under :mod:`attnlab.data.prepare`, which never hold a whole corpus in memory:
+The one line reader of attnlab's data, under :mod:`attnlab.data.prepare` and
+:mod:`attnlab.data.corpora` alike; it never holds a whole corpus in memory:
 
 * :func:`open_bytes`: a file's bytes, through gzip when the file starts with gzip's magic
   bytes (whatever its name); :func:`is_gzip` says which.
@@ -17,7 +18,7 @@ A line is what lies between two ``\\n`` bytes: its ending (``\\n`` or ``\\r\\n``
 part of it, a final newline does not start an extra line, and a file's leading byte-order
 mark is dropped. Unicode's other line separators (U+2028, ``\\x85``) are ordinary
 characters. Bytes that are not UTF-8 raise ValueError naming the file, the line and the
-column, as :func:`attnlab.data.corpora.read_lines` does.
+column. :func:`attnlab.data.corpora.read_lines` reads a whole file through :func:`iter_lines`.
 
 Example::
 

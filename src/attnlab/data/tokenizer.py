@@ -53,9 +53,9 @@ import tokenizers as hf
 from .._checks import is_int
 from .._io import atomic_write
 from .._rundir import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
-from ._ids import as_id_list, check_id, check_texts
+from ._ids import as_id_list, as_id_rows, check_id, check_texts
 from .byte_tokens import BYTE_SYMBOLS, BYTE_TOKENS, SYMBOL_TO_BYTE, byte_level_backend, bytes_text
-from .tokens import TokenizerProtocol
+from .tokens import TokenizerProtocol, is_tokenizer, load_tokenizer
 
 __all__ = [
     "BOS_ID",
@@ -192,7 +192,7 @@ def _format_marker(model: dict[str, Any], path: Path) -> int | None:
     return version
 
 
-class Tokenizer:
+class Tokenizer(TokenizerProtocol):
     """A BPE tokenizer with the special tokens ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2 and
     ``<unk>`` 3: BPE over characters with byte fallback (:attr:`format` 2, what :meth:`train`
     makes), or a byte-level BPE saved by an earlier attnlab (format 1).
@@ -209,6 +209,7 @@ class Tokenizer:
         tok.save("run/tokenizer.json")
     """
 
+    kind = "bpe"
     pad_id = PAD_ID
     bos_id = BOS_ID
     eos_id = EOS_ID
@@ -447,11 +448,7 @@ class Tokenizer:
 
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
         """:meth:`decode` for each row of ``batch`` (sequences of ints, or a 2-D tensor)."""
-        if hasattr(batch, "tolist") and not isinstance(batch, (list, tuple)):
-            batch = batch.tolist()
-        if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
-            raise TypeError(f"batch: expected a sequence of id sequences, got {type(batch)}")
-        rows = [as_id_list(ids, self._vocab_size, f"batch[{i}]") for i, ids in enumerate(batch)]
+        rows = as_id_rows(batch, self._vocab_size)
         if self._format == 1:
             return self._backend.decode_batch(rows, skip_special_tokens=True)
         return [self._decode_pieces(row) for row in rows]
@@ -496,31 +493,6 @@ class Tokenizer:
         return f"Tokenizer(vocab_size={self._vocab_size}, format={self._format})"
 
 
-def _tokenizer_kinds() -> tuple[type, ...]:
-    """The tokenizer classes a model directory may hold (imported here, not at the top: only
-    Marian's tokenizers need the sentencepiece package loaded)."""
-    from .sentencepiece import SentencePieceTokenizer
-
-    return (Tokenizer, SentencePieceTokenizer)
-
-
-def load_tokenizer(path: PathLike) -> TokenizerProtocol:
-    """Read one tokenizer file of either kind: a
-    :class:`~attnlab.data.sentencepiece.SentencePieceTokenizer` when the file says so at its
-    top level (``"attnlab": {"format": "sentencepiece", ...}``), else a BPE :class:`Tokenizer`
-    (:meth:`Tokenizer.load`, whose errors it raises for a file that is neither)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        data = None  # Tokenizer.load says what is wrong with it
-    if isinstance(data, dict) and _FORMAT_KEY in data:
-        from .sentencepiece import SentencePieceTokenizer
-
-        return SentencePieceTokenizer.load(path)
-    return Tokenizer.load(path)
-
-
 def save_tokenizers(
     directory: PathLike,
     src: TokenizerProtocol,
@@ -535,12 +507,11 @@ def save_tokenizers(
     two tokenizers). Files of the other layout left from an earlier save are removed, so
     :func:`load_tokenizers` never sees both.
     """
-    kinds = _tokenizer_kinds()
-    if not isinstance(src, kinds):
+    if not is_tokenizer(src):
         raise TypeError(
             f"src: expected a Tokenizer or SentencePieceTokenizer, got {type(src).__name__}"
         )
-    if tgt is not None and not isinstance(tgt, kinds):
+    if tgt is not None and not is_tokenizer(tgt):
         raise TypeError(
             f"tgt: expected a Tokenizer, SentencePieceTokenizer or None, got {type(tgt).__name__}"
         )

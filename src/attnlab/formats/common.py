@@ -104,18 +104,17 @@ def check_exportable(model: object, target: str) -> None:
 def tokenizer_pair(tokenizers: object) -> tuple[Any, Any]:
     """``(src, tgt)`` from one tokenizer (joint vocabulary), a pair, or a directory; each a
     BPE Tokenizer or a SentencePieceTokenizer."""
-    from ..data.sentencepiece import SentencePieceTokenizer
-    from ..data.tokenizer import Tokenizer, load_tokenizers
+    from ..data.tokenizer import load_tokenizers
+    from ..data.tokens import is_tokenizer
 
-    kinds = (Tokenizer, SentencePieceTokenizer)
-    if isinstance(tokenizers, kinds):
+    if is_tokenizer(tokenizers):
         return tokenizers, tokenizers
     if isinstance(tokenizers, (str, os.PathLike)):
         return load_tokenizers(tokenizers)
     if (
         isinstance(tokenizers, Sequence)
         and len(tokenizers) == 2
-        and all(isinstance(t, kinds) for t in tokenizers)
+        and all(is_tokenizer(t) for t in tokenizers)
     ):
         return tokenizers[0], tokenizers[1]
     raise TypeError(
@@ -149,7 +148,7 @@ def same_tokenizer(src: Any, tgt: Any) -> bool:
     the same :meth:`fingerprint` (they encode and decode alike)."""
     if src is tgt:
         return True
-    return type(src) is type(tgt) and src.fingerprint() == tgt.fingerprint()
+    return src.kind == tgt.kind and src.fingerprint() == tgt.fingerprint()
 
 
 # -- the output directory ----------------------------------------------------------------------

@@ -93,9 +93,8 @@ def to_ctranslate2(
     joint = same_tokenizer(src, tgt)
 
     from ..data.marian_files import to_marian_dir
-    from ..data.sentencepiece import SentencePieceTokenizer
 
-    marian = isinstance(src, SentencePieceTokenizer) and isinstance(tgt, SentencePieceTokenizer)
+    marian = src.kind == tgt.kind == "sentencepiece"
 
     def build(directory: Path) -> None:
         from ..data.tokenizer import save_tokenizers

@@ -177,14 +177,13 @@ def to_huggingface(
         FileExistsError: ``out_dir`` exists and ``force`` is False.
     """
     from ..data.marian_files import to_marian_dir
-    from ..data.sentencepiece import SentencePieceTokenizer
 
     check_exportable(model, "huggingface")
     src, tgt = tokenizer_pair(tokenizers)
     c = model.config
     # An imported Marian model's SentencePiece tokenizers go back out as Marian's own files
     # (MarianTokenizer); attnlab's BPE goes out as a fast tokenizer, which holds one vocabulary.
-    sentencepiece = [isinstance(t, SentencePieceTokenizer) for t in (src, tgt)]
+    sentencepiece = [t.kind == "sentencepiece" for t in (src, tgt)]
     if any(sentencepiece) and not all(sentencepiece):
         raise ValueError("tokenizers: one SentencePiece and one BPE tokenizer; expected one kind")
     if not sentencepiece[0] and not same_tokenizer(src, tgt):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..data.tokens import TokenizerProtocol
 
-__all__ = ["CHARS_PER_TOKEN", "TOO_LONG_CHOICES", "TooLong", "bound_sources"]
+__all__ = ["CHARS_PER_TOKEN", "MAX_TOKENS", "TOO_LONG_CHOICES", "TooLong", "bound_sources"]
 
 #: A source longer than this many characters per token of the model's ``max_len`` is cut (or
 #: refused) before it is tokenized, so that tokenizing is bounded too. Subword tokens average a
@@ -23,6 +23,10 @@ CHARS_PER_TOKEN = 20
 #: What :class:`~attnlab.inference.translator.Translator` does with a source over the model's
 #: ``max_len``: ``"cut"`` keeps its first ``max_len`` tokens, ``"refuse"`` does not translate it.
 TOO_LONG_CHOICES = ("cut", "refuse")
+#: Source tokens per batch (padded: the longest source times the rows), the default of the
+#: Translator, ``attnlab translate``/``serve --max-tokens`` and the translation service's batcher:
+#: how much decoding work one batch may hold.
+MAX_TOKENS = 4096
 
 
 @dataclass(frozen=True)

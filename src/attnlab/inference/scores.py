@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._checks import check_positive_int
-from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong
+from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong
 from .modeldir import load_with_tokenizers
-from .translator import Translator, load_translator
+from .translator import Translator, length_batches, load_translator
 
 __all__ = [
     "BLEU_MAX_ORDER",
@@ -268,7 +268,7 @@ def score(
 
 
 @torch.no_grad()
-def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = 4096) -> dict:
+def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = MAX_TOKENS) -> dict:
     """Perplexity of a :class:`attnlab.TransformerLM` on ``lines``: ``exp`` of the mean
     cross-entropy (nats, no label smoothing) of every token of ``[bos] + ids + [eos]`` after
     the first, in length-sorted batches of at most ``max_tokens`` tokens. A line is scored on
@@ -293,12 +293,9 @@ def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = 4
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    total, count, start = 0.0, 0, 0
-    while start < len(framed):
-        end = start + 1
-        while end < len(framed) and len(framed[end]) * (end - start + 1) <= max_tokens:
-            end += 1
-        batch = framed[start:end]
+    total, count = 0.0, 0
+    for rows in length_batches(list(range(len(framed))), framed, lambda i: None, max_tokens):
+        batch = [framed[i] for i in rows]
         width = len(batch[-1])
         ids = torch.full((len(batch), width), config.pad_id, dtype=torch.long)
         for i, row in enumerate(batch):
@@ -313,7 +310,6 @@ def lm_perplexity(model, tokenizer, lines: Sequence[str], *, max_tokens: int = 4
             reduction="sum",
         ).item()
         count += int((target != config.pad_id).sum())
-        start = end
     model.train(was_training)
     loss = total / count
     return {"perplexity": perplexity(loss), "loss": loss, "tokens": count, "sentences": len(lines)}

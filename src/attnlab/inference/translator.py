@@ -21,22 +21,32 @@ translates to ``""``; the other lines translate.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
 from .._checks import check_positive_int
+from .._moved import warn_deprecated
 from ..data.tokens import TokenizerProtocol, without_framing_eos
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.ensemble import Ensemble, incompatible
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, decode, length_penalty
 from ..decode.session import EXTRA_LENGTH
-from .bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, bound_sources
+from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong, bound_sources
 
 __all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
+
+#: The fields of :class:`DecodingOptions`: the Translator's deprecated keyword arguments (pass
+#: ``decoding=DecodingOptions(...)``; :func:`_with_deprecated`).
+DEPRECATED_KEYWORDS = tuple(f.name for f in dataclasses.fields(DecodingOptions))
+#: The fields it read off itself (``translator.beam_size``), deprecated: read
+#: ``translator.decoding.beam_size`` (``Translator.__getattr__``).
+DEPRECATED_PROPERTIES = tuple(name for name in DEPRECATED_KEYWORDS if name != "seed")
 
 
 @dataclass(frozen=True)
@@ -93,13 +103,11 @@ class Translator:
         src_tokenizer, tgt_tokenizer: tokenizers of either kind
             (:class:`attnlab.data.tokens.TokenizerProtocol`; the same object for a joint
             vocabulary).
-        decoding: how to decode (:class:`~attnlab.decode.options.DecodingOptions`; default
-            its defaults, the paper's beam 4 and alpha 0.6). ``beam_size``, ``alpha``,
-            ``max_new_tokens``, ``sample``, ``temperature``, ``top_k``, ``top_p`` and
-            ``seed``, where not None, replace its fields (see there): 1 decodes greedily;
-            the longest translation is at most the model's ``max_len`` whatever is asked (a
-            sinusoidal model has no limit of its own, so the work a source may cause is
-            bounded here).
+        decoding: how to decode (:class:`~attnlab.decode.options.DecodingOptions`, held
+            whole as :attr:`decoding`; default its defaults, the paper's beam 4 and alpha 0.6):
+            ``DecodingOptions(beam_size=1)`` decodes greedily; the longest translation is at
+            most the model's ``max_len`` whatever is asked (a sinusoidal model has no limit of
+            its own, so the work a source may cause is bounded here).
         max_tokens: source tokens per batch (sentences are sorted by length into batches).
         too_long: a source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN``
             characters per token of it, checked before tokenizing): ``"cut"`` (default)
@@ -107,6 +115,11 @@ class Translator:
             Either way :meth:`translate` reports it (see there).
         quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
             (:mod:`attnlab.decode.fast`; the encoder stays float32); None keeps the model's.
+        **deprecated: the fields of ``decoding`` by name (``beam_size=1``), deprecated in 0.x
+            (a :class:`DeprecationWarning` naming ``decoding=DecodingOptions(beam_size=1)``,
+            then they replace its fields where not None, as before); so is reading them off
+            the translator (``translator.beam_size``: read ``translator.decoding.beam_size``).
+            They go in :data:`attnlab._moved.REMOVED_IN`. Any other keyword is a TypeError.
 
     A Translator is callable: ``translator("text")`` is one translation, ``translator([...])``
     a list of them; ``constraints=`` and ``prefix=`` guide them (see :meth:`__call__`).
@@ -119,17 +132,10 @@ class Translator:
         tgt_tokenizer,
         *,
         decoding: DecodingOptions | None = None,
-        beam_size: int | None = None,
-        alpha: float | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int = MAX_TOKENS,
         quantize: str | None = None,
-        max_new_tokens: int | None = None,
-        sample: bool | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
         too_long: str = "cut",
+        **deprecated: Any,
     ) -> None:
         from ..decode.fast import check_quantize, why_not_fast_path
         from ..models.transformer import Transformer
@@ -149,16 +155,7 @@ class Translator:
                 f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
             )
         #: How this translator decodes (its beam, length penalty, length limit, sampling).
-        self.decoding: DecodingOptions = (decoding or DecodingOptions()).updated(
-            beam_size=beam_size,
-            alpha=alpha,
-            max_new_tokens=max_new_tokens,
-            sample=sample,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-        )
+        self.decoding: DecodingOptions = _with_deprecated(decoding or DecodingOptions(), deprecated)
         check_positive_int(max_tokens, "max_tokens")
         if check_quantize(quantize) is not None:
             for member in members:
@@ -180,35 +177,23 @@ class Translator:
         self.max_len: int = min(member.config.max_len for member in members)
         self._continuations: torch.Tensor | None = None
 
-    # -- how it decodes: its DecodingOptions' fields -------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        """The deprecated read of a :class:`DecodingOptions` field off the translator
+        (``translator.beam_size``): warns, then reads ``translator.decoding.beam_size``."""
+        if name not in DEPRECATED_PROPERTIES:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warn_deprecated(f"Translator.{name}", f"Translator.decoding.{name}", outside=__file__)
+        return getattr(self.decoding, name)
 
-    @property
-    def beam_size(self) -> int:
-        return self.decoding.beam_size
-
-    @property
-    def alpha(self) -> float:
-        return self.decoding.alpha
-
-    @property
-    def max_new_tokens(self) -> int | None:
-        return self.decoding.max_new_tokens
-
-    @property
-    def sample(self) -> bool:
-        return self.decoding.sample
-
-    @property
-    def temperature(self) -> float:
-        return self.decoding.temperature
-
-    @property
-    def top_k(self) -> int | None:
-        return self.decoding.top_k
-
-    @property
-    def top_p(self) -> float | None:
-        return self.decoding.top_p
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The old properties had no setter: an assignment would now make a plain attribute
+        # that the decoding never reads, so it stays an error.
+        if name in DEPRECATED_PROPERTIES:
+            raise AttributeError(
+                f"Translator.{name}: read-only; to decode otherwise, set translator.decoding = "
+                f"translator.decoding.updated({name}=...)"
+            )
+        super().__setattr__(name, value)
 
     @classmethod
     def load(
@@ -225,8 +210,9 @@ class Translator:
         constructor's, where ``decoding`` defaults to what the directory carries (the
         ``[eval]`` its recipe chose on validation,
         :meth:`~attnlab.decode.options.DecodingOptions.carried_by`), else the paper's 4 and
-        0.6. A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too, with its run's
-        tokenizers (:func:`attnlab.inference.modeldir.resolve_model_dir`).
+        0.6 (to change a field of what it carries: ``decoding=DecodingOptions.for_model(dir,
+        beam_size=8)``). A checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT`` loads too,
+        with its run's tokenizers (:func:`attnlab.inference.modeldir.resolve_model_dir`).
 
         A list of directories loads their ensemble (:class:`~attnlab.decode.ensemble.
         Ensemble`): the models must share their tokenizers and target vocabulary (a
@@ -373,14 +359,15 @@ class Translator:
         has one empty translation (scores 0); a refused one none. The other arguments: as
         :meth:`translate`'s."""
         check_positive_int(n, "n")
-        if n > self.beam_size:
-            raise ValueError(f"n: expected at most beam_size ({self.beam_size}), got {n}")
-        if n > 1 and self.sample:
+        if n > self.decoding.beam_size:
+            beam = self.decoding.beam_size
+            raise ValueError(f"n: expected at most beam_size ({beam}), got {n}")
+        if n > 1 and self.decoding.sample:
             raise ValueError("n: n-best lists come from beam search, not from sampling")
         encoded, order, refused = encode_sources(
             self.src_tokenizer, texts, self.max_len, self.too_long, on_too_long
         )
-        if self.sample and constraints is not None and any(constraints):
+        if self.decoding.sample and constraints is not None and any(constraints):
             raise ValueError(
                 "constraints: lexically constrained decoding is a beam search; not with sample=True"
             )
@@ -393,7 +380,7 @@ class Translator:
             phrase=self.phrase,
             target=self.target,
             limit=self._limit,
-            beam=self.beam_size,
+            beam=self.decoding.beam_size,
             forbidden={config.eos_id, config.pad_id, config.bos_id},
             on_refused=on_refused,
         )
@@ -415,7 +402,7 @@ class Translator:
                 [prefix_ids[i] for i in batch],
                 [phrases[i] for i in batch] if phrases[batch[0]] else None,
             )
-            rows = as_hypotheses(generated, self.tgt_tokenizer, self.alpha)
+            rows = as_hypotheses(generated, self.tgt_tokenizer, self.decoding.alpha)
             for j, i in enumerate(batch):
                 out[i] = [h for h in rows[j * n : (j + 1) * n] if h is not None]
                 if not out[i] and phrases[i]:  # not expected: check_request bounds the search
@@ -433,12 +420,12 @@ class Translator:
 
     def _capped(self, source: list[int]) -> bool:
         """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
-        return self.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
+        return self.decoding.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
 
     def _output_limit(self, sources: list[list[int]]) -> int | None:
         """``max_new_tokens`` for one batch: by default None (each row's own source + 50)
         unless the batch is over the cap (:meth:`_limit` of its first row then)."""
-        capped = self.max_new_tokens is not None or self._capped(sources[0])
+        capped = self.decoding.max_new_tokens is not None or self._capped(sources[0])
         return self._limit(sources[0]) if capped else None
 
 
@@ -498,6 +485,22 @@ def _tokenizers_differ(first: tuple, other: tuple) -> str:
                 f"a different {side} tokenizer ({b.vocab_size:,} tokens, against {a.vocab_size:,})"
             )
     return incompatible(first[0], other[0])
+
+
+def _with_deprecated(decoding: DecodingOptions, given: Mapping[str, Any]) -> DecodingOptions:
+    """``decoding`` with the deprecated keyword arguments ``given`` (``Translator(...,
+    beam_size=1)``, its fields by name) in their fields' places where not None, as before:
+    one warning that names ``decoding=DecodingOptions(...)`` with them. TypeError naming a
+    keyword that is no field, as for any unexpected keyword argument."""
+    unknown = [name for name in given if name not in DEPRECATED_KEYWORDS]
+    if unknown:
+        raise TypeError(f"Translator() got an unexpected keyword argument {unknown[0]!r}")
+    if not given:
+        return decoding
+    old = ", ".join(f"{name}={value!r}" for name, value in given.items())
+    new = ", ".join(f"{name}={value!r}" for name, value in given.items() if value is not None)
+    warn_deprecated(f"Translator({old})", f"decoding=DecodingOptions({new})", outside=__file__)
+    return decoding.updated(**given)
 
 
 def encode_sources(
@@ -652,7 +655,9 @@ def length_batches(
     order: list[int], encoded: list[list[int]], kind: Callable[[int], object], max_tokens: int
 ) -> list[list[int]]:
     """``order`` (indices, shortest source first) cut into batches of at most ``max_tokens``
-    source tokens (padded: the longest times the rows), each of one ``kind(i)``."""
+    source tokens (padded: the longest times the rows), each of one ``kind(i)``: the batches of
+    :meth:`Translator.hypotheses` and of :func:`~attnlab.inference.scores.lm_perplexity` (a
+    training batcher, :mod:`attnlab.data.batching`, shuffles and buckets: not this)."""
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
@@ -670,9 +675,9 @@ def length_batches(
 
 def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
     """One call from a trained model to translations: ``load_translator(dir)("text")`` or
-    ``load_translator(dir, beam_size=1)(["a", "b"])``. ``model_dir``: ``OUT/model``, a
-    checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``: ``device`` and the
-    :class:`Translator` constructor's (``decoding``, or its fields ``beam_size``, ``alpha``,
-    ``max_new_tokens``, ``sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``; and
-    ``max_tokens``, ``quantize``, ``too_long``)."""
+    ``load_translator(dir, decoding=DecodingOptions(beam_size=1))(["a", "b"])``. ``model_dir``:
+    ``OUT/model``, a checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``:
+    ``device`` and the :class:`Translator` constructor's (``decoding``, by default what the
+    directory carries, see :meth:`Translator.load`; ``max_tokens``, ``quantize``,
+    ``too_long``)."""
     return Translator.load(model_dir, **options)

@@ -1,26 +1,25 @@
 """A job: its five tables (and a student's ``[distill]``, :mod:`attnlab.tasks.distill`),
-checked as parsed (every key) and by :meth:`Job.check` (every value), and the recipes that fill
-in what a job leaves out. The ``[task]`` table is a task object of :mod:`attnlab.tasks`, which
-owns its options."""
+checked as parsed (every key) and by :meth:`Job.check` (every value, once), which hands the
+task its :class:`~attnlab.tasks.context.TaskContext`. The ``[task]`` table is a task object of
+:mod:`attnlab.tasks`, which owns its options; what a job leaves out comes from its task's recipe
+(:mod:`attnlab.jobs.recipes`)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .._checks import check_keys, closest, dataclass_from
 from .._rundir import JOB_FILE
-from ..decode.options import ALPHA, BEAM_SIZE
-from ..tasks import TASKS, Task, get_task
+from ..tasks import Task, get_task
+from ..tasks.context import EvalOptions, TaskContext, TokenizerOptions
 from ..tasks.distill import DistillOptions
+from ..tasks.translation import FINE_TUNABLE, starting_config
+from .recipes import FINETUNE_RECIPE, finetune_defaults, recipe, toml_loads
 
 __all__ = [
     "FINETUNE_RECIPE",
@@ -44,37 +43,6 @@ OPTIONAL_TABLES = ("distill",)
 DEFAULT_TASK = "numbers"
 
 
-def recipe(name: str) -> dict[str, dict[str, Any]]:
-    """The tables of task ``name``'s recipe (empty for a task without one), a fresh copy: what
-    ``attnlab train --task NAME`` runs where the command line leaves a setting out."""
-    return copy.deepcopy(_read_recipe(TASKS[name].recipe)) if name in TASKS else {}
-
-
-@functools.cache
-def _read_recipe(file: str | None) -> dict[str, dict[str, Any]]:
-    if file is None:
-        return {}
-    text = resources.files("attnlab").joinpath("recipes", file).read_text(encoding="utf-8")
-    return toml_loads(text)
-
-
-def toml_loads(text: str) -> dict[str, Any]:
-    """The tables of TOML ``text`` (tomllib's, or tomli's before Python 3.11).
-
-    Raises:
-        ValueError: ``text`` is not valid TOML (tomllib's ``TOMLDecodeError`` is one).
-    """
-    return _toml().loads(text)  # type: ignore[no-any-return]
-
-
-def _toml() -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    return tomllib
-
-
 def task_from(table: Mapping[str, Any], *, saved: bool = False) -> Task:
     """The task of a ``[task]`` table (its ``name``, default ``numbers``); every key checked
     (ValueError naming ``[task]`` and the key). ``saved``: the table comes from a model's
@@ -93,55 +61,6 @@ def task_from(table: Mapping[str, Any], *, saved: bool = False) -> Task:
         }
     options.setdefault("name", cls.__dataclass_fields__["name"].default)
     return dataclass_from(cls, options, "[task]")
-
-
-@dataclass
-class TokenizerOptions:
-    """BPE over characters with byte fallback, trained on the training split: ``vocab_size``
-    subwords (specials included), one vocabulary for both languages when ``joint`` (with
-    shared embeddings). A training split read from files (the ``files`` task) is sampled:
-    ``sample_size`` pairs at most, drawn with ``[task] seed``, so the tokenizer's memory stays
-    bounded whatever the corpus size."""
-
-    vocab_size: int = 8000
-    joint: bool = True
-    min_frequency: int = 2
-    sample_size: int = 1_000_000
-
-    def __post_init__(self) -> None:
-        from .._checks import check_positive_int
-
-        check_positive_int(self.sample_size, "sample_size")
-
-
-@dataclass
-class EvalOptions:
-    """Decoding for the final test (``beam_size``, ``alpha``) and the validation BLEU measured
-    at each evaluation during training on the first ``bleu_sentences`` validation pairs
-    (greedy, for speed; 0 turns it off). ``bleu_tokenize``: sacreBLEU's tokenizer for BLEU
-    (None: the target language's, as sacreBLEU's command line picks it; see
-    :func:`attnlab.inference.scores.bleu_tokenizer`)."""
-
-    beam_size: int = BEAM_SIZE
-    alpha: float = ALPHA
-    bleu_sentences: int = 200
-    max_tokens: int = 4096
-    bleu_tokenize: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.bleu_tokenize is None:
-            return
-        from ..inference.scores import bleu_tokenizer
-
-        if not isinstance(self.bleu_tokenize, str):
-            raise ValueError(
-                f"[eval] bleu_tokenize: expected the name of a sacreBLEU tokenizer, got "
-                f"{self.bleu_tokenize!r}"
-            )
-        try:
-            bleu_tokenizer(None, self.bleu_tokenize)
-        except ValueError as e:
-            raise ValueError(f"[eval] {e}") from None
 
 
 @dataclass
@@ -201,16 +120,18 @@ class Job:
             tokenizer=dataclass_from(TokenizerOptions, table("tokenizer"), "[tokenizer]"),
             model=model,
             train=train,
-            eval=dataclass_from(EvalOptions, table("eval"), "[eval]"),
+            eval=EvalOptions.from_table(table("eval")),
             distill=distill,
         )
 
-    def check(self) -> None:
+    def check(self, out: str | os.PathLike = ".") -> TaskContext:
         """Check the values of ``[model]`` and ``[train]`` (the other tables check theirs when
         built): build the model config (for vocabularies of ``[tokenizer] vocab_size``) and the
-        TrainConfig; then the task checks what its options name (:meth:`Task.check`: files
-        there, splits whole). ValueError (or OSError) naming the table and the setting; no file
-        is written."""
+        TrainConfig of a run into ``out``; then the task checks what its options name
+        (:meth:`Task.check`: files there, splits whole), and a student's teachers are checked.
+        ValueError (or OSError) naming the table and the setting; no file is written. Returns
+        what the task reads of the job, its context, with that TrainConfig: a run checks its
+        job once and builds its TrainConfig once."""
         from ..train.config import TrainConfig
 
         if self.init_from is not None:
@@ -220,12 +141,12 @@ class Job:
         except (TypeError, ValueError) as e:
             raise ValueError(f"[model] {e}") from None
         try:
-            TrainConfig(out=".", **self.train)
+            context = self.context(TrainConfig(out=os.fspath(out), **self.train))
         except (TypeError, ValueError) as e:
             raise ValueError(f"[train] {e}") from None
-        keep_best, columns = self.train.get("keep_best"), self.validation_columns()
+        keep_best, columns = self.train.get("keep_best"), self.task.validation_columns(context)
         if keep_best is not None and keep_best not in columns:
-            hint = self.task.keep_best_hint(self, keep_best)
+            hint = self.task.keep_best_hint(context, keep_best)
             raise ValueError(
                 f"[train] keep_best: {keep_best!r} is not a validation column of this job; it "
                 f"has {', '.join(columns)}{hint}"
@@ -238,6 +159,13 @@ class Job:
                     f"translations; task {self.task.name!r} is not one"
                 )
             self.distill.check()  # the teachers are there; their digests, for job.json
+        return context
+
+    def context(self, train: Any = None) -> TaskContext:
+        """What the task reads of this job, with ``train`` (a
+        :class:`~attnlab.train.TrainConfig`; None outside a training run). :meth:`check`
+        makes a run's."""
+        return TaskContext(self.tokenizer, self.model, self.eval, train, self.distill)
 
     @property
     def init_from(self) -> str | None:
@@ -265,7 +193,7 @@ class Job:
                 "[tokenizer]: a fine-tuning run keeps the tokenizers of [model] init_from (no new "
                 "vocabulary); leave [tokenizer] out"
             )
-        start = self.starting_config()
+        start = starting_config(str(self.model["init_from"]))
         for key, value in self.model.items():
             if key in ("init_from", *FINE_TUNABLE):
                 continue
@@ -281,39 +209,20 @@ class Job:
                     f"{', '.join(FINE_TUNABLE)} may change"
                 )
 
-    def starting_config(self):
-        """The config of ``[model] init_from``'s model, as saved (checked to be an
-        encoder-decoder translation model with its tokenizers)."""
-        from ..inference.modeldir import resolve_model_dir
-        from ..models.saved import read_config
-
-        directory = resolve_model_dir(self.model["init_from"], name="[model] init_from")
-        try:
-            model_type, config = read_config(directory)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"[model] init_from: {e}") from None
-        if model_type != "transformer":
-            raise ValueError(
-                f"[model] init_from: {directory} holds a {model_type!r} model; fine-tuning "
-                f"takes an encoder-decoder translation model"
-            )
-        return config
-
     def validation_columns(self) -> tuple[str, ...]:
         """The columns each evaluation during training writes (the task's: ``val_loss``, and
         ``val_accuracy`` for an image task, or a translation task's BLEU columns)."""
-        return self.task.validation_columns(self)
+        return self.task.validation_columns(self.context())
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> Job:
         """The job of TOML file ``path``; errors name the file."""
-        tomllib = _toml()
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: config file not found")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            data = toml_loads(path.read_text(encoding="utf-8"))
+        except ValueError as e:  # tomllib's decode error, and UnicodeDecodeError
             raise ValueError(f"{path}: not valid TOML: {e}") from None
         try:
             return cls.from_dict(data)
@@ -326,7 +235,7 @@ class Job:
             "tokenizer": dataclasses.asdict(self.tokenizer),
             "model": dict(self.model),
             "train": dict(self.train),
-            "eval": dataclasses.asdict(self.eval),
+            "eval": self.eval.to_dict(),
         }
         if self.distill is not None:
             tables["distill"] = self.distill.to_dict()
@@ -336,29 +245,7 @@ class Job:
         """The model's config: the task's (a :class:`attnlab.VisionConfig` for an image task,
         the vocabularies unused; else a :class:`attnlab.TransformerConfig` for these
         vocabularies); a fine-tuning run's is its starting model's with the job's rates."""
-        if self.init_from is not None:
-            rates = {k: v for k, v in self.model.items() if k in FINE_TUNABLE}
-            return dataclasses.replace(self.starting_config(), **rates)
-        return self.task.model_config(self.model, self.tokenizer.joint, src_vocab, tgt_vocab)
-
-
-#: What a fine-tuning run may change in its starting model's config (not its architecture).
-FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")
-#: The fine-tuning recipe (packaged, as the tasks' recipes): its [train] and [eval] tables.
-FINETUNE_RECIPE = "finetune.toml"
-
-
-def finetune_defaults(task_recipe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """What a fine-tuning job (``[model] init_from``) runs where it leaves a setting out: its
-    task's ``[task]`` and ``[eval]`` tables, then the fine-tuning recipe's ``[train]`` and
-    ``[eval]`` (a low learning rate, a short warm-up, keep-best on validation). The task
-    recipe's ``[model]``, ``[tokenizer]`` and ``[train]`` are a fresh model's, not used."""
-    tuning = copy.deepcopy(_read_recipe(FINETUNE_RECIPE))
-    return {
-        "task": dict(task_recipe.get("task", {})),
-        "train": tuning.get("train", {}),
-        "eval": {**task_recipe.get("eval", {}), **tuning.get("eval", {})},
-    }
+        return self.task.config_for(self.context(), src_vocab, tgt_vocab)
 
 
 def _field_names(cls: type) -> list[str]:

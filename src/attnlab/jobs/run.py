@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import write_json
+from ..tasks import TaskContext
 from .job import JOB_FILE, Job
 
 __all__ = ["RESULTS_FILE", "evaluate_model", "read_job", "train_job"]
@@ -24,11 +25,14 @@ def train_job(
     job: Job,
     out: str | os.PathLike,
     *,
+    context: TaskContext | None = None,
     resume: bool = False,
     progress: bool = True,
     log: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     """Run ``job`` into directory ``out``; return the summary (also in ``out/results.json``).
+    ``context``: what :meth:`Job.check` returned for this ``out`` when the caller checked the
+    job already (``attnlab train`` does, before it touches ``out``); else it is checked here.
 
     ``log`` receives one line per stage (the CLI prints them); without ``progress`` it also
     receives training's plain progress lines (:class:`~attnlab.train.Trainer`'s ``log``). Rank
@@ -39,13 +43,15 @@ def train_job(
     final split (the others return ``{}``). A task with no split to score at the end (a
     ``files`` job without ``test_src``) says so, and its result holds no scores.
     """
-    from ..train import TrainConfig, Trainer, world
+    from ..train import Trainer, world
     from ..train.progress import append_train_log
 
     started = time.perf_counter()
-    job.check()  # before any work: reading the data, training tokenizers, creating `out`
-    out = Path(out)
-    train_config = TrainConfig(out=str(out), **job.train)
+    if context is None:  # before any work: reading the data, training tokenizers, making `out`
+        context = job.check(out)
+    out, train_config = Path(out), context.train
+    if train_config is None:
+        raise ValueError("context: not a training run's; Job.check(out) makes one")
     rank, _ = world()
     if rank != 0:
         log = lambda message: None  # noqa: E731 - one voice in a distributed run
@@ -59,7 +65,7 @@ def train_job(
     task = job.task
     data = task.load()
     note(task.describe(data))
-    setup = task.setup(job, data, out, resume=resume, rank=rank, note=note)
+    setup = task.setup(context, data, resume=resume, rank=rank, note=note)
     if rank == 0:
         write_json(out / JOB_FILE, job.to_dict())
     trainer = Trainer(
@@ -67,6 +73,7 @@ def train_job(
         setup.train,
         setup.valid,
         train_config,
+        objective=task.objective(),
         tokenizers_dir=setup.tokenizers_dir,
         on_evaluate=setup.on_evaluate,
         progress=progress,
@@ -80,14 +87,14 @@ def train_job(
     if summary.get("best"):  # train.keep_best's model directory, whole like out/model
         write_json(Path(summary["best"]["model_dir"]) / JOB_FILE, job.to_dict())
     note(f"trained: {model_dir}")
-    task.after_training(job, model_dir, data, setup, note)
+    task.after_training(context, model_dir, data, setup, note)
     split = task.final_split(data)
     if split is None:
         result: dict[str, Any] = {"split": None, "task": task.name}
         line = "no test split in the job: nothing scored on test"
         note(line)
     else:
-        result = task.evaluate(model_dir, data, job, split=split)
+        result = task.evaluate(model_dir, data, context, split=split)
         line = task.score_line(result)
     result.update(
         {
@@ -157,7 +164,7 @@ def evaluate_model(
     return task.evaluate(
         dirs if len(dirs) > 1 else model_dir,
         corpus,
-        job,
+        job.context(),
         split=split,
         limit=limit,
         examples=examples,

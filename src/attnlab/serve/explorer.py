@@ -141,6 +141,7 @@ class Explorer:
         device: str | torch.device | None = None,
         decoding: DecodingOptions | None = None,
     ) -> None:
+        from ..inference.modeldir import resolve_model_dir
         from ..inference.scores import Translator
 
         if beam_size is not None:
@@ -148,17 +149,19 @@ class Explorer:
         path = Path(model_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
-        translator = Translator.load(  # refuses a non-Transformer
-            path, device=device, decoding=decoding, beam_size=beam_size, alpha=alpha
-        )
+        if decoding is None and (beam_size is not None or alpha is not None):
+            decoding = DecodingOptions.carried_by(resolve_model_dir(path))[0]  # as load's
+        if decoding is not None:
+            decoding = decoding.updated(beam_size=beam_size, alpha=alpha)
+        translator = Translator.load(path, device=device, decoding=decoding)  # a Transformer
         #: Beam search's length penalty here, and in each answer's ``score``.
-        self.alpha = float(translator.alpha)
+        self.alpha = float(translator.decoding.alpha)
         self.model_dir = path
         self.translator = translator
         self.model: Transformer = translator.model.eval()
         self.src_tokenizer = translator.src_tokenizer
         self.tgt_tokenizer = translator.tgt_tokenizer
-        self.beam_size: int = translator.beam_size
+        self.beam_size: int = translator.decoding.beam_size
         self.config = self.model.config
         self.device = next(self.model.parameters()).device
         self.lock = threading.Lock()

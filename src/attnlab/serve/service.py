@@ -24,6 +24,7 @@ import torch
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
+from ..inference.bounds import MAX_TOKENS
 from ..inference.modeldir import read_job_file
 from .batcher import Batcher, Options
 from .explorer import Explorer
@@ -73,7 +74,7 @@ class TranslationService:
         languages: tuple[str, str],
         metrics: ServeMetrics,
         *,
-        max_tokens: int = 4096,
+        max_tokens: int = MAX_TOKENS,
         max_delay: float = 0.005,
         waiting: int = 256,
         timeout: float = 30.0,
@@ -87,7 +88,7 @@ class TranslationService:
         self.warming: threading.Thread | None = None
         #: Model calls the batcher made (one per batch), for tests and the benchmark.
         self.calls = 0
-        self._translators: dict[int, Any] = {self.translator.beam_size: self.translator}
+        self._translators: dict[int, Any] = {self.translator.decoding.beam_size: self.translator}
 
         def on_batch(requests: int, sentences: int, seconds: float) -> None:
             metrics.batch_requests.observe(requests)
@@ -110,14 +111,14 @@ class TranslationService:
         """The decoding options of ``call``: its beam (or the server's), widened to hold
         ``1 + alternatives`` hypotheses; BadRequest for alternatives from a sampling server."""
         n = 1 + call.alternatives
-        if self.translator.sample:
+        if self.translator.decoding.sample:
             if call.alternatives:
                 raise BadRequest(
                     "alternatives: this server samples its translations; n-best lists come "
                     "from beam search: ask for 0"
                 )
-            return Options(self.translator.beam_size, 1)
-        beam = call.beam_size if call.beam_size is not None else self.translator.beam_size
+            return Options(self.translator.decoding.beam_size, 1)
+        beam = call.beam_size if call.beam_size is not None else self.translator.decoding.beam_size
         return Options(max(beam, n), n)
 
     def source_tokens(self, texts: Sequence[str]) -> int:
@@ -166,7 +167,7 @@ class TranslationService:
         a model are slow: allocations, kernels chosen), then mark the service ready. A model
         that fails here raises, and the service stays not ready."""
         start = time.monotonic()
-        for beam in sorted({1, self.translator.beam_size}):
+        for beam in sorted({1, self.translator.decoding.beam_size}):
             self._hypotheses(Options(beam, 1), WARM_UP)
             self._hypotheses(Options(beam, 1), WARM_UP[:1])
         self.ready.set()

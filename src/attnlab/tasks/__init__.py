@@ -2,8 +2,9 @@
 ``files`` (translation), ``text`` (a language model) and ``digits`` (a Vision Transformer).
 
 Each is one class in one module (:class:`~attnlab.tasks.base.Task`): its ``[task]`` options,
-data, tokenizers, model, evaluation and result lines. See CONTRIBUTING.md, "A task", for how to
-add one."""
+data, tokenizers, model, objective, evaluation and result lines; what it reads of its job
+comes as a :class:`~attnlab.tasks.context.TaskContext`. See CONTRIBUTING.md, "A task", for
+how to add one."""
 
 # Each module registers its task; in this order `attnlab train --task` offers them.
 # isort: off
@@ -11,6 +12,7 @@ from . import numbers, multi30k, files, text, digits  # noqa: F401
 
 # isort: on
 from .base import TASKS, Setup, Task, get_task, register_task
+from .context import EvalOptions, TaskContext, TokenizerOptions
 from .translation import TRANSLATION_VALIDATION, TranslationTask
 
 
@@ -30,8 +32,11 @@ _import_the_others()
 __all__ = [
     "TASKS",
     "TRANSLATION_VALIDATION",
+    "EvalOptions",
     "Setup",
     "Task",
+    "TaskContext",
+    "TokenizerOptions",
     "TranslationTask",
     "get_task",
     "register_task",

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from .context import TaskContext
+
 __all__ = [
     "TASKS",
     "Setup",
@@ -61,7 +63,7 @@ def get_task(name: object) -> type[Task]:
 @dataclass
 class Setup:
     """What a task hands the trainer: the model, its training and validation data (as the
-    model's objective takes them), the hook run at each evaluation, where the tokenizers are
+    task's objective takes them), the hook run at each evaluation, where the tokenizers are
     saved (None: the task has none), and what the job adds to its result (``extras``) and
     prints as it goes."""
 
@@ -83,6 +85,8 @@ class Task:
     penalty apply), ``fine_tunable`` (``[model] init_from`` may start it from a trained model),
     ``distillable`` (a ``[distill]`` table may train it on teachers' translations),
     ``flags`` (the ``[task]`` options that ``attnlab train`` flags set).
+
+    What a task reads of its job comes as a :class:`~attnlab.tasks.context.TaskContext`.
     """
 
     name: str = ""
@@ -106,11 +110,10 @@ class Task:
 
     def prepare(
         self,
-        job: Any,
+        ctx: TaskContext,
         *,
         note: Callable[[str], object],
         rank: int = 0,
-        out: Path | None = None,
         resume: bool = False,
         verify: bool = False,
     ) -> bool:
@@ -118,9 +121,9 @@ class Task:
         its process group exists), what training would otherwise prepare on its first start:
         a task whose data is on disk makes its tokenizers and token shards ready in the cache
         that :meth:`setup` then only opens. ``rank`` 0 prepares, another rank waits for it
-        without a deadline; ``out`` and ``resume``: the run's own tokenizers when it resumes;
-        ``verify``: the files read in full for their digests. Returns False when the task has
-        nothing to prepare (its data is small and held in memory): the default."""
+        without a deadline; ``resume``: the run's own tokenizers (in ``ctx.out``) when it
+        resumes; ``verify``: the files read in full for their digests. Returns False when the
+        task has nothing to prepare (its data is small and held in memory): the default."""
         return False
 
     def heading(self) -> str:
@@ -146,18 +149,29 @@ class Task:
         """The model's config from the job's ``[model]`` table, for these vocabularies."""
         raise NotImplementedError
 
-    def validation_columns(self, job: Any) -> tuple[str, ...]:
+    def config_for(self, ctx: TaskContext, src_vocab: int = 0, tgt_vocab: int = 0):
+        """The config of the model ``ctx`` trains, for these vocabularies: :meth:`model_config`
+        of its ``[model]`` table (a fine-tunable task's starts from its starting model's)."""
+        return self.model_config(ctx.model, ctx.tokenizer.joint, src_vocab, tgt_vocab)
+
+    def objective(self) -> type:
+        """The training objective of this task's model (an
+        :class:`~attnlab.train.objectives.Objective` class), which the trainer is handed."""
+        raise NotImplementedError
+
+    def validation_columns(self, ctx: TaskContext) -> tuple[str, ...]:
         """The columns each evaluation during training writes."""
         from ..train.metrics import METRICS_COLUMNS
 
         return METRICS_COLUMNS[METRICS_COLUMNS.index("val_loss") :]
 
-    def keep_best_hint(self, job: Any, column: str) -> str:
-        """Why ``column`` is not a validation column of ``job``, when there is a reason to say."""
+    def keep_best_hint(self, ctx: TaskContext, column: str) -> str:
+        """Why ``column`` is not a validation column of ``ctx``, when there is a reason to say."""
         return ""
 
-    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
-        """Tokenizers (trained or reloaded into ``out/tokenizers``), the model and its data."""
+    def setup(self, ctx: TaskContext, data: Any, *, resume: bool, rank: int, note) -> Setup:
+        """Tokenizers (trained or reloaded into ``ctx.out/tokenizers``), the model and its
+        data."""
         raise NotImplementedError
 
     def final_split(self, data: Any) -> str | None:
@@ -168,7 +182,7 @@ class Task:
         self,
         model_dir: Path,
         data: Any,
-        job: Any,
+        ctx: TaskContext,
         *,
         split: str,
         limit: int | None = None,
@@ -205,7 +219,9 @@ class Task:
         ValueError naming ``model`` when ``tokenized`` (``--tokenized-bleu``) cannot be met."""
         return dict(result)
 
-    def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
+    def after_training(
+        self, ctx: TaskContext, model_dir: Path, data: Any, setup: Setup, note
+    ) -> None:
         """What the task adds to ``setup.extras`` once trained (fine-tuning: its scores
         before and after). The default adds nothing."""
 
@@ -235,21 +251,20 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
 
 
 def note_token_examples(
-    job: Any, out: Path, model: Any, train: Any, max_len: int, note, *, corpora: Sequence[str] = ()
+    ctx: TaskContext, model: Any, train: Any, max_len: int, note, *, corpora: Sequence[str] = ()
 ) -> float:
     """Say what a token model trains on (``note``: its size, the examples kept and left out
     for ``max_len``, the padding of epoch 0's token-budget batches); returns that padding.
     Examples that mix several corpora (named ``corpora``) also say what an epoch holds of
     each and how many epochs the run covers."""
     from ..data.batching import TokenBatcher
-    from ..train.config import TrainConfig
 
-    config = TrainConfig(out=str(out), **job.train)
-    seed = job.train.get("seed", 0)
-    batcher = TokenBatcher.for_examples(train, config.max_tokens, seed=seed)
+    config = ctx.train
+    assert config is not None, "a training run's context"
+    batcher = TokenBatcher.for_examples(train, config.max_tokens, seed=config.seed)
     padding = batcher.padding_fraction(0)
     note(
-        f"model: {job.model.get('preset', 'small')} preset, {model.num_parameters():,} "
+        f"model: {ctx.model.get('preset', 'small')} preset, {model.num_parameters():,} "
         f"parameters; {len(train):,} training examples ({train.dropped:,} longer than "
         f"{max_len} tokens left out), padding {padding:.1%} of the batches"
     )

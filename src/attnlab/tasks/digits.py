@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .base import Setup, Task, register_task, seeded
+from .context import TaskContext
 
 __all__ = ["Digits"]
 
@@ -41,18 +42,23 @@ class Digits(Task):
         options = dict(model)
         return VisionConfig.preset(options.pop("preset", "digits"), **options)
 
-    def validation_columns(self, job: Any) -> tuple[str, ...]:
+    def objective(self) -> type:
+        from ..train.objectives import ImageClassificationObjective
+
+        return ImageClassificationObjective
+
+    def validation_columns(self, ctx: TaskContext) -> tuple[str, ...]:
         from ..train.metrics import IMAGE_METRICS_COLUMNS
 
         return IMAGE_METRICS_COLUMNS[IMAGE_METRICS_COLUMNS.index("val_loss") :]
 
-    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+    def setup(self, ctx: TaskContext, data: Any, *, resume: bool, rank: int, note) -> Setup:
         from ..models.vision import VisionTransformer
 
-        config = job.model_config()
-        model = seeded(job.train.get("seed", 0), lambda: VisionTransformer(config))
+        config = self.config_for(ctx)
+        model = seeded(ctx.seed, lambda: VisionTransformer(config))
         note(
-            f"model: VisionTransformer, {job.model.get('preset')} preset, "
+            f"model: VisionTransformer, {ctx.model.get('preset')} preset, "
             f"{model.num_parameters():,} parameters, {model.config.num_patches} patches of "
             f"{model.config.patch_size}x{model.config.patch_size} pixels; "
             f"{len(data['train']):,} training images"
@@ -63,7 +69,7 @@ class Digits(Task):
         self,
         model_dir: Path,
         data: Any,
-        job: Any,
+        ctx: TaskContext,
         *,
         split: str,
         limit: int | None = None,

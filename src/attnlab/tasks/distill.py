@@ -428,13 +428,13 @@ def chunk_targets(
 
 def _teachers(options: DistillOptions, max_tokens: int):
     """The Translator of the teachers' ensemble (one teacher: that model)."""
+    from ..decode.options import DecodingOptions
     from ..inference.translator import Translator
 
     teachers = options.teachers or []
     return Translator.load(
         teachers if len(teachers) > 1 else teachers[0],
-        beam_size=options.beam_size,
-        alpha=options.alpha,
+        decoding=DecodingOptions(beam_size=options.beam_size, alpha=options.alpha),
         max_tokens=max_tokens,
     )
 
@@ -457,25 +457,29 @@ def _file_pairs(src: str, tgt: str) -> Callable[[], Iterator[tuple[str, str]]]:
     return pairs
 
 
-def student_task(task: Any, job: Any, data: Any, *, rank: int, note) -> tuple[Any, Any, dict]:
-    """What the student of ``job`` (a translation job with ``[distill]``) trains on, as
-    ``(task, data, record)``. An in-memory task (numbers, multi30k): ``task`` itself, and its
-    ``data`` with the training split replaced by the distilled pairs followed by the original
-    ones (unless ``keep_original`` is false). A task of corpora on disk (files): the task
-    training on the distilled corpus of each of its corpora (with that corpus's weight)
-    followed by the original corpora (:meth:`~attnlab.tasks.translation.TranslationTask.
-    with_corpora`), and ``data`` as it was. ``record`` says what was distilled, for the run's
-    ``results.json``. Each distilled corpus is made once (:func:`distill_corpus`, cached by
-    its key) and reused after; rank 0 makes them, another rank waits for them on the cache."""
+def student_task(
+    task: Any, options: DistillOptions, max_tokens: int, data: Any, *, rank: int, note
+) -> tuple[Any, Any, dict]:
+    """What the student of a translation ``task`` with ``[distill]`` ``options`` (checked:
+    :meth:`DistillOptions.check`) trains on, as ``(task, data, record)``; the teachers decode
+    batches of ``max_tokens`` (``[eval] max_tokens``). An in-memory task (numbers,
+    multi30k): ``task`` itself, and its ``data`` with the training split replaced by the
+    distilled pairs followed by the original ones (unless ``keep_original`` is false). A task
+    of corpora on disk (files): the task training on the distilled corpus of each of its
+    corpora (with that corpus's weight) followed by the original corpora
+    (:meth:`~attnlab.tasks.translation.TranslationTask.with_corpora`), and ``data`` as it
+    was. ``record`` says what was distilled, for the run's ``results.json``. Each distilled
+    corpus is made once (:func:`distill_corpus`, cached by its key) and reused after; rank 0
+    makes them, another rank waits for them on the cache."""
     import torch
 
     from ..data.corpora import ParallelCorpus
     from ..data.prepare import progress_printer
     from ..data.textfiles import check_parallel
 
-    options: DistillOptions = job.distill
-    options.check()  # the digests and alpha, when the job was not checked
-    root = distilled_root(getattr(task, "cache_dir", None))
+    if options.digests is None or options.alpha is None:
+        options.check()  # options not checked with their job: the digests and alpha
+    root = distilled_root(task.shard_cache())
     teachers = options.teachers or []
     translation = {"beam_size": options.beam_size, "n_best": options.n}
     translation.update(select=options.select, alpha=options.alpha)
@@ -492,7 +496,7 @@ def student_task(task: Any, job: Any, data: Any, *, rank: int, note) -> tuple[An
 
     def translate(sources: list[str], references: list[str]) -> list[str]:
         if not loaded:
-            loaded.append(_teachers(options, job.eval.max_tokens))
+            loaded.append(_teachers(options, max_tokens))
         return chunk_targets(loaded[0], sources, references, n=options.n, select=options.select)
 
     def make(name: str, pairs, total: int, corpus: dict[str, Any]) -> DistilledCorpus:

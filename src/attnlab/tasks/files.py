@@ -159,6 +159,12 @@ class Files(TranslationTask):
         tables = [{"name": c.name, "src": c.src, "tgt": c.tgt, "weight": c.weight} for c in corpora]
         return dataclasses.replace(self, train_src=None, train_tgt=None, corpora=tables)
 
+    def shard_cache(self) -> str | None:
+        return self.cache_dir
+
+    def sample_seed(self) -> int:
+        return self.seed
+
     def mixing(self, corpora: list[TrainCorpus]) -> dict[str, Any]:
         if len(corpora) < 2:
             return {}
@@ -169,7 +175,6 @@ class Files(TranslationTask):
     def load(self) -> Any:
         from ..data import corpora
 
-        self.check()
         splits = {
             split: corpora.parallel_split(self._pair(split), f"[task] {split}_src, {split}_tgt")
             for split in ("valid", "test")

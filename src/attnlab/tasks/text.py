@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Setup, Task, note_token_examples, register_task, seeded, shared_tokenizers
+from .context import TaskContext
 
 __all__ = ["Text"]
 
@@ -45,31 +46,36 @@ class Text(Task):
         options.update(vocab_size=src_vocab, tgt_vocab_size=None, share_embeddings=True)
         return TransformerConfig.preset(preset, **options)
 
-    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+    def objective(self) -> type:
+        from ..train.objectives import LanguageModelObjective
+
+        return LanguageModelObjective
+
+    def setup(self, ctx: TaskContext, data: Any, *, resume: bool, rank: int, note) -> Setup:
         from ..data.batching import make_lm_examples
         from ..data.tokenizer import Tokenizer
         from ..models.transformer import TransformerLM
 
-        directory = out / "tokenizers"
+        directory = ctx.out / "tokenizers"
 
         def train():  # one vocabulary for the one stream of text
-            options = job.tokenizer
+            options = ctx.tokenizer
             tokenizer = Tokenizer.train(
                 data["train"], options.vocab_size, min_frequency=options.min_frequency
             )
             return tokenizer, tokenizer
 
         tokenizer, _ = shared_tokenizers(directory, reuse=resume, rank=rank, train=train)
-        joint = " (joint)" if job.tokenizer.joint else ""
+        joint = " (joint)" if ctx.tokenizer.joint else ""
         note(f"tokenizers: {tokenizer.vocab_size:,} subwords{joint}")
 
         def encode(split: str):
             return make_lm_examples(tokenizer.encode_batch(data[split]), max_len=self.max_len)
 
-        config = job.model_config(tokenizer.vocab_size, tokenizer.vocab_size)
-        model = seeded(job.train.get("seed", 0), lambda: TransformerLM(config))
+        config = self.config_for(ctx, tokenizer.vocab_size, tokenizer.vocab_size)
+        model = seeded(ctx.seed, lambda: TransformerLM(config))
         train_examples = encode("train")
-        padding = note_token_examples(job, out, model, train_examples, self.max_len, note)
+        padding = note_token_examples(ctx, model, train_examples, self.max_len, note)
         setup = Setup(model, train_examples, encode("valid"), None, directory)
         setup.extras["padding_fraction"] = padding
         return setup
@@ -81,7 +87,7 @@ class Text(Task):
         self,
         model_dir: Path,
         data: Any,
-        job: Any,
+        ctx: TaskContext,
         *,
         split: str,
         limit: int | None = None,

@@ -13,8 +13,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .base import Setup, Task, note_token_examples, seeded, shared_tokenizers
+from .context import TaskContext
 
-__all__ = ["TRANSLATION_VALIDATION", "TrainCorpus", "TranslationTask", "validation_scores"]
+__all__ = [
+    "FINE_TUNABLE",
+    "TRANSLATION_VALIDATION",
+    "TrainCorpus",
+    "TranslationTask",
+    "starting_config",
+    "validation_scores",
+]
+
+#: What a fine-tuning run may change in its starting model's config (not its architecture).
+FINE_TUNABLE = ("dropout", "attention_dropout", "activation_dropout")
 
 # What a translation job's validation hook adds to each evaluation during training: BLEU,
 # exact match and chrF of greedy translations of the first validation pairs (chrF also ranks
@@ -67,11 +78,24 @@ class TranslationTask(Task):
         )
         return TransformerConfig.preset(preset, **options)
 
-    def validation_columns(self, job: Any) -> tuple[str, ...]:
-        own = super().validation_columns(job)
-        return own if job.eval.bleu_sentences == 0 else own + TRANSLATION_VALIDATION
+    def config_for(self, ctx: TaskContext, src_vocab: int = 0, tgt_vocab: int = 0):
+        """A fresh model's config, or a fine-tuning run's: its starting model's with the job's
+        dropout rates."""
+        if ctx.init_from is None:
+            return super().config_for(ctx, src_vocab, tgt_vocab)
+        rates = {k: v for k, v in ctx.model.items() if k in FINE_TUNABLE}
+        return dataclasses.replace(starting_config(ctx.init_from), **rates)
 
-    def keep_best_hint(self, job: Any, column: str) -> str:
+    def objective(self) -> type:
+        from ..train.objectives import TranslationObjective
+
+        return TranslationObjective
+
+    def validation_columns(self, ctx: TaskContext) -> tuple[str, ...]:
+        own = super().validation_columns(ctx)
+        return own if ctx.eval.bleu_sentences == 0 else own + TRANSLATION_VALIDATION
+
+    def keep_best_hint(self, ctx: TaskContext, column: str) -> str:
         if column in TRANSLATION_VALIDATION:
             return f" ({', '.join(TRANSLATION_VALIDATION)} need [eval] bleu_sentences > 0)"
         return ""
@@ -99,18 +123,26 @@ class TranslationTask(Task):
         """How several corpora mix (``weights`` or ``temperature``; none: each once)."""
         return {}
 
+    def shard_cache(self) -> str | None:
+        """Where the corpora on disk are prepared (None: the default cache)."""
+        return None
+
+    def sample_seed(self) -> int:
+        """The seed of the tokenizers' sample of the corpora on disk."""
+        return 0
+
     def train_texts(self, data: Any) -> tuple[list[str], list[str]]:
         """The training split's sources and targets, for the tokenizers."""
         train = data["train"]
         return [s for s, _ in train], [t for _, t in train]
 
-    def train_tokenizers(self, job: Any, data: Any, *, wait=None):
+    def train_tokenizers(self, ctx: TaskContext, data: Any, *, wait=None):
         """BPE tokenizers on the training split: one joint, or one per side (on disk: on a
         seeded sample of ``[tokenizer] sample_size`` pairs, in the shares of the corpora's
         mixture; ``wait``: another process trains them, this one waits for them)."""
         from ..data.tokenizer import Tokenizer
 
-        options = job.tokenizer
+        options = ctx.tokenizer
         corpora = self.train_corpora()
         if corpora is not None:  # trained once per files and options, then cached
             from ..data.prepare import cached_tokenizers
@@ -121,10 +153,10 @@ class TranslationTask(Task):
                 options.vocab_size,
                 joint=options.joint,
                 sample_size=options.sample_size,
-                seed=getattr(self, "seed", 0),
+                seed=self.sample_seed(),
                 min_frequency=options.min_frequency,
                 name=corpora[0].option,
-                cache_dir=getattr(self, "cache_dir", None),
+                cache_dir=self.shard_cache(),
                 wait=wait,
                 **self.mixing(corpora),
             )
@@ -142,11 +174,10 @@ class TranslationTask(Task):
 
     def prepare(
         self,
-        job: Any,
+        ctx: TaskContext,
         *,
         note,
         rank: int = 0,
-        out: Path | None = None,
         resume: bool = False,
         verify: bool = False,
     ) -> bool:
@@ -158,13 +189,14 @@ class TranslationTask(Task):
         A student (``[distill]``) first has its teachers' translations made, or found, in the
         cache (:mod:`attnlab.tasks.distill`), whatever its task. False: the task has nothing
         on disk to prepare."""
-        if job.distill is not None:  # a student: the teachers' translations, made first
+        if ctx.distill is not None:  # a student: the teachers' translations, made first
             from .distill import student_task
 
             data = self.load() if self.train_corpora() is None else None
-            student, _, _ = student_task(self, job, data, rank=rank, note=note)
-            own = dataclasses.replace(job, distill=None)
-            student.prepare(own, note=note, rank=rank, out=out, resume=resume, verify=verify)
+            student, _, _ = student_task(
+                self, ctx.distill, ctx.eval.max_tokens, data, rank=rank, note=note
+            )
+            student.prepare(ctx.student(), note=note, rank=rank, resume=resume, verify=verify)
             return True
         from ..data.prepare import cache_root
         from ..data.textfiles import check_parallel
@@ -172,27 +204,21 @@ class TranslationTask(Task):
         corpora = self.train_corpora()
         if corpora is None:
             return False
-        root = cache_root(getattr(self, "cache_dir", None))
+        root = cache_root(self.shard_cache())
         for corpus in corpora:
             check_parallel(
                 corpus.src, corpus.tgt, corpus.option, utf8=False, cache_dir=root, verify=verify
             )
         wait = None if rank == 0 else note  # another rank says only why it waits
         tell = note if rank == 0 else lambda line: None
-        run_tokenizers = out / "tokenizers" if out is not None else None
-        if resume and run_tokenizers is not None and run_tokenizers.is_dir():
+        if resume and (ctx.out / "tokenizers").is_dir():
             from ..data.tokenizer import load_tokenizers
 
-            src_tok, tgt_tok = load_tokenizers(run_tokenizers)
-        elif job.init_from is not None:
-            from ..data.tokenizer import load_tokenizers
-            from ..inference.modeldir import resolve_model_dir
-
-            src_tok, tgt_tok = load_tokenizers(
-                resolve_model_dir(job.init_from, name="[model] init_from")
-            )
+            src_tok, tgt_tok = load_tokenizers(ctx.out / "tokenizers")
+        elif ctx.init_from is not None:
+            src_tok, tgt_tok = _starting_tokenizers(ctx.init_from)
         else:
-            src_tok, tgt_tok = self.train_tokenizers(job, None, wait=wait)
+            src_tok, tgt_tok = self.train_tokenizers(ctx, None, wait=wait)
         tell(f"tokenizers: {src_tok.vocab_size:,} subwords")
         for corpus in corpora:
             self.corpus_shards(corpus, src_tok, tgt_tok, rank=rank, note=note, tell=tell)
@@ -212,7 +238,7 @@ class TranslationTask(Task):
             src_tok,
             tgt_tok,
             cleaning=self.cleaning(),
-            cache_dir=getattr(self, "cache_dir", None),
+            cache_dir=self.shard_cache(),
             progress=progress if rank == 0 else None,
             name=corpus.option,
             wait=None if rank == 0 else note,
@@ -222,20 +248,17 @@ class TranslationTask(Task):
         tell(f"{corpus.name}: {prepared.summary}")
         return prepared
 
-    def tokenizers(self, job: Any, data: Any, directory: Path, *, resume: bool, rank: int):
+    def tokenizers(self, ctx: TaskContext, data: Any, directory: Path, *, resume: bool, rank: int):
         """Trained on the training split (a fine-tuning run keeps its starting model's)."""
 
         def train():
-            if job.init_from is None:
-                return self.train_tokenizers(job, data)
-            from ..data.tokenizer import load_tokenizers
-            from ..inference.modeldir import resolve_model_dir
-
-            return load_tokenizers(resolve_model_dir(job.init_from, name="[model] init_from"))
+            if ctx.init_from is None:
+                return self.train_tokenizers(ctx, data)
+            return _starting_tokenizers(ctx.init_from)
 
         return shared_tokenizers(directory, reuse=resume, rank=rank, train=train)
 
-    def examples(self, job: Any, data: Any, split: str, src_tok, tgt_tok, config):
+    def examples(self, data: Any, split: str, src_tok, tgt_tok, config):
         """The framed examples of ``split`` (from pad, EOS 0 for a Marian model)."""
         from ..data.batching import make_examples
 
@@ -245,34 +268,35 @@ class TranslationTask(Task):
         framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
         return make_examples(list(zip(src, tgt, strict=True)), max_len=self.max_len, **framing)
 
-    def setup(self, job: Any, data: Any, out: Path, *, resume: bool, rank: int, note) -> Setup:
+    def setup(self, ctx: TaskContext, data: Any, *, resume: bool, rank: int, note) -> Setup:
         from ..models.transformer import Transformer
 
-        if job.distill is not None:  # a student: the teachers' translations are its data
+        if ctx.distill is not None:  # a student: the teachers' translations are its data
             from .distill import student_task
 
-            student, data, record = student_task(self, job, data, rank=rank, note=note)
-            own = dataclasses.replace(job, distill=None)
-            setup = student.setup(own, data, out, resume=resume, rank=rank, note=note)
+            student, data, record = student_task(
+                self, ctx.distill, ctx.eval.max_tokens, data, rank=rank, note=note
+            )
+            setup = student.setup(ctx.student(), data, resume=resume, rank=rank, note=note)
             setup.extras["distill"] = record
             return setup
-        bleu = self.bleu_options(job)  # before any work: a tokenizer's missing package
-        directory = out / "tokenizers"
-        src_tok, tgt_tok = self.tokenizers(job, data, directory, resume=resume, rank=rank)
-        joint = " (joint)" if job.tokenizer.joint else ""
+        bleu = self.bleu_options(ctx)  # before any work: a tokenizer's missing package
+        directory = ctx.out / "tokenizers"
+        src_tok, tgt_tok = self.tokenizers(ctx, data, directory, resume=resume, rank=rank)
+        joint = " (joint)" if ctx.tokenizer.joint else ""
         note(f"tokenizers: {src_tok.vocab_size:,} subwords{joint}")
-        if job.init_from is not None:
-            model = _starting_model(job, src_tok, tgt_tok)
+        config = self.config_for(ctx, src_tok.vocab_size, tgt_tok.vocab_size)
+        if ctx.init_from is not None:
+            model = _starting_model(ctx.init_from, config, src_tok, tgt_tok)
         else:
-            config = job.model_config(src_tok.vocab_size, tgt_tok.vocab_size)
-            model = seeded(job.train.get("seed", 0), lambda: Transformer(config))
+            model = seeded(ctx.seed, lambda: Transformer(config))
         c = model.config
         if self.train_corpora() is None:
-            train = self.examples(job, data, "train", src_tok, tgt_tok, c)
+            train = self.examples(data, "train", src_tok, tgt_tok, c)
         else:
-            train = self.shard_examples(job, src_tok, tgt_tok, c, rank=rank, note=note)
-        valid = self.examples(job, data, "valid", src_tok, tgt_tok, c)
-        valid_pairs = data["valid"][: job.eval.bleu_sentences]
+            train = self.shard_examples(src_tok, tgt_tok, c, rank=rank, note=note)
+        valid = self.examples(data, "valid", src_tok, tgt_tok, c)
+        valid_pairs = data["valid"][: ctx.eval.bleu_sentences]
 
         def on_evaluate(step: int, trained) -> dict[str, float]:
             """BLEU and exact match of greedy translations of the first validation pairs."""
@@ -283,34 +307,35 @@ class TranslationTask(Task):
             return dict(zip(TRANSLATION_VALIDATION, found, strict=True))
 
         setup = Setup(model, train, valid, on_evaluate, directory)
-        if job.init_from is not None and rank == 0 and not resume:
+        if ctx.init_from is not None and rank == 0 and not resume:
+            decoding = ctx.eval.decoding
             before = validation_scores(
                 model,
                 src_tok,
                 tgt_tok,
                 data["valid"],
-                beam_size=job.eval.beam_size,
-                alpha=job.eval.alpha,
+                beam_size=decoding.beam_size,
+                alpha=decoding.alpha,
                 **bleu,
             )
             setup.extras["valid_before"] = before
-            note(f"starting model ({job.init_from}): {_scores_text('valid', before)}")
+            note(f"starting model ({ctx.init_from}): {_scores_text('valid', before)}")
         names = [c.name for c in self.train_corpora() or []]
-        padding = note_token_examples(job, out, model, train, self.max_len, note, corpora=names)
+        padding = note_token_examples(ctx, model, train, self.max_len, note, corpora=names)
         setup.extras["padding_fraction"] = padding
         return setup
 
-    def bleu_options(self, job: Any) -> dict[str, Any]:
+    def bleu_options(self, ctx: TaskContext) -> dict[str, Any]:
         """How BLEU tokenises this task's translations (``tgt_lang`` and ``bleu_tokenize`` of
         :func:`attnlab.inference.scores.score`): the target language's tokenizer, as sacreBLEU's
         command line picks it, or the job's ``[eval] bleu_tokenize``. Its packages are checked
         here (an ImportError naming the extra that installs them)."""
         from ..inference.scores import bleu_metric, bleu_tokenizer
 
-        bleu_metric(bleu_tokenizer(self.tgt_lang, job.eval.bleu_tokenize))
-        return {"tgt_lang": self.tgt_lang, "bleu_tokenize": job.eval.bleu_tokenize}
+        bleu_metric(bleu_tokenizer(self.tgt_lang, ctx.eval.bleu_tokenize))
+        return {"tgt_lang": self.tgt_lang, "bleu_tokenize": ctx.eval.bleu_tokenize}
 
-    def shard_examples(self, job: Any, src_tok, tgt_tok, config, *, rank: int, note):
+    def shard_examples(self, src_tok, tgt_tok, config, *, rank: int, note):
         """The training corpora as examples read from token shards: prepared once (cleaned,
         encoded on every core, with progress) into the cache, reused after (``attnlab train``
         prepares them before the run starts: :meth:`prepare`). In a distributed run rank 0
@@ -329,12 +354,14 @@ class TranslationTask(Task):
         framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
         return ShardExamples(directories, max_len=self.max_len, **framing, **self.mixing(corpora))
 
-    def after_training(self, job: Any, model_dir: Path, data: Any, setup: Setup, note) -> None:
-        if job.init_from is None:
+    def after_training(
+        self, ctx: TaskContext, model_dir: Path, data: Any, setup: Setup, note
+    ) -> None:
+        if ctx.init_from is None:
             return
-        tuned = self.evaluate(model_dir, data, job, split="valid")
+        tuned = self.evaluate(model_dir, data, ctx, split="valid")
         note(f"fine-tuned model: {_scores_text('valid', tuned)}")
-        setup.extras["init_from"] = job.init_from
+        setup.extras["init_from"] = ctx.init_from
         setup.extras["valid_after"] = {k: tuned[k] for k in ("bleu", "chrf", "exact_match")}
 
     # -- scoring ---------------------------------------------------------------------------
@@ -343,7 +370,7 @@ class TranslationTask(Task):
         self,
         model_dir: Path,
         data: Any,
-        job: Any,
+        ctx: TaskContext,
         *,
         split: str,
         limit: int | None = None,
@@ -365,18 +392,14 @@ class TranslationTask(Task):
         pairs = data[split]
         if limit is not None:
             pairs = pairs[:limit]
-        beam_size = beam_size or job.eval.beam_size
-        alpha = job.eval.alpha if alpha is None else alpha
+        decoding = ctx.eval.decoding.updated(beam_size=beam_size or None, alpha=alpha)
+        beam_size, alpha = decoding.beam_size, decoding.alpha
         translator = Translator.load(
-            model_dir,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_tokens=job.eval.max_tokens,
-            device=device,
+            model_dir, decoding=decoding, max_tokens=ctx.eval.max_tokens, device=device
         )
         hyps = translator.translate([s for s, _ in pairs])
         refs = [t for _, t in pairs]
-        scores = score(hyps, refs, tokenized_lang=self.tgt_lang, **self.bleu_options(job))
+        scores = score(hyps, refs, tokenized_lang=self.tgt_lang, **self.bleu_options(ctx))
         result = scores.to_dict()
         result.update({"split": split, "task": self.name, "beam_size": beam_size, "alpha": alpha})
         result["examples"] = [
@@ -463,14 +486,42 @@ def _scores_text(split: str, scores: Mapping[str, Any]) -> str:
     )
 
 
-def _starting_model(job: Any, src_tok, tgt_tok):
-    """The model a fine-tuning run starts from: ``[model] init_from``'s weights in a model of
-    its config with the job's dropout rates, checked against the tokenizers it came with."""
+def starting_config(init_from: str):
+    """The config of ``[model] init_from``'s model, as saved (checked to be an encoder-decoder
+    translation model with its tokenizers)."""
+    from ..inference.modeldir import resolve_model_dir
+    from ..models.saved import read_config
+
+    directory = resolve_model_dir(init_from, name="[model] init_from")
+    try:
+        model_type, config = read_config(directory)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"[model] init_from: {e}") from None
+    if model_type != "transformer":
+        raise ValueError(
+            f"[model] init_from: {directory} holds a {model_type!r} model; fine-tuning "
+            f"takes an encoder-decoder translation model"
+        )
+    return config
+
+
+def _starting_tokenizers(init_from: str):
+    """The tokenizers of ``[model] init_from``'s model, which a fine-tuning run keeps."""
+    from ..data.tokenizer import load_tokenizers
+    from ..inference.modeldir import resolve_model_dir
+
+    return load_tokenizers(resolve_model_dir(init_from, name="[model] init_from"))
+
+
+def _starting_model(init_from: str, config, src_tok, tgt_tok):
+    """The model a fine-tuning run starts from: ``init_from``'s weights in a model of
+    ``config`` (its own with the job's dropout rates), checked against the tokenizers it came
+    with."""
     from ..inference.modeldir import resolve_model_dir
     from ..inference.scores import load_with_tokenizers
     from ..models.transformer import Transformer
 
-    start = resolve_model_dir(job.init_from, name="[model] init_from")
+    start = resolve_model_dir(init_from, name="[model] init_from")
     try:
         loaded, _, _ = load_with_tokenizers(start, device="cpu")
     except (OSError, ValueError) as e:
@@ -484,7 +535,7 @@ def _starting_model(job: Any, src_tok, tgt_tok):
                 f"[model] init_from: {start}: the {side} tokenizer has {tokenizer.vocab_size:,} "
                 f"tokens, the model's {side} vocabulary {size:,}"
             )
-    model = Transformer(job.model_config())
+    model = Transformer(config)
     model.load_state_dict(loaded.state_dict())
     return model
 

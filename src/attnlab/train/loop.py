@@ -1,7 +1,7 @@
 """The training loop: :class:`Trainer`, which knows no task.
 
 What differs between tasks (batches, loss, metric columns, validation metrics) is the
-:class:`~attnlab.train.objectives.Objective` the model's class is registered with; the loop
+:class:`~attnlab.train.objectives.Objective` it is handed (a task names its own); the loop
 only sums losses and counts, steps the optimizer and the schedule, logs, evaluates, saves
 checkpoints and stops.
 """
@@ -36,7 +36,7 @@ from .config import TrainConfig
 from .distributed import all_gather_objects, barrier, resolve_device, world
 from .memory import keep_freed_memory
 from .metrics import Reporter, call_hook, hook_metrics
-from .objectives import objective_class
+from .objectives import Objective, objective_class
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
 from .progress import format_duration, start_line
@@ -54,8 +54,8 @@ EvaluateHook = Callable[[int, nn.Module], Mapping[str, float] | None]
 class Trainer:
     """Trains an encoder-decoder :class:`~attnlab.models.transformer.Transformer` or a decoder-only
     :class:`~attnlab.models.transformer.TransformerLM` on framed examples, or a
-    :class:`~attnlab.models.vision.VisionTransformer` on labelled images (or any model an objective
-    is registered for: :mod:`attnlab.train.objectives`).
+    :class:`~attnlab.models.vision.VisionTransformer` on labelled images (or any model an
+    objective trains: :mod:`attnlab.train.objectives`).
 
     Args:
         model: the model to train, built by the caller (its initial weights are the
@@ -68,6 +68,9 @@ class Trainer:
             its loss is per image, and each evaluation also reports ``val_accuracy``.
         valid_examples: the same for the validation loss, or None / empty for no validation.
         config: a :class:`TrainConfig`.
+        objective: the :class:`~attnlab.train.objectives.Objective` class that trains
+            ``model`` (a task names its own: ``Task.objective()``); None: the built-in one for
+            the model's class (:func:`~attnlab.train.objectives.objective_class`).
         tokenizers_dir: a directory holding ``tokenizer.json`` or ``src_tokenizer.json`` +
             ``tgt_tokenizer.json`` (``attnlab.data.save_tokenizers``), copied into
             ``out/model`` so that it is self-contained.
@@ -91,12 +94,18 @@ class Trainer:
         valid_examples: Any,
         config: TrainConfig,
         *,
+        objective: type[Objective] | None = None,
         tokenizers_dir: str | os.PathLike[str] | None = None,
         on_evaluate: EvaluateHook | None = None,
         progress: bool = True,
         log: Callable[[str], object] | None = None,
     ) -> None:
-        objective_cls = objective_class(model)
+        objective_cls = objective_class(model) if objective is None else objective
+        if not isinstance(model, objective_cls.model_class):
+            raise TypeError(
+                f"model: {objective_cls.__name__} trains an attnlab "
+                f"{objective_cls.model_class.__name__}, got {type(model).__name__}"
+            )
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
         config.validate()

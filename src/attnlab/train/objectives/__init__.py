@@ -1,4 +1,6 @@
-"""The training objectives, one module per task, and the registry that picks one for a model.
+"""The training objectives, one module per kind of training. A task names its objective
+(``Task.objective``) and the trainer is handed it; for a model trained without a task, the
+trainer takes the built-in one for its class (:func:`objective_class`):
 
 =====================  ==========================================  ==========================
 model                  objective                                   module
@@ -8,8 +10,9 @@ TransformerLM          :class:`LanguageModelObjective`             ``language_mo
 VisionTransformer      :class:`ImageClassificationObjective`       ``image_classification``
 =====================  ==========================================  ==========================
 
-A new task is a new module with a class that follows :class:`Objective`, added with
-:func:`register_objective` (CONTRIBUTING.md walks through it).
+A new objective is a new module with a class that follows :class:`Objective`, named by its
+task (or handed to :class:`~attnlab.train.Trainer` as ``objective``; :func:`register_objective`
+makes it the default for its model class).
 """
 
 from __future__ import annotations

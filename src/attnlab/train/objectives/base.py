@@ -4,7 +4,7 @@ The loop (:class:`attnlab.train.Trainer`) knows no task. It draws batches of ind
 objective's batcher, has the objective collate them into tensors, sums the objective's loss
 over them and divides by the objective's count (target tokens, images), and asks it for the
 validation metrics beyond the loss. A task is one class that does these things for one kind
-of model; :mod:`attnlab.train.objectives` finds it by the model's class.
+of model; a task names its own (``Task.objective``), and the trainer is handed it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Objective(Protocol):
     """A training task for one kind of model, built as ``cls(model, config, device)``.
 
     Attributes:
-        model_class: the model class it trains (the registry's key).
+        model_class: the model class it trains.
         unit: what the loss is summed over, plural (``"tokens"``, ``"images"``): the loss is
             reported per unit, the speed in units per second, and the summary counts
             ``train_{unit}``.
@@ -58,6 +58,8 @@ class Objective(Protocol):
     columns: ClassVar[tuple[str, ...]]
     rate_unit: ClassVar[str]
     validation_counts: ClassVar[tuple[str, ...]]
+
+    def __init__(self, model: nn.Module, config: TrainConfig, device: torch.device) -> None: ...
 
     def prepare(self, data: object, name: str) -> Any:
         """``data`` as the dataset the batcher indexes, checked against the model (errors
