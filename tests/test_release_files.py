@@ -172,38 +172,44 @@ def test_a_drifted_multi30k_figure_is_found():
 
 
 #: The large-corpus figures: the 4.5M-pair run of benchmarks/data_scale.py, read from its one
-#: results file. A memory figure is named by its measure: ``largest`` (peak RSS of the largest
-#: process) and ``summed`` (peak RSS summed over the process tree) in the run before issue 48,
-#: ``pss`` (peak PSS summed over the process tree, the one measure since) once the script has
-#: been run again; every page quotes each measure the file holds, and none it does not.
+#: results file. Memory is one measure, the peak PSS summed over the process tree (issue 48):
+#: ``pss`` training with the preparation, ``prep_pss`` preparing alone; every page quotes each.
+#: Start-up: ``start``, until the first step begins with the shards ready, ``first_step``,
+#: until its line, ``resumed``, until a resumed run's first step begins.
 DATA_SCALE_RESULTS = ROOT / "benchmarks/results/data_scale.json"
-MEMORY_KEYS = ("largest", "summed", "pss")
+MEMORY_KEYS = ("pss", "prep_pss")
 DATA_SCALE_QUOTES = {
     "README.md": [
         r"on a (?P<lines>[\d.]+M)-pair corpus, (?P<kept>[\d.]+M) pairs kept after cleaning",
         r"vocabulary (?P<vocab>[\d,]+), preset `(?P<preset>\w+)`",
         r"prepared once in (?P<prepare_s>\d+) s",
-        r"peak RSS (?P<largest>[\d,]+) MiB in the largest process",
-        r"(?P<summed>[\d,]+) MiB summed over the processes",
-        r"first step (?P<first_step>[\d.]+) s with the shards ready",
+        r"peak PSS summed over the process tree (?P<pss>[\d,]+) MiB with the preparation",
+        r"(?P<prep_pss>[\d,]+) MiB preparing alone",
+        r"the first step begins (?P<start>[\d.]+) s after the start",
+        r"has run at (?P<first_step>[\d.]+) s",
+        r"resumed from a checkpoint, (?P<resumed>[\d.]+) s",
     ],
     "README.zh.md": [
         r"在 (?P<lines>[\d.]+M) 句对的语料上运行 `attnlab train`，"
         r"清洗与去重后保留 (?P<kept>[\d.]+M) 句对",
         r"词表 (?P<vocab>[\d,]+)，预设 `(?P<preset>\w+)`",
         r"只准备一次，用时 (?P<prepare_s>\d+) s",
-        r"最大的单个进程峰值 RSS 为 (?P<largest>[\d,]+) MiB",
-        r"各进程之和为 (?P<summed>[\d,]+) MiB",
-        r"分片备好后到第一步 (?P<first_step>[\d.]+) s",
+        r"包括准备在内为 (?P<pss>[\d,]+) MiB",
+        r"单独准备时为 (?P<prep_pss>[\d,]+) MiB",
+        r"启动 (?P<start>[\d.]+) s 后开始第一步",
+        r"(?P<first_step>[\d.]+) s 时第一步完成",
+        r"从检查点恢复时为 (?P<resumed>[\d.]+) s",
     ],
     "docs/benchmarks.md": [
         r"`vocab_size` (?P<vocab>[\d,]+)",
         r"preset `(?P<preset>\w+)`, 3 steps",
-        r"of which (?P<kept_exact>[\d,]+) pairs are kept \((?P<kept>[\d.]+M);",
-        r"\| 4\.5M \| (?P<kept_exact>[\d,]+) \| (?P<prepare_s1>[\d.]+) s \| (?P<largest>[\d,]+) / "
-        r"(?P<summed>[\d,]+) MiB \| (?P<first_step>[\d.]+) s \|",
-        r"(?P<largest>[\d,]+) MiB in its largest process, the figure the script judged",
-        r"and (?P<summed>[\d,]+) MiB summed over its processes",
+        r"of which\s+(?P<kept_exact>[\d,]+) pairs are kept \((?P<kept>[\d.]+M);",
+        r"\| 4\.5M \| (?P<kept_exact>[\d,]+) \| (?P<prepare_s1>[\d.]+) s / (?P<prep_pss>[\d,]+) "
+        r"MiB \| (?P<pss>[\d,]+) MiB \| (?P<start>[\d.]+) s / (?P<first_step>[\d.]+) s / [\d,]+ "
+        r"MiB \| (?P<resumed>[\d.]+) s / [\d.]+ s \|",
+        r"at a peak PSS of (?P<prep_pss>[\d,]+) MiB",
+        r"preparation included, (?P<pss>[\d,]+) MiB \(goal",
+        r"the first step\s+begins (?P<start>[\d.]+) s after the start at 4\.5M",
     ],
 }
 
@@ -214,30 +220,22 @@ def data_scale_figures() -> dict[str, str]:
 
     data = json.loads(DATA_SCALE_RESULTS.read_text(encoding="utf-8"))
     big = data["sizes"]["4.5M"]
-    cold, ready = big["training"]["cold"], big["training"]["ready"]
-    vocab = data.get("vocab_size")
-    if vocab is None:  # the run before issue 48 did not record it; its log line says it
-        said = re.search(r"tokenizers: ([\d,]+) subwords", "\n".join(cold["data_lines"]))
-        assert said, "the results file says nothing of the vocabulary"
-        vocab = int(said.group(1).replace(",", ""))
+    training = big["training"]
     kept = big["prepare"]["pairs"]  # after cleaning, whose duplicate filter drops most
-    figures = {
+    return {
         "lines": f"{big['prepare']['lines'] / 1e6:g}M",
         "kept": f"{kept / 1e6:.2f}M",
         "kept_exact": f"{kept:,}",
-        "vocab": f"{vocab:,}",
-        # Not recorded before issue 48: the script's job then always said preset "tiny".
-        "preset": data.get("preset", "tiny"),
+        "vocab": f"{data['vocab_size']:,}",
+        "preset": data["preset"],
         "prepare_s": f"{big['prepare']['wall_s']:.0f}",
         "prepare_s1": f"{big['prepare']['wall_s']:.1f}",
-        "first_step": f"{ready['first_step_s']:.1f}",
+        "pss": f"{training['cold']['peak_pss_mib']:,.0f}",
+        "prep_pss": f"{big['prepare']['peak_pss_mib']:,.0f}",
+        "start": f"{training['ready']['start_s']:.1f}",
+        "first_step": f"{training['ready']['first_step_s']:.1f}",
+        "resumed": f"{training['resumed']['start_s']:.1f}",
     }
-    if "peak_pss_mib" in cold:
-        figures["pss"] = f"{cold['peak_pss_mib']:,.0f}"
-    else:
-        figures["largest"] = f"{cold['peak_rss_mib']:,.0f}"
-        figures["summed"] = f"{cold['peak_tree_rss_mib']:,.0f}"
-    return figures
 
 
 def test_every_page_quotes_the_large_corpus_figures_from_their_results_file():
