@@ -379,8 +379,8 @@ def test_missing_directory_is_named(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
-        ('{"hidden_size": 384,', "not a JSON config"),
-        ("\xff\xfe binary", "not a JSON config"),
+        ('{"hidden_size": 384,', "invalid JSON at line 1, column 21"),
+        ("\xff\xfe binary", "not UTF-8 text"),
         ("[1, 2, 3]", "expected a JSON object"),
     ],
     ids=["invalid-json", "not-utf8", "array"],

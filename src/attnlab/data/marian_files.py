@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import is_int
-from .._io import atomic_write
+from .._io import atomic_write, read_json
 from .sentencepiece import DEFAULT_MAX_LENGTH, MAX_LENGTH_LIMIT, SentencePieceTokenizer
 
 __all__ = [
@@ -44,13 +44,6 @@ def _write_bytes(content: bytes, path: str) -> None:
     Path(path).write_bytes(content)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a valid JSON file ({exc})") from None
-
-
 def _token_string(value: object, path: Path, key: str) -> str:
     """A special token as a config writes it: a string, or transformers' AddedToken object."""
     if isinstance(value, dict):
@@ -64,8 +57,8 @@ def _marian_vocab(path: Path) -> list[str]:
     """Marian's ``vocab.json`` (piece -> id) as the piece of each id, in id order."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (a Marian tokenizer directory needs it)")
-    data = _read_json(path)
-    if not isinstance(data, dict) or not data:
+    data = read_json(path)
+    if not data:
         raise ValueError(f"{path}: expected a JSON object mapping pieces to ids")
     vocab: list[str | None] = [None] * len(data)
     for piece, i in data.items():
@@ -134,13 +127,9 @@ def from_marian_dir(directory: PathLike) -> tuple[SentencePieceTokenizer, Senten
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such directory (expected a Marian tokenizer)")
     config_path = directory / MARIAN_CONFIG_FILE
-    config = _read_json(config_path) if config_path.is_file() else {}
-    if not isinstance(config, dict):
-        raise ValueError(f"{config_path}: expected a JSON object")
+    config = read_json(config_path) if config_path.is_file() else {}
     map_path = directory / SPECIAL_TOKENS_MAP_FILE
-    token_map = _read_json(map_path) if map_path.is_file() else {}
-    if not isinstance(token_map, dict):
-        raise ValueError(f"{map_path}: expected a JSON object")
+    token_map = read_json(map_path) if map_path.is_file() else {}
     specials = {}
     for name, default in _DEFAULT_SPECIALS.items():
         key = f"{name}_token"

@@ -61,7 +61,7 @@ from typing import Any
 import sentencepiece
 
 from .._checks import is_int
-from .._io import atomic_write
+from .._io import atomic_write, read_json
 from ._ids import as_id_list, as_id_rows, check_id, check_texts
 from .tokens import TokenizerProtocol
 
@@ -152,13 +152,10 @@ def _read_saved(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such tokenizer file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not a tokenizer file (not UTF-8: {exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a tokenizer file (not JSON: {exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a tokenizer file (not a JSON object)")
+        data = read_json(path)
+    except ValueError as exc:  # "PATH: not UTF-8 text (...)", "PATH: invalid JSON at ...", ...
+        what = str(exc).removeprefix(f"{path}: ")
+        raise ValueError(f"{path}: not a tokenizer file ({what})") from None
     marker = data.get(_MARKER_KEY)
     expected = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
     if not isinstance(marker, dict) or marker.get("format") != FORMAT_NAME:

@@ -34,7 +34,6 @@ import contextlib
 import gzip
 import hashlib
 import io
-import json
 import os
 import time
 import zlib
@@ -46,7 +45,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .._checks import check_int
-from .._io import write_json
+from .._io import read_json, write_json
 
 __all__ = [
     "BLOCK_BYTES",
@@ -298,10 +297,10 @@ def _remembered(cache_dir: Path, identity: tuple[str, int, int, int, int]) -> di
 
 def _read_digests(cache_dir: Path) -> dict[str, object]:
     try:
-        data = json.loads((cache_dir / DIGESTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = read_json(cache_dir / DIGESTS_FILE)
+    except (OSError, ValueError):
         return {}
-    if not isinstance(data, dict) or data.get("format") != _DIGESTS_FORMAT:
+    if data.get("format") != _DIGESTS_FORMAT:
         return {}
     if data.get("version") != _DIGESTS_VERSION or not isinstance(data.get("files"), dict):
         return {}

@@ -51,7 +51,7 @@ from typing import Any
 import tokenizers as hf
 
 from .._checks import is_int
-from .._io import atomic_write
+from .._io import atomic_write, read_json
 from .._rundir import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
 from ._ids import as_id_list, as_id_rows, check_id, check_texts
 from .byte_tokens import BYTE_SYMBOLS, BYTE_TOKENS, SYMBOL_TO_BYTE, byte_level_backend, bytes_text
@@ -339,12 +339,11 @@ class Tokenizer(TokenizerProtocol):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such tokenizer file")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path}: not a tokenizer file (not UTF-8: {exc.reason})") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not a valid tokenizer.json file ({exc})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            data = read_json(path)
+        except ValueError as exc:  # "PATH: not UTF-8 text (...)", "PATH: invalid JSON at ..."
+            what = str(exc).removeprefix(f"{path}: ")
+            raise ValueError(f"{path}: not a tokenizer file ({what})") from None
+        if not isinstance(data.get("model"), dict):
             raise ValueError(f'{path}: not a valid tokenizer.json file (no "model" object)')
         stated = _format_marker(data["model"], path)
         try:

@@ -15,11 +15,12 @@ tell the kinds apart (an export that writes Marian's files) asks a tokenizer's :
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from .._io import read_json
 
 __all__ = [
     "KINDS",
@@ -135,8 +136,8 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TokenizerProtocol:
     neither)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        data = None  # the BPE loader says what is wrong with it
-    kind = "sentencepiece" if isinstance(data, dict) and _MARKER in data else "bpe"
+        data = read_json(path)
+    except (OSError, ValueError):
+        data = {}  # the BPE loader says what is wrong with it
+    kind = "sentencepiece" if _MARKER in data else "bpe"
     return tokenizer_class(kind).load(path)

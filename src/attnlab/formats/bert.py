@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._io import read_json
 from ..models.config import TransformerConfig
 from ..models.saved import WEIGHTS_FILE
 from ..models.transformer import TransformerEncoder
@@ -131,12 +131,7 @@ def load_bert(
             raise FileNotFoundError(
                 f"{path}: missing (a BERT directory has config.json and model.safetensors)"
             )
-    try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{config_path}: not a JSON config: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_path}: expected a JSON object")
+    data = read_json(config_path)
     config = bert_config(data, source=str(config_path))
     try:
         stored = load_file(weights_path)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .._io import atomic_write_dir
+from .._io import atomic_write_dir, read_json
 from .common import (
     MARIAN_LAYER_NORM_EPS,
     PathLike,
@@ -410,12 +410,7 @@ def read_marian_config(directory: PathLike) -> Any:
             f"{Path(directory)}: no config.json; expected a transformers Marian (opus-mt) model "
             f"directory"
         )
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a valid JSON file ({error})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+    raw = read_json(path)
     if raw.get("model_type") != "marian":
         raise ValueError(
             f"{path}: model_type={raw.get('model_type')!r}; attnlab imports transformers Marian "

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import check_bool, check_choice, check_int, check_optional_int, is_number
+from .._io import read_json
 
 __all__ = [
     "BEAM_SIZE",
@@ -250,10 +251,7 @@ def load_distilled(directory: str | os.PathLike) -> DistilledCorpus | None:
     """The complete distilled corpus in ``directory`` (its ``meta.json`` is there and of this
     format), else None."""
     directory = Path(directory)
-    try:
-        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
+    meta = _read_json(directory / META_FILE)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return None
     if meta.get("version") != VERSION:
@@ -367,7 +365,7 @@ def distill_corpus(
             for w, window in enumerate(_windows(pairs(), window_lines)):
                 targets: list[str | None] = [None] * len(window)
                 for _ in range(-(-len(window) // chunk_size)):
-                    record = json.loads((work / f"chunk-{number:06d}.json").read_text("utf-8"))
+                    record = read_json(work / f"chunk-{number:06d}.json")
                     for line, target in zip(record["lines"], record["targets"], strict=True):
                         targets[line - w * window_lines] = target
                     seconds += record["seconds"]
@@ -395,10 +393,11 @@ def distill_corpus(
     return DistilledCorpus(made.directory, made.meta, cached=False)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, None where there is none to read (missing, damaged)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return read_json(path)
+    except (OSError, ValueError):
         return None
 
 

@@ -12,14 +12,13 @@ same values, which do not replace it).
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._io import atomic_write_dir, not_written, write_json
+from .._io import atomic_write_dir, not_written, read_json, write_json
 from ..models.saved import PretrainedModel
 
 __all__ = ["BEST_DIR", "BEST_FILE", "BestModel", "lower_is_better"]
@@ -55,7 +54,7 @@ class BestModel:
         if not path.is_file():
             return
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_json(path)
             value, step = float(record["value"]), int(record["step"])
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ValueError(

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from .._io import atomic_write, atomic_write_dir, not_written, write_json
+from .._io import read_json as _io_read_json
 from .._rundir import (
     CHECKPOINT_FILES,
     CHECKPOINTS_DIR,
@@ -89,13 +90,12 @@ DAMAGED_PREFIX = "damaged-"
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """:func:`attnlab._io.read_json`, a file that cannot be read (missing, a directory) a
+    ValueError too: a checkpoint's file, which damage may take."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return _io_read_json(path)
+    except OSError as e:
         raise ValueError(f"{path}: not a readable JSON file: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def average_checkpoints(checkpoints: Sequence[Path]) -> tuple[dict[str, Tensor], dict[str, str]]:
