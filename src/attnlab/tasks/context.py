@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from .._checks import check_keys, check_positive_int
 from ..decode.options import DecodingOptions
+from ..inference.bounds import MAX_TOKENS
 from ..train.config import TrainConfig
 from .distill import DistillOptions
 
@@ -50,7 +51,7 @@ class EvalOptions:
 
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
     bleu_sentences: int = 200
-    max_tokens: int = 4096
+    max_tokens: int = MAX_TOKENS
     bleu_tokenize: str | None = None
 
     #: The keys of the ``[eval]`` table, in ``job.json``'s order.
