@@ -113,6 +113,21 @@ def test_resume_continues_from_the_last_checkpoint(numbers_run, capsys):
     assert steps == sorted(set(steps)) and steps[-1] == 180  # continued, nothing repeated
 
 
+def test_a_job_plans_its_first_epoch_once(tmp_path, monkeypatch):
+    """The task plans epoch 0 to report its padding, and the trainer trains on that plan
+    (planning an epoch of millions of pairs takes a second of the start)."""
+    import attnlab.data.batching as batching
+
+    planned: list[int] = []  # the number of examples of each plan
+    pack = batching._pack
+    monkeypatch.setattr(batching, "_pack", lambda *a: planned.append(len(a[0])) or pack(*a))
+    argv = ["train", "--config", "configs/numbers.toml", "--out", str(tmp_path / "run")]
+    argv += ["--no-progress", "--max-steps", "2", "--eval-every", "2", *SMALL]
+    assert main(argv) == 0
+    train_examples = max(planned)  # 240 numbers pairs; the validation's 30 are planned once too
+    assert train_examples > 30 and planned.count(train_examples) == 1, planned
+
+
 @pytest.mark.slow
 @needs_multi30k
 def test_multi30k_smoke_run(tmp_path, capsys):

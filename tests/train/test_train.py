@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from attnlab.data.batching import collate, make_lm_examples
+from attnlab.data.batching import TokenBatcher, collate, make_lm_examples
 from attnlab.models.transformer import (
     Transformer,
     TransformerConfig,
@@ -357,6 +357,9 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
         Trainer(small_model(), train, None, config, tokenizers_dir=tmp_path)
     with pytest.raises(TypeError, match="model: expected an attnlab Transformer"):
         Trainer(torch.nn.Linear(2, 2), train, None, config)  # type: ignore[arg-type]
+    other = TokenBatcher.for_examples(long_valid, 4096)  # 3 examples, not 5
+    with pytest.raises(ValueError, match=r"^batcher: expected one over the 5 training examples"):
+        Trainer(small_model(), train, None, config, batcher=other)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device: 'cuda' was requested"):
             Trainer(small_model(), train, None, TrainConfig(out="r", max_steps=1, device="cuda"))

@@ -74,6 +74,7 @@ def train_job(
         setup.valid,
         train_config,
         objective=task.objective(),
+        batcher=setup.batcher,
         tokenizers_dir=setup.tokenizers_dir,
         on_evaluate=setup.on_evaluate,
         progress=progress,

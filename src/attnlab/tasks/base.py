@@ -73,6 +73,7 @@ class Setup:
     on_evaluate: Callable[[int, Any], dict[str, float]] | None = None
     tokenizers_dir: Path | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    batcher: Any = None  # the training batches, when the task planned them (else the trainer's)
 
 
 @dataclass
@@ -252,16 +253,21 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
 
 def note_token_examples(
     ctx: TaskContext, model: Any, train: Any, max_len: int, note, *, corpora: Sequence[str] = ()
-) -> float:
+) -> tuple[float, Any]:
     """Say what a token model trains on (``note``: its size, the examples kept and left out
-    for ``max_len``, the padding of epoch 0's token-budget batches); returns that padding.
-    Examples that mix several corpora (named ``corpora``) also say what an epoch holds of
-    each and how many epochs the run covers."""
+    for ``max_len``, the padding of epoch 0's token-budget batches); returns that padding and
+    the batcher that planned them, for the trainer to reuse (planning an epoch of millions of
+    pairs takes a second). Examples that mix several corpora (named ``corpora``) also say what
+    an epoch holds of each and how many epochs the run covers."""
     from ..data.batching import TokenBatcher
+    from ..train.distributed import world
 
     config = ctx.train
     assert config is not None, "a training run's context"
-    batcher = TokenBatcher.for_examples(train, config.max_tokens, seed=config.seed)
+    rank, size = world()
+    batcher = TokenBatcher.for_examples(
+        train, config.max_tokens, seed=config.seed, num_replicas=size, rank=rank
+    )
     padding = batcher.padding_fraction(0)
     note(
         f"model: {ctx.model.get('preset', 'small')} preset, {model.num_parameters():,} "
@@ -272,7 +278,7 @@ def note_token_examples(
     if mixture is not None:
         for line in epoch_lines(mixture, corpora, config, batcher.num_batches(0)):
             note(line)
-    return padding
+    return padding, batcher
 
 
 def epoch_lines(mixture: Any, names: Sequence[str], config: Any, batches: int) -> list[str]:

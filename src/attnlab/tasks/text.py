@@ -75,8 +75,8 @@ class Text(Task):
         config = self.config_for(ctx, tokenizer.vocab_size, tokenizer.vocab_size)
         model = seeded(ctx.seed, lambda: TransformerLM(config))
         train_examples = encode("train")
-        padding = note_token_examples(ctx, model, train_examples, self.max_len, note)
-        setup = Setup(model, train_examples, encode("valid"), None, directory)
+        padding, batcher = note_token_examples(ctx, model, train_examples, self.max_len, note)
+        setup = Setup(model, train_examples, encode("valid"), None, directory, batcher=batcher)
         setup.extras["padding_fraction"] = padding
         return setup
 

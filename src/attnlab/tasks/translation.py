@@ -321,7 +321,9 @@ class TranslationTask(Task):
             setup.extras["valid_before"] = before
             note(f"starting model ({ctx.init_from}): {_scores_text('valid', before)}")
         names = [c.name for c in self.train_corpora() or []]
-        padding = note_token_examples(ctx, model, train, self.max_len, note, corpora=names)
+        padding, setup.batcher = note_token_examples(
+            ctx, model, train, self.max_len, note, corpora=names
+        )
         setup.extras["padding_fraction"] = padding
         return setup
 

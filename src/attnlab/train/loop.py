@@ -36,7 +36,7 @@ from .config import TrainConfig
 from .distributed import all_gather_objects, barrier, resolve_device, world
 from .memory import keep_freed_memory
 from .metrics import Reporter, call_hook, hook_metrics
-from .objectives import Objective, objective_class
+from .objectives import Batcher, Objective, objective_class
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
 from .progress import format_duration, start_line
@@ -71,6 +71,9 @@ class Trainer:
         objective: the :class:`~attnlab.train.objectives.Objective` class that trains
             ``model`` (a task names its own: ``Task.objective()``); None: the built-in one for
             the model's class (:func:`~attnlab.train.objectives.objective_class`).
+        batcher: the batcher of ``train_examples`` when the caller has made one already (a
+            task that planned epoch 0 to report its padding), built for this replica
+            (``num_replicas``, ``rank``) with ``config.seed``; None: the objective's.
         tokenizers_dir: a directory holding ``tokenizer.json`` or ``src_tokenizer.json`` +
             ``tgt_tokenizer.json`` (``attnlab.data.save_tokenizers``), copied into
             ``out/model`` so that it is self-contained.
@@ -95,6 +98,7 @@ class Trainer:
         config: TrainConfig,
         *,
         objective: type[Objective] | None = None,
+        batcher: Batcher | None = None,
         tokenizers_dir: str | os.PathLike[str] | None = None,
         on_evaluate: EvaluateHook | None = None,
         progress: bool = True,
@@ -137,9 +141,17 @@ class Trainer:
         if config.keep_best is not None and self.rank == 0:
             self.best = BestModel(self.out, config.keep_best, self.tokenizer_files)
         shards = {"num_replicas": self.world_size, "rank": self.rank}
-        self.batcher = self.objective.batcher(
-            self.train_examples, "train_examples", seed=config.seed, **shards
-        )
+        if batcher is None:
+            batcher = self.objective.batcher(
+                self.train_examples, "train_examples", seed=config.seed, **shards
+            )
+        elif len(batcher) != len(self.train_examples) or batcher.num_replicas != self.world_size:
+            raise ValueError(
+                f"batcher: expected one over the {len(self.train_examples):,} training "
+                f"examples for {self.world_size} replica(s), got one over {len(batcher):,} "
+                f"for {batcher.num_replicas}"
+            )
+        self.batcher = batcher
         self.valid_batcher = None
         if self.valid_examples is not None:
             self.valid_batcher = self.objective.batcher(

@@ -27,6 +27,12 @@ class Batcher(Protocol):
     """Batches of example indices: :class:`attnlab.data.batching.TokenBatcher` and
     :class:`attnlab.data.images.ImageBatcher`."""
 
+    num_replicas: int
+
+    def __len__(self) -> int:
+        """The number of examples."""
+        ...
+
     def batches(self, epoch: int) -> Sequence[list[int]]:
         """This replica's batches of ``epoch`` (possibly empty shares of global batches): a
         list of lists, or :class:`attnlab.data.batching.IndexBatches` (the same, held lean)."""
