@@ -53,3 +53,27 @@ def test_importing_the_packages_and_the_command_line_loads_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True
     )
     assert json.loads(done.stdout) == [False, True]
+
+
+def test_importing_meanwhile_imports_in_another_thread_and_waits_for_it(
+    tmp_path, monkeypatch
+) -> None:
+    import threading
+
+    from attnlab._lazy import importing_meanwhile
+
+    (tmp_path / "slow_module_for_the_test.py").write_text(
+        "import threading, time\ntime.sleep(0.2)\nTHREAD = threading.current_thread().name\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_module_for_the_test", raising=False)
+    with importing_meanwhile("slow_module_for_the_test") as thread:
+        assert thread.name != threading.current_thread().name
+    assert not thread.is_alive()  # waited for on leaving the block
+    module = sys.modules["slow_module_for_the_test"]
+    assert thread.name == module.THREAD
+    # A module that cannot be imported is left for the caller's own import to say so.
+    with importing_meanwhile("no_such_module_for_the_test"):
+        pass
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("no_such_module_for_the_test")

@@ -8,17 +8,21 @@ A package states its names once, as ordinary imports under ``if TYPE_CHECKING:``
 checkers and editors read), and calls :func:`lazy_exports`, which reads those imports from the
 package's source and makes each one when its name is first asked for; it is then a plain
 attribute of the package.
+
+:func:`importing_meanwhile` overlaps a slow import with the caller's own work.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["importing_meanwhile", "lazy_exports"]
 
 _MISSING = object()
 
@@ -61,3 +65,23 @@ def _type_checking_imports(source: str | Path) -> dict[str, tuple[str, str]]:
             for alias in statement.names:
                 where[alias.asname or alias.name] = (module, alias.name)
     return where
+
+
+@contextlib.contextmanager
+def importing_meanwhile(name: str) -> Iterator[threading.Thread]:
+    """Import module ``name`` in a thread while the ``with`` block runs; on leaving it, wait
+    for the import to end. The import's Python work then overlaps the block's reading and
+    numpy, which let the GIL go (``attnlab train``: torch's optimizers import
+    ``torch._dynamo`` on their first call, a second of the start). A failed import is left for
+    the caller's own import to raise."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name=f"import {name}", daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.join()

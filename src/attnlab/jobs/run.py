@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import write_json
+from .._lazy import importing_meanwhile
 from ..tasks import TaskContext
 from .job import JOB_FILE, Job
 
@@ -63,9 +64,10 @@ def train_job(
             append_train_log(out, line)
 
     task = job.task
-    data = task.load()
-    note(task.describe(data))
-    setup = task.setup(context, data, resume=resume, rank=rank, note=note)
+    with importing_meanwhile("torch._dynamo"):  # what the optimizer imports: 1 s of the start
+        data = task.load()
+        note(task.describe(data))
+        setup = task.setup(context, data, resume=resume, rank=rank, note=note)
     if rank == 0:
         write_json(out / JOB_FILE, job.to_dict())
     trainer = Trainer(
