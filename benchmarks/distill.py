@@ -25,6 +25,11 @@ Run::
 
     .venv/bin/python benchmarks/distill.py --runs runs            # after make distill-multi30k
     .venv/bin/python benchmarks/distill.py --quick --teachers A B --students S   # a smoke run
+    .venv/bin/python benchmarks/distill.py --no-speed --out /tmp/scores.json     # scores only
+
+Scores are kept in the workdir, keyed by a digest of the models' files and the options, so a
+later run (the timing, once the students are trained) reads them back (``--fresh``: score
+again).
 
 Writes ``--out`` (JSON: every figure, the goals, the machine) and ``--picture`` (PNG).
 """
@@ -32,6 +37,7 @@ Writes ``--out`` (JSON: every figure, the goals, the machine) and ``--picture`` 
 from __future__ import annotations
 
 import argparse
+import csv
 import functools
 import hashlib
 import json
@@ -107,14 +113,40 @@ def split_pairs(model_dir: str, split: str, limit: int | None) -> tuple[list, st
     return pairs, getattr(job.task, "tgt_lang", None)
 
 
+def remembered(workdir: Path | None, what: str, key: dict[str, Any], compute) -> Any:
+    """``compute()``, kept in ``workdir`` under a digest of ``key`` (the models' digests and
+    the options) and read back by a later run with the same key; ``workdir`` None: computed."""
+    if workdir is None:
+        return compute()
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = workdir / f"{what}-{name}.json"
+    if path.is_file():
+        print(f"  (scores kept from an earlier run: {path})", flush=True)
+        return json.loads(path.read_text(encoding="utf-8"))["value"]
+    value = compute()
+    from attnlab._io import write_json
+
+    write_json(path, {"key": key, "value": value})
+    return value
+
+
 def quality(
     system: dict[str, Any],
     splits: list[str],
     limit: int | None,
     weights: tuple[str, ...] = ("float32", "int8"),
+    workdir: Path | None = None,
 ) -> dict[str, Any]:
     """BLEU (cased detokenised, and lowercased tokenised) of ``system`` on each split, with
-    each of ``weights``, decoded as its first directory says."""
+    each of ``weights``, decoded as its first directory says (kept in ``workdir``)."""
+    key = {"dirs": [dir_digest(d) for d in system["dirs"]], "splits": splits, "limit": limit}
+    key["weights"] = list(weights)
+    return remembered(workdir, "quality", key, lambda: _quality(system, splits, limit, weights))
+
+
+def _quality(
+    system: dict[str, Any], splits: list[str], limit: int | None, weights: tuple[str, ...]
+) -> dict[str, Any]:
     from attnlab.inference.scores import score
     from attnlab.inference.translator import Translator
 
@@ -140,7 +172,14 @@ def quality(
 
 def ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | None) -> dict:
     """BLEU of the first model of ``system`` exported to CTranslate2 (float32 and int8), with
-    its own beam and CTranslate2's default length penalty."""
+    its own beam and CTranslate2's default length penalty (kept in ``workdir``)."""
+    key = {"dir": dir_digest(system["dirs"][0]), "split": split, "limit": limit}
+    return remembered(
+        workdir, "ct2-quality", key, lambda: _ct2_quality(system, workdir, split, limit)
+    )
+
+
+def _ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | None) -> dict:
     from attnlab.inference.scores import score
 
     found = {}
@@ -161,13 +200,23 @@ def ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | 
 # -- the engines (run inside a worker for timing) ----------------------------------------------
 
 
+@functools.cache
+def dir_digest(model_dir: str) -> str:
+    """A digest of the files of ``model_dir`` (weights, config, tokenizers, decoding): what an
+    export or a score made from it is keyed by, so that a retrained model is measured anew."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(model_dir).iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def export_ct2(model_dir: str, workdir: Path, quantize: str) -> Path:
-    """The CTranslate2 export of ``model_dir`` (made once per run)."""
+    """The CTranslate2 export of ``model_dir`` (made once for its files)."""
     from attnlab.formats.ctranslate2 import to_ctranslate2
     from attnlab.inference.modeldir import load_with_tokenizers
 
-    digest = hashlib.sha256(str(Path(model_dir).resolve()).encode()).hexdigest()[:12]
-    out = workdir / f"ct2-{digest}-{quantize}"
+    out = workdir / f"ct2-{dir_digest(model_dir)}-{quantize}"
     if not out.is_dir():
         model, src, tgt = load_with_tokenizers(model_dir, device="cpu")
         weights = None if quantize == "float32" else quantize
@@ -486,15 +535,27 @@ def picture(report: dict[str, Any], path: Path) -> None:
 
 
 def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
-    """CPU time on record: each run's training minutes (results.json) and the teachers'
-    decoding for each student (its results.json's ``distill`` record; a corpus reused from the
-    cache keeps the seconds it took to make)."""
+    """Time on record, in minutes: each run's training, counted as its tokens over its median
+    speed (``metrics.csv``; so time a run spent stopped, waiting or beside another job does not
+    count, and its evaluations are left out), with its wall-clock ``elapsed_s`` beside it; and
+    the teachers' decoding for each student (its results.json's ``distill`` record; a corpus
+    reused from the cache keeps the seconds it took to make). The threads each used are the
+    runner's to state (``make distill-multi30k``: 2)."""
     out: dict[str, Any] = {}
     for run in [*teachers, *students]:
         results = run.parent / "results.json"
-        if results.is_file():
-            training = json.loads(results.read_text(encoding="utf-8")).get("training", {})
-            out[run.parent.name] = {"training_minutes": training.get("elapsed_s", 0) / 60}
+        if not results.is_file():
+            continue
+        training = json.loads(results.read_text(encoding="utf-8")).get("training", {})
+        cost = {"wall_minutes": training.get("elapsed_s", 0) / 60}
+        rates = []
+        metrics = run.parent / "metrics.csv"
+        if metrics.is_file():
+            with open(metrics, newline="", encoding="utf-8") as f:
+                rates = [float(r["tokens_per_s"]) for r in csv.DictReader(f) if r["tokens_per_s"]]
+        if rates and training.get("train_tokens"):
+            cost["busy_minutes"] = training["train_tokens"] / statistics.median(rates) / 60
+        out[run.parent.name] = cost
     for student in students:
         results = student.parent / "results.json"
         if not results.is_file():
@@ -514,13 +575,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--students", nargs="*", type=Path, help="student model directories")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON report")
     parser.add_argument("--picture", type=Path, default=DEFAULT_PICTURE, help="the PNG")
-    parser.add_argument("--workdir", type=Path, default=None, help="CTranslate2 exports")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="CTranslate2 exports and kept scores"
+    )
     parser.add_argument("--speed-sentences", type=int, default=256, help="sources timed")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeats", type=int, default=3, help="timed passes (the best counts)")
     parser.add_argument("--limit", type=int, default=None, help="score the first N pairs only")
     parser.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
+    parser.add_argument("--no-speed", action="store_true", help="scores only, no timing")
+    parser.add_argument(
+        "--fresh", action="store_true", help="score again, not from the workdir's kept scores"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few sentences")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -542,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = args.workdir or args.out.parent / "distill-work"
     workdir.mkdir(parents=True, exist_ok=True)
+    cache = None if args.fresh else workdir
     chosen = systems(teachers, students)
     report: dict[str, Any] = {
         "teachers": [str(t) for t in teachers],
@@ -554,7 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     for system in chosen:
         print(f"{system['name']}: scoring", flush=True)
-        report["quality"][system["name"]] = quality(system, ["valid", "test"], args.limit)
+        report["quality"][system["name"]] = quality(
+            system, ["valid", "test"], args.limit, workdir=cache
+        )
         if len(system["dirs"]) == 1 and not args.no_ct2:
             report["ct2_quality"][system["name"]] = ct2_quality(system, workdir, "test", args.limit)
     for t in teachers:  # each teacher on validation: the ensemble's goal is over their mean
@@ -563,10 +633,12 @@ def main(argv: list[str] | None = None) -> int:
             report["teacher_quality"][str(t)] = {"valid/float32": recipe["valid/float32"]}
             continue
         one = {"name": str(t), "dirs": [str(t)]}
-        report["teacher_quality"][str(t)] = quality(one, ["valid"], args.limit, ("float32",))
+        report["teacher_quality"][str(t)] = quality(
+            one, ["valid"], args.limit, ("float32",), workdir=cache
+        )
     texts = [s for s, _ in split_pairs(chosen[0]["dirs"][0], "valid", None)[0]]
     texts = texts[: args.speed_sentences]
-    for system in chosen:
+    for system in chosen if not args.no_speed else []:
         report["speed"] += speed_rows(system, texts, args, workdir)
     report["goals"] = goals(report)
     report["costs"] = costs(teachers, students)
@@ -581,8 +653,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  cost {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    picture(report, args.picture)
-    print(f"\nwrote {args.out} and {args.picture}")
+    if report["speed"]:
+        picture(report, args.picture)
+    print(f"\nwrote {args.out}" + (f" and {args.picture}" if report["speed"] else ""))
     return 0
 
 

@@ -258,3 +258,14 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     assert any(g["goal"].startswith("ensemble: validation") for g in report["goals"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| recipe model | attnlab | float32 |" in done.stdout
+    # Scores only: read back from the first run's workdir (keyed by the models' files), no
+    # timing, no picture.
+    again, png2 = tmp_path / "again.json", tmp_path / "again.png"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--quick", "--no-speed"]
+    argv += ["--out", str(again), "--picture", str(png2), "--teachers", d, d, "--students", d]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "scores kept from an earlier run" in done.stdout
+    second = json.loads(again.read_text())
+    assert second["quality"] == quality and second["ct2_quality"] == report["ct2_quality"]
+    assert second["speed"] == [] and not png2.exists()
