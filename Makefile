@@ -60,7 +60,7 @@ train-multi30k: $(STAMP)
 	$(VENV)/bin/attnlab train --config configs/multi30k-en-de.toml --out runs/multi30k-en-de
 
 # The README's seed table: the same recipe with seeds 0, 1 and 2, one after the other with 2
-# threads each (how the table was trained); the 60-minute cap is lifted so that a slower machine
+# threads each (how the table was trained); the 120-minute cap is lifted so that a slower machine
 # trains the same models. A rerun retrains only the seeds that did not finish.
 train-multi30k-seeds: $(STAMP)
 	$(PY) tools/train_seeds.py --config configs/multi30k-en-de.toml --out runs/multi30k-seeds \
