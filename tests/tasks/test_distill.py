@@ -219,6 +219,36 @@ def test_the_corpus_is_made_in_length_sorted_chunks_and_kept_in_the_sources_orde
     assert again.cached and again.directory == made.directory
 
 
+def test_progress_is_reported_inside_a_chunk_and_the_corpus_is_the_same(tmp_path):
+    """A chunk is translated ``progress_lines`` sources at a time, with a report after each:
+    the line moves while a long chunk decodes, and the corpus is the one chunks give whole."""
+    seen: list[list[str]] = []
+    reports: list[tuple[int, int]] = []
+
+    def translate(sources, references):
+        seen.append(sources)
+        return reverse_words(sources, references)
+
+    made = distill_corpus(
+        lambda: iter(PAIRS), len(PAIRS), directory=tmp_path / "c", translate=translate,
+        chunk_size=5, progress_lines=2,
+        progress=lambda done, total, rate, eta: reports.append((done, total)),
+    )  # fmt: skip
+    assert [len(part) for part in seen] == [2, 2, 1] * 4 + [2, 1]  # chunks of 5, 5, 5, 5, 3
+    assert [done for done, _ in reports] == [2, 4, 5, 7, 9, 10, 12, 14, 15, 17, 19, 20, 22, 23]
+    assert {total for _, total in reports} == {23}
+    whole = distill_corpus(
+        lambda: iter(PAIRS), len(PAIRS), directory=tmp_path / "w", translate=reverse_words,
+        chunk_size=5,
+    )  # fmt: skip
+    assert made.tgt.read_bytes() == whole.tgt.read_bytes()
+    with pytest.raises(ValueError, match="progress_lines"):
+        distill_corpus(
+            lambda: iter(PAIRS), len(PAIRS), directory=tmp_path / "x", translate=reverse_words,
+            progress_lines=0,
+        )  # fmt: skip
+
+
 def test_a_crash_leaves_no_corpus_and_the_rerun_resumes_to_the_same_bytes(tmp_path):
     calls = []
 
