@@ -170,13 +170,14 @@ def _quality(
     return found
 
 
-def ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | None) -> dict:
-    """BLEU of the first model of ``system`` exported to CTranslate2 (float32 and int8), with
-    its own beam and CTranslate2's default length penalty (kept in ``workdir``)."""
+def ct2_quality(
+    system: dict[str, Any], workdir: Path, split: str, limit: int | None, keep: Path | None
+) -> dict:
+    """BLEU of the first model of ``system`` exported to CTranslate2 (float32 and int8, the
+    exports in ``workdir``), with its own beam and CTranslate2's default length penalty (kept
+    in ``keep``; None: scored again)."""
     key = {"dir": dir_digest(system["dirs"][0]), "split": split, "limit": limit}
-    return remembered(
-        workdir, "ct2-quality", key, lambda: _ct2_quality(system, workdir, split, limit)
-    )
+    return remembered(keep, "ct2-quality", key, lambda: _ct2_quality(system, workdir, split, limit))
 
 
 def _ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | None) -> dict:
@@ -626,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
             system, ["valid", "test"], args.limit, workdir=cache
         )
         if len(system["dirs"]) == 1 and not args.no_ct2:
-            report["ct2_quality"][system["name"]] = ct2_quality(system, workdir, "test", args.limit)
+            report["ct2_quality"][system["name"]] = ct2_quality(
+                system, workdir, "test", args.limit, keep=cache
+            )
     for t in teachers:  # each teacher on validation: the ensemble's goal is over their mean
         recipe = report["quality"]["recipe model"]  # the first teacher, scored above
         if str(t) == chosen[0]["dirs"][0]:

@@ -336,12 +336,12 @@ def distill_corpus(
     started = time.perf_counter()
     decoded = lines = number = 0
 
-    def report(lines: int, decoded: int) -> None:
+    def report(done: int, translated: int) -> None:  # lines done, of them translated here
         if progress is not None:
             elapsed = time.perf_counter() - started
-            rate = decoded / elapsed if decoded and elapsed > 0 else 0.0
-            eta = (total - lines) / rate if rate else (0.0 if lines >= total else math.inf)
-            progress(lines, total, rate, eta)
+            rate = translated / elapsed if translated and elapsed > 0 else 0.0
+            eta = (total - done) / rate if rate else (0.0 if done >= total else math.inf)
+            progress(done, total, rate, eta)
 
     for w, window in enumerate(_windows(pairs(), window_lines)):
         for indices in _plan(window, chunk_size):

@@ -145,12 +145,15 @@ class Trainer:
             batcher = self.objective.batcher(
                 self.train_examples, "train_examples", seed=config.seed, **shards
             )
-        elif len(batcher) != len(self.train_examples) or batcher.num_replicas != self.world_size:
-            raise ValueError(
-                f"batcher: expected one over the {len(self.train_examples):,} training "
-                f"examples for {self.world_size} replica(s), got one over {len(batcher):,} "
-                f"for {batcher.num_replicas}"
-            )
+        else:
+            wanted = (len(self.train_examples), self.world_size, self.rank, config.seed)
+            found = (len(batcher), batcher.num_replicas, batcher.rank, batcher.seed)
+            if found != wanted:
+                raise ValueError(
+                    f"batcher: expected one over the {wanted[0]:,} training examples for "
+                    f"{wanted[1]} replica(s), rank {wanted[2]}, seed {wanted[3]}; got one over "
+                    f"{found[0]:,} for {found[1]}, rank {found[2]}, seed {found[3]}"
+                )
         self.batcher = batcher
         self.valid_batcher = None
         if self.valid_examples is not None:

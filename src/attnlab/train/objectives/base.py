@@ -28,6 +28,8 @@ class Batcher(Protocol):
     :class:`attnlab.data.images.ImageBatcher`."""
 
     num_replicas: int
+    rank: int
+    seed: int
 
     def __len__(self) -> int:
         """The number of examples."""
