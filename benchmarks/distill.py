@@ -227,15 +227,19 @@ def export_ct2(model_dir: str, workdir: Path, quantize: str) -> Path:
 
 def ct2_runner(model_dir: str, workdir: Path, quantize: str, threads: int):
     """``run(texts, batch) -> (translations, generated tokens)`` with CTranslate2, decoding as
-    the model directory says (its beam)."""
+    the model directory says (its beam) and within attnlab's output limit: each translation at
+    most ``DecodingOptions.output_limit`` tokens (the source + 50, at most the model's
+    ``max_len``), so that a model caught in a loop stops where attnlab stops it, not at 256."""
     import ctranslate2
 
+    from attnlab.data.tokens import without_framing_eos
     from attnlab.decode.options import DecodingOptions
     from attnlab.inference.modeldir import load_with_tokenizers
 
     directory = export_ct2(model_dir, workdir, quantize)
-    _, src, tgt = load_with_tokenizers(model_dir, device="cpu")
+    model, src, tgt = load_with_tokenizers(model_dir, device="cpu")
     decoding = DecodingOptions.carried_by(model_dir)[0]
+    max_len = model.config.max_len
     translator = ctranslate2.Translator(
         str(directory), device="cpu", intra_threads=threads, inter_threads=1
     )
@@ -249,18 +253,22 @@ def ct2_runner(model_dir: str, workdir: Path, quantize: str, threads: int):
         tokens = 0
         for start in range(0, len(texts), batch):
             chunk = texts[start : start + batch]
-            pieces = [src.labels(src.encode(t)) for t in chunk]
+            encoded = [src.encode(t) for t in chunk]
+            limits = [
+                decoding.output_limit(len(without_framing_eos(src, ids)), max_len)
+                for ids in encoded
+            ]
             results = translator.translate_batch(
-                pieces,
+                [src.labels(ids) for ids in encoded],
                 beam_size=decoding.beam_size,
                 max_batch_size=batch,
                 batch_type="examples",
                 suppress_sequences=suppress or None,
-                max_decoding_length=256,
+                max_decoding_length=max(limits),
             )
-            for r in results:
-                ids = [index[t] for t in r.hypotheses[0]]
-                tokens += len(ids) + 1  # and its EOS, as attnlab counts it
+            for r, limit in zip(results, limits, strict=True):
+                ids = [index[t] for t in r.hypotheses[0]][:limit]
+                tokens += min(len(ids) + 1, limit)  # and its EOS where it ended, as attnlab
                 out.append(tgt.decode(ids))
         return out, tokens
 
