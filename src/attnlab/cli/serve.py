@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..inference.bounds import MAX_TOKENS
 from ._args import add_device_flag, add_model_flag, decoding_of, device_of, positive_int
 from ._model import resolving
 
@@ -164,7 +165,10 @@ def add_parsers(sub) -> None:
         "in the model's job.json, else src,tgt",
     )
     serve.add_argument(
-        "--max-tokens", type=positive_int, default=4096, help="source tokens per batch (4096)"
+        "--max-tokens",
+        type=positive_int,
+        default=MAX_TOKENS,
+        help=f"source tokens per batch ({MAX_TOKENS})",
     )
     serve.add_argument(
         "--batch-delay",

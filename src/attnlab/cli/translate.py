@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from ..inference.bounds import MAX_TOKENS
 from ._args import (
     QUANTIZE_METAVAR,
     add_deprecated,
@@ -56,7 +57,10 @@ def add_parsers(sub) -> None:
         help="beam; default: the model's recipe ([eval] of its job.json), else 4",
     )
     translate.add_argument(
-        "--max-tokens", type=positive_int, default=4096, help="source tokens per batch (4096)"
+        "--max-tokens",
+        type=positive_int,
+        default=MAX_TOKENS,
+        help=f"source tokens per batch ({MAX_TOKENS})",
     )
     translate.add_argument(
         "--batch-lines", type=positive_int, default=64, help="stdin lines per batch (64)"

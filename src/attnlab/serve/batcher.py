@@ -36,6 +36,7 @@ from typing import Any
 
 from starlette.types import Receive
 
+from ..inference.bounds import MAX_TOKENS
 from .limits import ANSWERED, LEFT, Busy, ClientGone, answer_or_leave
 
 __all__ = ["Batcher", "Options"]
@@ -85,7 +86,7 @@ class Batcher:
         self,
         decode: Decode,
         *,
-        max_tokens: int = 4096,
+        max_tokens: int = MAX_TOKENS,
         max_delay: float = 0.005,
         waiting: int = 256,
         timeout: float = 30.0,

@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._checks import is_int, is_number
+from ..inference.bounds import MAX_TOKENS
 
 __all__ = [
     "LOOPBACK_NAMES",
@@ -92,7 +93,7 @@ class Limits:
     max_head_bytes: int = 16 * 1024
     attention_elements: int = 1 << 18
     translate_waiting: int = 256
-    batch_tokens: int = 4096
+    batch_tokens: int = MAX_TOKENS
     batch_delay: float = 0.005
 
     def __post_init__(self) -> None:
