@@ -177,6 +177,7 @@ def ct2_quality(
     exports in ``workdir``), with its own beam and CTranslate2's default length penalty (kept
     in ``keep``; None: scored again)."""
     key = {"dir": dir_digest(system["dirs"][0]), "split": split, "limit": limit}
+    key["length"] = "output_limit"  # scores kept while CTranslate2 ran to 256 are not read back
     return remembered(keep, "ct2-quality", key, lambda: _ct2_quality(system, workdir, split, limit))
 
 
