@@ -176,8 +176,10 @@ def ct2_quality(
     """BLEU of the first model of ``system`` exported to CTranslate2 (float32 and int8, the
     exports in ``workdir``), with its own beam and CTranslate2's default length penalty (kept
     in ``keep``; None: scored again)."""
-    key = {"dir": dir_digest(system["dirs"][0]), "split": split, "limit": limit}
-    key["length"] = "output_limit"  # scores kept while CTranslate2 ran to 256 are not read back
+    # "length": the output-limit rule, so that scores kept while CTranslate2 ran to 256 tokens
+    # are not read back.
+    digest = dir_digest(system["dirs"][0])
+    key = {"dir": digest, "split": split, "limit": limit, "length": "output_limit"}
     return remembered(keep, "ct2-quality", key, lambda: _ct2_quality(system, workdir, split, limit))
 
 
