@@ -276,6 +276,20 @@ def test_overwrite_starts_an_earlier_run_over(tmp_path, capsys):
     assert results["training"]["steps"] == 2 and results["training"]["stop_reason"] == "max_steps"
 
 
+def test_overwrite_starts_over_a_run_killed_before_its_first_checkpoint(tmp_path, capsys):
+    """What a run killed early leaves (its job and its log, no checkpoint) is a run: --overwrite
+    removes it; one of the two alone is not enough to remove a directory."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "job.json").write_text("{}")
+    assert main(["train", *TINY, "--out", str(out), "--overwrite"]) == 2
+    assert "no checkpoints or results.json or job.json and train.log" in capsys.readouterr().err
+    (out / "train.log").write_text("step 25/6600 (0%) loss 9.202\n")
+    assert main(["train", *TINY, "--out", str(out), "--overwrite"]) == 0
+    assert f"--overwrite: removed the earlier run in {out}/" in capsys.readouterr().out
+    assert (out / "results.json").is_file() and "9.202" not in (out / "train.log").read_text()
+
+
 def test_overwrite_leaves_a_directory_that_is_not_a_run(tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()

@@ -265,8 +265,9 @@ def _remove_failed_start(out: Path) -> None:
 
 
 #: What `attnlab train` writes into its --out directory: --overwrite removes a directory only
-#: when it holds one of these, the mark of an earlier run.
-_RUN_MARKS = ("checkpoints", "results.json")
+#: when it holds one of these sets, the mark of an earlier run (the job and the log are written
+#: at the start: a run killed before its first checkpoint holds those two).
+_RUN_MARKS = (("checkpoints",), ("results.json",), ("job.json", "train.log"))
 
 
 def _prepare_out(out: Path, *, resume: bool, overwrite: bool) -> None:
@@ -278,13 +279,14 @@ def _prepare_out(out: Path, *, resume: bool, overwrite: bool) -> None:
         return
     if not out.is_dir():
         raise NotADirectoryError(f"--out: {out} exists and is not a directory")
-    marks = [name for name in _RUN_MARKS if (out / name).exists()]
+    marks = [names for names in _RUN_MARKS if all((out / name).exists() for name in names)]
     if overwrite:
         if not marks:
             if any(out.iterdir()):
                 raise FileExistsError(
                     f"--overwrite: {out} does not look like an attnlab run (no "
-                    f"{' or '.join(_RUN_MARKS)}); not removing it: choose another --out"
+                    f"{' or '.join(' and '.join(names) for names in _RUN_MARKS)}); not removing "
+                    f"it: choose another --out"
                 )
             return
         if Path.cwd().resolve().is_relative_to(out.resolve()):
