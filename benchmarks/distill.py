@@ -401,6 +401,23 @@ def rate(rows: list[dict], system: str, engine: str, weights: str, batch: int) -
     return None
 
 
+def fast_choice(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The fast student chosen on validation, as the issue asks: of the students with fewer
+    decoder than encoder layers, the best validation BLEU (float32, greedy); a tie goes to
+    fewer decoder layers. None without such a student."""
+    fast = [s for s in report["systems"] if s["kind"] == "student" and _is_fast(s["shape"])]
+    scored = {s["name"]: report["quality"][s["name"]]["valid/float32"]["bleu"] for s in fast}
+    if not scored:
+        return None
+    layers = {s["name"]: s["shape"]["decoder_layers"] for s in fast}
+    chosen = max(scored, key=lambda name: (round(scored[name], 2), -layers[name]))
+    return {"chosen": chosen, "validation_bleu": scored}
+
+
+def _is_fast(shape_: dict[str, Any]) -> bool:
+    return shape_["decoder_layers"] < shape_["encoder_layers"]
+
+
 def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's goals, each with its measured figure and whether it is met (None: what it
     needs was not measured)."""
@@ -431,7 +448,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         if test is None:
             continue
         shape_ = s["shape"]
-        if shape_["encoder_layers"] == shape_["decoder_layers"]:
+        if not _is_fast(shape_):
             tokenized = test["bleu_tokenized"]
             add(
                 f"{s['name']}: test >= {STUDENT_CASED} cased and >= {STUDENT_TOKENIZED} "
@@ -443,8 +460,8 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
                 and tokenized >= STUDENT_TOKENIZED,
             )
             continue
-        if recipe is None:
-            continue
+        if recipe is None or s["name"] != (report.get("fast_student") or {}).get("chosen"):
+            continue  # the fast goals are judged on the student chosen on validation
         teacher_bleu = recipe["test/float32"]["bleu"]
         for weights in ("float32", "int8"):
             bleu = q[s["name"]][f"test/{weights}"]["bleu"]
@@ -479,8 +496,9 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
 def table(report: dict[str, Any]) -> str:
     """BLEU against tokens/s as a Markdown table."""
     lines = [
-        "| system | engine | weights | test BLEU | tokenised | tokens/s batch 1 | batch 32 |",
-        "|---|---|---|---|---|---|---|",
+        "| system | engine | weights | valid BLEU | test BLEU | tokenised | tokens/s batch 1 "
+        "| batch 32 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in report["systems"]:
         name = s["name"]
@@ -493,8 +511,11 @@ def table(report: dict[str, Any]) -> str:
                 speeds = [rate(report["speed"], name, engine, weights, b) for b in (1, 32)]
                 shown = [f"{v:,.0f}" if v else "-" for v in speeds]
                 tok = scores.get("bleu_tokenized")
+                valid = source.get(name, {}).get(f"valid/{weights}")
                 lines.append(
-                    f"| {name} | {engine} | {weights} | {scores['bleu']:.2f} | "
+                    f"| {name} | {engine} | {weights} | "
+                    f"{'-' if valid is None else format(valid['bleu'], '.2f')} | "
+                    f"{scores['bleu']:.2f} | "
                     f"{'-' if tok is None else f'{tok:.2f}'} | {shown[0]} | {shown[1]} |"
                 )
     return "\n".join(lines)
@@ -654,12 +675,17 @@ def main(argv: list[str] | None = None) -> int:
     texts = texts[: args.speed_sentences]
     for system in chosen if not args.no_speed else []:
         report["speed"] += speed_rows(system, texts, args, workdir)
+    report["fast_student"] = fast_choice(report)
     report["goals"] = goals(report)
     report["costs"] = costs(teachers, students)
     report["machine"] = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
     print()
     print(table(report))
     print()
+    if report["fast_student"]:
+        chosen = report["fast_student"]
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in chosen["validation_bleu"].items())
+        print(f"fast student chosen on validation: {chosen['chosen']} ({shown})")
     for goal in report["goals"]:
         state = {True: "MET", False: "MISSED", None: "not measured"}[goal["met"]]
         print(f"{state:>12}  {goal['goal']}: {goal['measured']}")

@@ -1,0 +1,84 @@
+"""benchmarks/distill.py's judgement, on hand-made reports: the fast student is chosen on
+validation (not on test), the fast goals are judged on that student only, and the table shows
+the validation score the choice was made on."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("distill_bench", ROOT / "benchmarks/distill.py")
+assert _spec is not None and _spec.loader is not None
+distill = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(distill)
+
+
+def _scores(valid: float, test: float) -> dict:
+    one = {"valid/float32": {"bleu": valid}}
+    for weights in ("float32", "int8"):
+        one[f"test/{weights}"] = {"bleu": test, "bleu_tokenized": test + 0.4}
+    return one
+
+
+def _student(name: str, encoder: int, decoder: int) -> dict:
+    shape = {"encoder_layers": encoder, "decoder_layers": decoder, "d_model": 128, "d_ff": 256}
+    return {"name": name, "kind": "student", "dirs": [name], "shape": shape}
+
+
+def _report(six_one: tuple[float, float], six_two: tuple[float, float]) -> dict:
+    systems = [
+        {"name": "recipe model", "kind": "teacher", "dirs": ["t0"]},
+        _student("s-4-4", 4, 4),
+        _student("s-6-1", 6, 1),
+        _student("s-6-2", 6, 2),
+    ]
+    quality = {
+        "recipe model": _scores(40.0, 39.8),
+        "s-4-4": _scores(41.9, 39.9),
+        "s-6-1": _scores(*six_one),
+        "s-6-2": _scores(*six_two),
+    }
+    speed = [
+        {"system": n, "engine": "attnlab", "weights": w, "batch": 1, "tokens_per_s": v}
+        for n, v in (("recipe model", 300.0), ("s-6-1", 1200.0), ("s-6-2", 900.0))
+        for w in ("float32", "int8")
+    ]
+    return {
+        "systems": systems,
+        "quality": quality,
+        "ct2_quality": {},
+        "speed": speed,
+        "teachers": ["t0"],
+        "teacher_quality": {"t0": {"valid/float32": {"bleu": 40.0}}},
+    }
+
+
+def test_the_fast_student_is_the_best_on_validation_whatever_test_says() -> None:
+    report = _report(six_one=(40.1, 39.9), six_two=(40.6, 38.0))
+    choice = distill.fast_choice(report)
+    assert choice == {"chosen": "s-6-2", "validation_bleu": {"s-6-1": 40.1, "s-6-2": 40.6}}
+    report["fast_student"] = choice
+    judged = [g for g in distill.goals(report) if "greedy" in g["goal"] or "batch 1" in g["goal"]]
+    assert judged and all(g["goal"].startswith("s-6-2 ") for g in judged)
+    within = [g for g in judged if "within" in g["goal"]]
+    assert [g["met"] for g in within] == [False, False]  # 38.0 is 1.8 under 39.8
+    speedup = [g for g in judged if "recipe model's tokens/s" in g["goal"]]
+    assert [g["met"] for g in speedup] == [True, True] and "(3.00x)" in speedup[0]["measured"]
+    # The student of the recipe's shape is judged against the fixed goal, not chosen.
+    recipe_shape = [g for g in distill.goals(report) if g["goal"].startswith("s-4-4")]
+    assert len(recipe_shape) == 1 and recipe_shape[0]["met"] is False
+
+
+def test_a_tie_on_validation_goes_to_the_shallower_decoder() -> None:
+    report = _report(six_one=(40.604, 39.0), six_two=(40.601, 39.5))
+    assert distill.fast_choice(report)["chosen"] == "s-6-1"
+    report["systems"] = report["systems"][:2]  # no fast student
+    assert distill.fast_choice(report) is None
+
+
+def test_the_table_shows_validation_beside_test() -> None:
+    lines = distill.table(_report(six_one=(40.1, 39.9), six_two=(40.6, 38.0))).splitlines()
+    assert lines[0].startswith("| system | engine | weights | valid BLEU | test BLEU |")
+    assert "| s-6-2 | attnlab | float32 | 40.60 | 38.00 | 38.40 | 900 | - |" in lines
+    assert "| s-6-2 | attnlab | int8 | - | 38.00 | 38.40 | 900 | - |" in lines
