@@ -268,12 +268,17 @@ def test_a_crash_leaves_no_corpus_and_the_rerun_resumes_to_the_same_bytes(tmp_pa
     assert len(list((tmp_path / "c.work").glob("chunk-*.json"))) == 3
     calls.clear()
     lines: list[str] = []
+    reports: list[tuple[int, float]] = []
     resumed = distill_corpus(
         lambda: iter(PAIRS), len(PAIRS), directory=tmp_path / "c",
         translate=_counting(calls), note=lines.append, **options,
+        progress=lambda done, total, rate, eta: reports.append((done, rate)),
     )  # fmt: skip
     assert len(calls) == 8 - 3  # the three chunks on disk were not decoded again
     assert any("resuming: 3 chunks" in line for line in lines)
+    # Progress speaks of the chunks decoded now: no "0 lines/s, ETA ?" for those read back.
+    assert [done for done, _ in reports] == [12, 15, 18, 21, 23]
+    assert all(rate > 0 for _, rate in reports)
     whole = distill_corpus(
         lambda: iter(PAIRS), len(PAIRS), directory=tmp_path / "whole",
         translate=reverse_words, **options,

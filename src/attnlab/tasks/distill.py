@@ -346,7 +346,8 @@ def distill_corpus(
     for w, window in enumerate(_windows(pairs(), window_lines)):
         for indices in _plan(window, chunk_size):
             path = work / f"chunk-{number:06d}.json"
-            if not path.is_file():
+            fresh = not path.is_file()  # else decoded by an earlier run: the note says so
+            if fresh:
                 began = time.perf_counter()
                 sources = [window[i][0] for i in indices]
                 references = [window[i][1] for i in indices]
@@ -371,7 +372,8 @@ def distill_corpus(
                 decoded += len(indices)
             lines += len(indices)
             number += 1
-            report(lines, decoded)
+            if fresh:  # no line for a chunk read back: its rate would be 0, its ETA unknown
+                report(lines, decoded)
     if lines != total:
         raise ValueError(f"the corpus has {lines:,} pairs, not the {total:,} expected")
 
