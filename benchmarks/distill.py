@@ -14,7 +14,9 @@ Quality is decoded in this process (no timing): cased detokenised sacreBLEU with
 and the literature's lowercased, Moses-tokenised BLEU, on the validation split (where choices are
 made) and the test split (read after them). Each model decodes as its directory says (the
 teachers: beam 4 with their recipe's alpha; the students: greedy); the ensemble as its first
-teacher. Speed: every measurement runs alone in a child process (``--worker``), with 1 and with
+teacher. How far each score would move with other sentences of the same kind: a paired
+bootstrap (sacreBLEU's, 1,000 resamples) of every system against the recipe model and against
+the ensemble, on both splits (the float32 translations are kept in the workdir). Speed: every measurement runs alone in a child process (``--worker``), with 1 and with
 2 torch / CTranslate2 threads, after a warm-up; tokens/s counts the generated tokens of the
 first ``--speed-sentences`` validation sources, translated in their file's order in batches of
 1 or 32 (a batch sorted by length inside, as the Translator sorts). The table reports the best
@@ -141,11 +143,33 @@ def quality(
     each of ``weights``, decoded as its first directory says (kept in ``workdir``)."""
     key = {"dirs": [dir_digest(d) for d in system["dirs"]], "splits": splits, "limit": limit}
     key["weights"] = list(weights)
-    return remembered(workdir, "quality", key, lambda: _quality(system, splits, limit, weights))
+    compute = functools.partial(_quality, system, splits, limit, weights, workdir)
+    return remembered(workdir, "quality", key, compute)
+
+
+def hypotheses(
+    system: dict[str, Any], split: str, limit: int | None, workdir: Path | None
+) -> list[str]:
+    """The float32 translations of ``split`` by ``system``, decoded as its first directory says
+    (kept in ``workdir``: the paired bootstrap reads them back)."""
+    key = {"dirs": [dir_digest(d) for d in system["dirs"]], "split": split, "limit": limit}
+
+    def translate() -> list[str]:
+        from attnlab.inference.translator import Translator
+
+        translator = Translator.load(system["dirs"], device="cpu")
+        pairs, _ = split_pairs(system["dirs"][0], split, limit)
+        return translator.translate([s for s, _ in pairs])
+
+    return remembered(workdir, "hyps", key, translate)
 
 
 def _quality(
-    system: dict[str, Any], splits: list[str], limit: int | None, weights: tuple[str, ...]
+    system: dict[str, Any],
+    splits: list[str],
+    limit: int | None,
+    weights: tuple[str, ...],
+    workdir: Path | None,
 ) -> dict[str, Any]:
     from attnlab.inference.scores import score
     from attnlab.inference.translator import Translator
@@ -156,7 +180,10 @@ def _quality(
         decoding = translator.decoding
         for split in splits:
             pairs, lang = split_pairs(system["dirs"][0], split, limit)
-            hyps = translator.translate([s for s, _ in pairs])
+            if quantize is None:  # kept: the bootstrap needs them
+                hyps = hypotheses(system, split, limit, workdir)
+            else:
+                hyps = translator.translate([s for s, _ in pairs])
             result = score(hyps, [t for _, t in pairs], tokenized_lang=lang).to_dict()
             found[f"{split}/{quantize or 'float32'}"] = {
                 "bleu": result["bleu"],
@@ -167,6 +194,48 @@ def _quality(
                 "beam_size": decoding.beam_size,
                 "alpha": decoding.alpha,
             }
+    return found
+
+
+def bootstrap(
+    systems_: list[dict[str, Any]],
+    splits: list[str],
+    limit: int | None,
+    workdir: Path | None,
+    samples: int = 1000,
+) -> dict[str, Any]:
+    """How much a score moves with the sentences drawn: paired bootstrap resampling (Koehn
+    2004; sacreBLEU's implementation and seed) of every system's float32 BLEU on each split, once
+    against the recipe model and once against the ensemble. Per split and system: the BLEU,
+    its bootstrap mean and the half-width of its 95% interval, and the p-value of its
+    difference from each baseline (the chance of a difference that large were the two systems
+    equally good)."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    baselines = [s["name"] for s in systems_ if s["kind"] in ("teacher", "ensemble")]
+    found: dict[str, Any] = {}
+    for split in splits:
+        pairs, _ = split_pairs(systems_[0]["dirs"][0], split, limit)
+        references = [[t for _, t in pairs]]
+        hyps = {s["name"]: hypotheses(s, split, limit, workdir) for s in systems_}
+        per_split: dict[str, Any] = found.setdefault(split, {})
+        for baseline in baselines:
+            names = [baseline] + [name for name in hyps if name != baseline]
+            test = PairedTest(
+                [(name, hyps[name]) for name in names],
+                {"BLEU": BLEU()},
+                references,
+                test_type="bs",
+                n_samples=samples,
+            )
+            _, results = test()
+            for name, result in zip(results["System"], results["BLEU"], strict=True):
+                entry = per_split.setdefault(
+                    name, {"bleu": result.score, "mean": result.mean, "ci95": result.ci}
+                )
+                if result.p_value is not None:
+                    entry[f"p_vs_{baseline}"] = result.p_value
     return found
 
 
@@ -671,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         report["teacher_quality"][str(t)] = quality(
             one, ["valid"], args.limit, ("float32",), workdir=cache
         )
+    print("paired bootstrap: how far each score moves with the sentences drawn", flush=True)
+    report["bootstrap"] = bootstrap(chosen, ["valid", "test"], args.limit, cache)
     texts = [s for s, _ in split_pairs(chosen[0]["dirs"][0], "valid", None)[0]]
     texts = texts[: args.speed_sentences]
     for system in chosen if not args.no_speed else []:
@@ -686,6 +757,13 @@ def main(argv: list[str] | None = None) -> int:
         chosen = report["fast_student"]
         shown = ", ".join(f"{k} {v:.2f}" for k, v in chosen["validation_bleu"].items())
         print(f"fast student chosen on validation: {chosen['chosen']} ({shown})")
+    for split, scores in report["bootstrap"].items():
+        for name, b in scores.items():
+            p = ", ".join(f"p {k[5:]} {v:.3f}" for k, v in b.items() if k.startswith("p_vs_"))
+            print(
+                f"  {split}: {name}: BLEU {b['bleu']:.2f} ± {b['ci95']:.2f} (95%)"
+                + (f"; {p}" if p else "")
+            )
     for goal in report["goals"]:
         state = {True: "MET", False: "MISSED", None: "not measured"}[goal["met"]]
         print(f"{state:>12}  {goal['goal']}: {goal['measured']}")

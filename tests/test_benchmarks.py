@@ -256,6 +256,19 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     assert ("ensemble of 2", "ctranslate2", "float32", 1) not in rows  # CT2 has no ensembles
     assert all(r["tokens_per_s"] > 0 for r in report["speed"])
     assert any(g["goal"].startswith("ensemble: validation") for g in report["goals"])
+    # The paired bootstrap: every system on both splits, against both baselines; the ensemble
+    # of a model twice and the model as a student translate as the model: the same resamples
+    # give them the same mean and interval.
+    for split in ("valid", "test"):
+        boot = report["bootstrap"][split]
+        assert set(boot) == set(names)
+        recipe = boot["recipe model"]
+        assert recipe["bleu"] == pytest.approx(quality["recipe model"][f"{split}/float32"]["bleu"])
+        assert 0 < recipe["p_vs_ensemble of 2"] <= 1 and recipe["ci95"] >= 0
+        for name in names[1:]:
+            assert (boot[name]["mean"], boot[name]["ci95"]) == (recipe["mean"], recipe["ci95"])
+            assert 0 < boot[name]["p_vs_recipe model"] <= 1
+    assert "± " in done.stdout and "(95%)" in done.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| recipe model | attnlab | float32 |" in done.stdout
     # Scores only: read back from the first run's workdir (keyed by the models' files), no
