@@ -68,9 +68,10 @@ train-multi30k-seeds: $(STAMP)
 
 # Issue 45's pipeline (docs/distillation.md): the recipe's three seeds as teachers (the target
 # above), then the students, each trained on their ensemble's translations of the training
-# sources (decoded once into the shard cache, then reused by every student): one of the
-# recipe's shape, and the fast deep-encoder students with 1 and 2 decoder layers (the choice is
-# made on validation); then benchmarks/distill.py (the ensemble's scores, BLEU against
+# sources (decoded once into the shard cache, then reused by every student): two of the
+# recipe's shape (on the distilled and the original pairs, and on the distilled pairs alone),
+# and the fast deep-encoder students with 1 and 2 decoder layers (each choice is made on
+# validation); then benchmarks/distill.py (the ensemble's scores, BLEU against
 # tokens/s). A rerun redoes only what is missing: a student with a results.json is kept, one
 # killed after a checkpoint resumes from it, and the teachers' decoding resumes after its last
 # finished chunk.
@@ -82,6 +83,7 @@ endef
 
 distill-multi30k: train-multi30k-seeds
 	$(call train_student,multi30k-student-4-4,configs/multi30k-distilled.toml)
+	$(call train_student,multi30k-student-4-4-kd-only,configs/multi30k-distilled.toml,--set distill.keep_original=false)
 	$(call train_student,multi30k-student-6-1,configs/multi30k-student.toml)
 	$(call train_student,multi30k-student-6-2,configs/multi30k-student.toml,--set model.num_decoder_layers=2)
 	$(PY) benchmarks/distill.py --runs runs
