@@ -159,6 +159,9 @@ def test_the_ensemble_row_quotes_its_results_file():
     test = ensemble["test/float32"]
     figures = [f"{valid - mean:+.2f}", f"{valid:.2f}", f"{mean:.2f}", f"{test['bleu']:.2f}"]
     figures.append(f"{test['bleu_tokenized']:.2f}")
+    # The student of the recipe's shape that the row quotes (chosen on validation).
+    student = report["quality"][report["recipe_student"]["chosen"]]
+    figures += [f"{student['valid/float32']['bleu']:.2f}", f"{student['test/float32']['bleu']:.2f}"]
     for name, row in (("README.md", ENSEMBLE_ROW), ("README.zh.md", ENSEMBLE_ROW_ZH)):
         line = next(x for x in (ROOT / name).read_text("utf-8").splitlines() if row in x)
         for figure in figures:
