@@ -216,7 +216,8 @@ def bootstrap(
     against the recipe model and once against the ensemble. Per split and system: the BLEU,
     its bootstrap mean and the half-width of its 95% interval, and the p-value of its
     difference from each baseline (the chance of a difference that large were the two systems
-    equally good)."""
+    equally good; two systems with the same translations get the smallest p, 1 / (samples + 1),
+    by sacreBLEU's convention that a difference of zero is not chance)."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
@@ -765,10 +766,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for key, fast in CHOICES.items():
         if report[key]:
-            chosen = report[key]
-            shown = ", ".join(f"{k} {v:.2f}" for k, v in chosen["validation_bleu"].items())
+            picked = report[key]
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in picked["validation_bleu"].items())
             kind = "fast student" if fast else "student of the recipe's shape"
-            print(f"{kind} chosen on validation: {chosen['chosen']} ({shown})")
+            print(f"{kind} chosen on validation: {picked['chosen']} ({shown})")
     for split, scores in report["bootstrap"].items():
         for name, b in scores.items():
             p = ", ".join(f"p {k[5:]} {v:.3f}" for k, v in b.items() if k.startswith("p_vs_"))
