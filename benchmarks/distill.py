@@ -155,18 +155,23 @@ def quality(
 
 
 def hypotheses(
-    system: dict[str, Any], split: str, limit: int | None, workdir: Path | None
+    system: dict[str, Any],
+    split: str,
+    limit: int | None,
+    workdir: Path | None,
+    translator: Any = None,
 ) -> list[str]:
     """The float32 translations of ``split`` by ``system``, decoded as its first directory says
-    (kept in ``workdir``: the paired bootstrap reads them back)."""
+    (kept in ``workdir``: the paired bootstrap reads them back); ``translator``: the system's
+    float32 Translator when the caller has it loaded already (else loaded here if needed)."""
     key = {"dirs": [dir_digest(d) for d in system["dirs"]], "split": split, "limit": limit}
 
     def translate() -> list[str]:
         from attnlab.inference.translator import Translator
 
-        translator = Translator.load(system["dirs"], device="cpu")
+        loaded = translator or Translator.load(system["dirs"], device="cpu")
         pairs, _ = split_pairs(system["dirs"][0], split, limit)
-        return translator.translate([s for s, _ in pairs])
+        return loaded.translate([s for s, _ in pairs])
 
     return remembered(workdir, "hyps", key, translate)
 
@@ -188,7 +193,7 @@ def _quality(
         for split in splits:
             pairs, lang = split_pairs(system["dirs"][0], split, limit)
             if quantize is None:  # kept: the bootstrap needs them
-                hyps = hypotheses(system, split, limit, workdir)
+                hyps = hypotheses(system, split, limit, workdir, translator)
             else:
                 hyps = translator.translate([s for s, _ in pairs])
             result = score(hyps, [t for _, t in pairs], tokenized_lang=lang).to_dict()
