@@ -646,8 +646,10 @@ def picture(report: dict[str, Any], path: Path) -> None:
     axes[1].legend(handles=handles, fontsize=8, loc="lower right")
     fig.suptitle("Multi30K en->de: quality against speed")
     fig.tight_layout()
+    from attnlab._io import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda temp: fig.savefig(temp, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -787,8 +789,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{state:>12}  {goal['goal']}: {goal['measured']}")
     for run, cost in report["costs"].items():
         print(f"  cost {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))
+    from attnlab._io import write_json
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, report)
     if report["speed"]:
         picture(report, args.picture)
     print(f"\nwrote {args.out}" + (f" and {args.picture}" if report["speed"] else ""))
