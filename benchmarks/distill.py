@@ -57,7 +57,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "distill.json"
-DEFAULT_PICTURE = HERE.parent / "docs" / "images" / "distill.png"
+DEFAULT_PICTURE = HERE.parent / "docs" / "img" / "distill.png"
 
 #: The issue's goals (Multi30K en->de).
 ENSEMBLE_GAIN = 0.8  # validation BLEU over the teachers' mean
