@@ -32,6 +32,12 @@ Run::
     .venv/bin/python benchmarks/distill.py --runs runs            # after make distill-multi30k
     .venv/bin/python benchmarks/distill.py --quick --teachers A B --students S   # a smoke run
     .venv/bin/python benchmarks/distill.py --no-speed --out /tmp/scores.json     # scores only
+    .venv/bin/python benchmarks/distill.py --profile    # add a batch-1 profile to the report
+
+``--profile`` runs the recipe model and the chosen fast student one sentence at a time in
+attnlab under torch's profiler (1 thread): the time a token takes, the aten calls it makes and
+the share of the time inside them, beside CTranslate2's time a token from the report's speed
+rows. It says where batch-1 decoding goes when a small model is slower than CTranslate2.
 
 Scores are kept in the workdir, keyed by a digest of the models' files and the options, so a
 later run (the timing, once the students are trained) reads them back (``--fresh``: score
@@ -384,6 +390,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One timed measurement (run in a child process): warm up, then translate the texts."""
     import torch
 
+    if spec["engine"] == "profile":
+        return profile_worker(spec)
     threads = spec["threads"]
     torch.set_num_threads(threads)
     workdir = Path(spec["workdir"])
@@ -406,6 +414,60 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         "tokens_per_s": tokens / best,
         "tokens_per_s_median": tokens / statistics.median(seconds),
     }
+
+
+def profile_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Where one sentence at a time goes in attnlab (float32, 1 thread): the wall time per
+    generated token, unprofiled; then, under torch's profiler, the aten calls per token and the
+    share of the wall time inside them (the rest is Python, dispatch and the profiler's own
+    bookkeeping, which also adds to each op's self time: so the share outside is a lower bound
+    of the Python's)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    run = attnlab_runner(spec["dirs"], "float32", 1)
+    texts = spec["texts"]
+    run(texts[:4], 1)  # warm-up
+    began = time.perf_counter()
+    _, tokens = run(texts, 1)
+    wall = time.perf_counter() - began
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        began = time.perf_counter()
+        run(texts, 1)
+        profiled = time.perf_counter() - began
+    events = [e for e in prof.key_averages() if e.key.startswith(("aten::", "quantized::"))]
+    in_ops = sum(e.self_cpu_time_total for e in events) / 1e6
+    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:5]
+    return {
+        "sentences": len(texts),
+        "tokens": tokens,
+        "us_per_token": wall / tokens * 1e6,
+        "aten_calls_per_token": sum(e.count for e in events) / tokens,
+        "share_in_ops": in_ops / profiled,
+        "top_ops": [
+            {"op": e.key, "share_of_ops": e.self_cpu_time_total / 1e6 / in_ops} for e in top
+        ],
+    }
+
+
+def profiles(report: dict[str, Any], texts: list[str]) -> dict[str, Any]:
+    """:func:`profile_worker` for the recipe model (beam 4) and the chosen fast student
+    (greedy), each in a fresh process, with CTranslate2's time per token at batch 1 (its best
+    weight type and thread count, from the report's speed rows) beside them."""
+    fast = (report.get("fast_student") or {}).get("chosen")
+    out: dict[str, Any] = {}
+    for s in report["systems"]:
+        if s["name"] not in ("recipe model", fast):
+            continue
+        print(f"{s['name']}: profiling one sentence at a time", flush=True)
+        one = measure({"engine": "profile", "dirs": s["dirs"], "texts": texts, "threads": 1})
+        ct2 = [rate(report["speed"], s["name"], "ctranslate2", w, 1) for w in ("float32", "int8")]
+        ct2 = [c for c in ct2 if c]
+        if ct2:
+            one["ctranslate2_us_per_token"] = 1e6 / max(ct2)
+        out[s["name"]] = one
+    return out
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
@@ -605,14 +667,21 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _short(name: str) -> str:
+    """A system's name as the picture labels it: ``multi30k-student-6-2 (6-2)`` -> ``6-2``."""
+    return name.split(" (")[0].removeprefix("multi30k-student-").replace("recipe model", "recipe")
+
+
 def picture(report: dict[str, Any], path: Path) -> None:
-    """BLEU (test) against tokens/s, batch 1 and batch 32 side by side."""
+    """BLEU (test) against tokens/s, batch 1 and batch 32 side by side: a colour for each engine
+    and weight type, a marker for each kind of system, a system's points joined by a thin line
+    and labelled once."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
     markers = {"teacher": "o", "ensemble": "*", "student": "s"}
     colors = {
         ("attnlab", "float32"): "tab:blue",
@@ -622,14 +691,26 @@ def picture(report: dict[str, Any], path: Path) -> None:
     }
     for ax, batch in zip(axes, (1, 32), strict=True):
         for s in report["systems"]:
+            points = []
             for (engine, weights), color in colors.items():
                 source = report["quality"] if engine == "attnlab" else report["ct2_quality"]
                 scores = source.get(s["name"], {}).get(f"test/{weights}")
                 speed = rate(report["speed"], s["name"], engine, weights, batch)
                 if scores is None or not speed:
                     continue
+                points.append((speed, scores["bleu"]))
                 ax.scatter(speed, scores["bleu"], marker=markers[s["kind"]], color=color, s=60)
-                ax.annotate(s["name"], (speed, scores["bleu"]), fontsize=7, alpha=0.8)
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, color="gray", linewidth=0.6, alpha=0.5, zorder=0)
+                ax.annotate(
+                    _short(s["name"]),
+                    points[0],
+                    xytext=(-6, -13 if s["kind"] == "teacher" else 5),  # students may tie it
+                    textcoords="offset points",
+                    ha="right",
+                    fontsize=8,
+                )
         ax.set_xscale("log")
         ax.set_xlabel(f"tokens/s, batch {batch} (best of 1 and 2 threads)")
         ax.set_title(f"batch {batch}")
@@ -643,9 +724,9 @@ def picture(report: dict[str, Any], path: Path) -> None:
         plt.Line2D([], [], color="gray", marker=m, linestyle="", label=k)
         for k, m in markers.items()
     ]
-    axes[1].legend(handles=handles, fontsize=8, loc="lower right")
-    fig.suptitle("Multi30K en->de: quality against speed")
-    fig.tight_layout()
+    fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
+    fig.suptitle("Multi30K en->de: quality against speed (labels at attnlab float32)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     from attnlab._io import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -687,6 +768,31 @@ def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
     return out
 
 
+def add_profiles(args: argparse.Namespace) -> int:
+    """``--profile``: :func:`profiles` added to the report of an earlier run."""
+    from attnlab._io import read_json, write_json
+
+    if not args.out.is_file():
+        print(
+            f"distill.py: --profile: no report at {args.out}; run without it first", file=sys.stderr
+        )
+        return 2
+    report = read_json(args.out)
+    texts = [s for s, _ in split_pairs(report["systems"][0]["dirs"][0], "valid", None)[0]]
+    report["profile"] = profiles(report, texts[: args.speed_sentences])
+    for name, p in report["profile"].items():
+        ct2 = p.get("ctranslate2_us_per_token")
+        print(
+            f"  {name}: {p['us_per_token']:,.0f} us a token in attnlab"
+            + (f" ({ct2:,.0f} in CTranslate2)" if ct2 else "")
+            + f", {p['aten_calls_per_token']:,.0f} aten calls a token, "
+            f"{p['share_in_ops']:.0%} of the time inside them"
+        )
+    write_json(args.out, report)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the runs are")
@@ -708,6 +814,12 @@ def main(argv: list[str] | None = None) -> int:
         "--fresh", action="store_true", help="score again, not from the workdir's kept scores"
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few sentences")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only profile one sentence at a time in attnlab (the recipe model and the chosen "
+        "fast student) and add it to the report --out holds from an earlier run",
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
@@ -716,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.speed_sentences, args.threads, args.repeats = 16, [1], 1
         args.limit = args.limit or 20
+    if args.profile:
+        return add_profiles(args)
     found = discover(args.runs)
     teachers = args.teachers if args.teachers is not None else found[0]
     students = args.students if args.students is not None else found[1]

@@ -271,6 +271,17 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     assert "± " in done.stdout and "(95%)" in done.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| recipe model | attnlab | float32 |" in done.stdout
+    # One sentence at a time, profiled, added to that report and nothing else changed.
+    argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--quick", "--profile"]
+    done = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    profiled = json.loads(out.read_text())
+    one = profiled.pop("profile")["recipe model"]  # the numbers student is not a fast one
+    assert profiled == report
+    assert one["sentences"] == 16 and one["tokens"] >= 16 and one["us_per_token"] > 0
+    assert one["aten_calls_per_token"] > 1 and one["share_in_ops"] > 0
+    assert one["ctranslate2_us_per_token"] > 0 and one["top_ops"][0]["op"].startswith("aten::")
+    assert "aten calls a token" in done.stdout
     # Scores only: read back from the first run's workdir (keyed by the models' files), no
     # timing, no picture.
     again, png2 = tmp_path / "again.json", tmp_path / "again.png"

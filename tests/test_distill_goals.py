@@ -90,3 +90,26 @@ def test_the_table_shows_validation_beside_test() -> None:
     assert lines[0].startswith("| system | engine | weights | valid BLEU | test BLEU |")
     assert "| s-6-2 | attnlab | float32 | 40.60 | 38.00 | 38.40 | 900 | - |" in lines
     assert "| s-6-2 | attnlab | int8 | - | 38.00 | 38.40 | 900 | - |" in lines
+
+
+#: The measured run: ``benchmarks/distill.py --runs runs`` after ``make distill-multi30k``.
+RESULTS = ROOT / "benchmarks/results/distill.json"
+
+
+def test_the_pages_show_the_table_and_the_goals_of_the_measured_run() -> None:
+    """docs/benchmarks.md and the guide (en, zh) show the table that benchmarks/distill.py makes
+    of its results file, and the guide quotes every goal's measured figure and the choices."""
+    import json
+
+    report = json.loads(RESULTS.read_text(encoding="utf-8"))
+    shown = distill.table(report)
+    for page in ("docs/benchmarks.md", "docs/distillation.md", "docs/distillation.zh.md"):
+        assert shown in (ROOT / page).read_text(encoding="utf-8"), f"{page}: not {RESULTS.name}'s"
+    guide = (ROOT / "docs/distillation.md").read_text(encoding="utf-8")
+    for goal in report["goals"]:
+        assert goal["measured"] in guide, f"the guide lacks the goal's figure {goal['measured']!r}"
+    for key in distill.CHOICES:
+        picked = report[key]
+        assert f"`{picked['chosen'].split(' (')[0]}`" in guide
+        for score in picked["validation_bleu"].values():
+            assert f"{score:.2f}" in guide

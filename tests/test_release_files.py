@@ -146,7 +146,7 @@ def other_bleu_quotes(text: str, bleu: str) -> list[str]:
 #: The README's row on the teachers' ensemble (issue 45), and its results file.
 ENSEMBLE_ROW = "the ensemble of 3 Multi30K recipe seeds"
 ENSEMBLE_ROW_ZH = "Multi30K 配方 3 个种子的集成"
-DISTILL_SCORES = ROOT / "benchmarks/results/distill_scores.json"
+DISTILL_SCORES = ROOT / "benchmarks/results/distill.json"
 
 
 def test_the_ensemble_row_quotes_its_results_file():
