@@ -72,7 +72,7 @@ train-multi30k-seeds: $(STAMP)
 # recipe's shape (on the distilled and the original pairs, and on the distilled pairs alone),
 # and the fast deep-encoder students with 1 and 2 decoder layers (each choice is made on
 # validation); then benchmarks/distill.py (the ensemble's scores, BLEU against
-# tokens/s). A rerun redoes only what is missing: a student with a results.json is kept, one
+# tokens/s, the goals) and its batch-1 profile (--profile). A rerun redoes only what is missing: a student with a results.json is kept, one
 # killed after a checkpoint resumes from it, and the teachers' decoding resumes after its last
 # finished chunk.
 define train_student
@@ -87,6 +87,7 @@ distill-multi30k: train-multi30k-seeds
 	$(call train_student,multi30k-student-6-1,configs/multi30k-student.toml,--set model.num_decoder_layers=1)
 	$(call train_student,multi30k-student-6-2,configs/multi30k-student.toml)
 	$(PY) benchmarks/distill.py --runs runs
+	$(PY) benchmarks/distill.py --profile
 
 # docs/pretrained.md's domain shift: fine-tune a Multi30K model (run `make train-multi30k`
 # first, or set FT_MODEL) on the numbers task written as parallel files, and score before and
