@@ -417,37 +417,22 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Where one sentence at a time goes in attnlab (float32, 1 thread): the wall time per
-    generated token, unprofiled; then, under torch's profiler, the aten calls per token and the
-    share of the wall time inside them (the rest is Python, dispatch and the profiler's own
-    bookkeeping, which also adds to each op's self time: so the share outside is a lower bound
-    of the Python's)."""
+    """Where one sentence at a time goes in attnlab (float32, 1 thread): benchmarks/decode.py's
+    profile of a decode (``_profile``: the wall time, the aten calls and the time outside any op,
+    each per step, with the shares by kind of op), over the generated tokens of ``texts``
+    translated one by one, so that a "step" here is a generated token."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+
+    from decode import _profile  # benchmarks/decode.py, beside this script
 
     torch.set_num_threads(1)
     run = attnlab_runner(spec["dirs"], "float32", 1)
     texts = spec["texts"]
-    run(texts[:4], 1)  # warm-up
-    began = time.perf_counter()
-    _, tokens = run(texts, 1)
-    wall = time.perf_counter() - began
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        began = time.perf_counter()
-        run(texts, 1)
-        profiled = time.perf_counter() - began
-    events = [e for e in prof.key_averages() if e.key.startswith(("aten::", "quantized::"))]
-    in_ops = sum(e.self_cpu_time_total for e in events) / 1e6
-    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:5]
+    _, tokens = run(texts, 1)  # the warm-up, which counts the tokens a pass generates
     return {
         "sentences": len(texts),
         "tokens": tokens,
-        "us_per_token": wall / tokens * 1e6,
-        "aten_calls_per_token": sum(e.count for e in events) / tokens,
-        "share_in_ops": in_ops / profiled,
-        "top_ops": [
-            {"op": e.key, "share_of_ops": e.self_cpu_time_total / 1e6 / in_ops} for e in top
-        ],
+        **_profile(lambda batch, beam: run(texts, batch), 1, 1, tokens),
     }
 
 
@@ -782,11 +767,12 @@ def add_profiles(args: argparse.Namespace) -> int:
     report["profile"] = profiles(report, texts[: args.speed_sentences])
     for name, p in report["profile"].items():
         ct2 = p.get("ctranslate2_us_per_token")
+        inside = 1 - p["outside_ops_us_per_step"] / p["profiled_wall_us_per_step"]
         print(
-            f"  {name}: {p['us_per_token']:,.0f} us a token in attnlab"
+            f"  {name}: {p['wall_us_per_step']:,.0f} us a token in attnlab"
             + (f" ({ct2:,.0f} in CTranslate2)" if ct2 else "")
-            + f", {p['aten_calls_per_token']:,.0f} aten calls a token, "
-            f"{p['share_in_ops']:.0%} of the time inside them"
+            + f", {p['aten_calls_per_step']:,.0f} aten calls a token, "
+            f"{inside:.0%} of the time inside them (profiled)"
         )
     write_json(args.out, report)
     print(f"wrote {args.out}")

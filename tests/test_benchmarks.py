@@ -278,9 +278,10 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     profiled = json.loads(out.read_text())
     one = profiled.pop("profile")["recipe model"]  # the numbers student is not a fast one
     assert profiled == report
-    assert one["sentences"] == 16 and one["tokens"] >= 16 and one["us_per_token"] > 0
-    assert one["aten_calls_per_token"] > 1 and one["share_in_ops"] > 0
+    assert one["sentences"] == 16 and one["tokens"] >= 16 and one["wall_us_per_step"] > 0
+    assert one["aten_calls_per_step"] > 1 and one["profiled_wall_us_per_step"] > 0
     assert one["ctranslate2_us_per_token"] > 0 and one["top_ops"][0]["op"].startswith("aten::")
+    assert sum(one["shares"].values()) == pytest.approx(1.0)
     assert "aten calls a token" in done.stdout
     # Scores only: read back from the first run's workdir (keyed by the models' files), no
     # timing, no picture.
