@@ -72,9 +72,9 @@ train-multi30k-seeds: $(STAMP)
 # recipe's shape (on the distilled and the original pairs, and on the distilled pairs alone),
 # and the fast deep-encoder students with 1 and 2 decoder layers (each choice is made on
 # validation); then benchmarks/distill.py (the ensemble's scores, BLEU against
-# tokens/s, the goals) and its batch-1 profile (--profile). A rerun redoes only what is missing: a student with a results.json is kept, one
-# killed after a checkpoint resumes from it, and the teachers' decoding resumes after its last
-# finished chunk.
+# tokens/s, the goals) and its batch-1 profile (--profile). A rerun redoes only what is
+# missing: a student with a results.json is kept, one killed after a checkpoint resumes from
+# it, and the teachers' decoding resumes after its last finished chunk.
 define train_student
 	@if [ -f runs/$(1)/results.json ]; then echo "$(1): already trained (runs/$(1)/results.json)"; \
 	else set -x; $(VENV)/bin/attnlab train --config $(2) --out runs/$(1) --no-progress \

@@ -518,6 +518,12 @@ def speed_rows(
     return rows
 
 
+def speed_texts(model_dir: str, n: int) -> list[str]:
+    """The sources every speed figure translates: the first ``n`` of the validation split of
+    ``model_dir``'s task, in their file's order."""
+    return [s for s, _ in split_pairs(model_dir, "valid", None)[0]][:n]
+
+
 def rate(rows: list[dict], system: str, engine: str, weights: str, batch: int) -> float | None:
     for row in rows:
         if (row["system"], row["engine"], row["weights"], row["batch"]) == (
@@ -763,8 +769,8 @@ def add_profiles(args: argparse.Namespace) -> int:
         )
         return 2
     report = read_json(args.out)
-    texts = [s for s, _ in split_pairs(report["systems"][0]["dirs"][0], "valid", None)[0]]
-    report["profile"] = profiles(report, texts[: args.speed_sentences])
+    texts = speed_texts(report["systems"][0]["dirs"][0], args.speed_sentences)
+    report["profile"] = profiles(report, texts)
     for name, p in report["profile"].items():
         ct2 = p.get("ctranslate2_us_per_token")
         inside = 1 - p["outside_ops_us_per_step"] / p["profiled_wall_us_per_step"]
@@ -859,8 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("paired bootstrap: how far each score moves with the sentences drawn", flush=True)
     report["bootstrap"] = bootstrap(chosen, ["valid", "test"], args.limit, cache)
-    texts = [s for s, _ in split_pairs(chosen[0]["dirs"][0], "valid", None)[0]]
-    texts = texts[: args.speed_sentences]
+    texts = speed_texts(chosen[0]["dirs"][0], args.speed_sentences)
     for system in chosen if not args.no_speed else []:
         report["speed"] += speed_rows(system, texts, args, workdir)
     for key, fast in CHOICES.items():

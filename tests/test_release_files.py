@@ -146,13 +146,13 @@ def other_bleu_quotes(text: str, bleu: str) -> list[str]:
 #: The README's row on the teachers' ensemble (issue 45), and its results file.
 ENSEMBLE_ROW = "the ensemble of 3 Multi30K recipe seeds"
 ENSEMBLE_ROW_ZH = "Multi30K 配方 3 个种子的集成"
-DISTILL_SCORES = ROOT / "benchmarks/results/distill.json"
+DISTILL_RESULTS = ROOT / "benchmarks/results/distill.json"
 
 
 def test_the_ensemble_row_quotes_its_results_file():
     import json
 
-    report = json.loads(DISTILL_SCORES.read_text(encoding="utf-8"))
+    report = json.loads(DISTILL_RESULTS.read_text(encoding="utf-8"))
     ensemble = report["quality"]["ensemble of 3"]
     teachers = [q["valid/float32"]["bleu"] for q in report["teacher_quality"].values()]
     valid, mean = ensemble["valid/float32"]["bleu"], sum(teachers) / len(teachers)
