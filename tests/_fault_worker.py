@@ -52,6 +52,7 @@ import attnlab.train.loop as loop
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train.checkpoint import find_checkpoints
+from attnlab.train.objectives import TranslationObjective
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _train_worker as base
@@ -118,7 +119,13 @@ def train(out: Path, *, resume: bool) -> None:
     train_set = base.reversal_examples(40, seed=0)
     valid_set = base.reversal_examples(8, seed=1)
     trainer = Trainer(
-        model(), train_set, valid_set, config(str(out)), on_evaluate=base.rng_hook, progress=False
+        model(),
+        train_set,
+        valid_set,
+        config(str(out)),
+        on_evaluate=base.rng_hook,
+        progress=False,
+        objective=TranslationObjective,
     )
     trainer.train(resume=resume)
 

@@ -26,6 +26,7 @@ import _train_worker as base
 from attnlab.data.batching import TokenBatcher
 from attnlab.data.shards import ShardExamples
 from attnlab.train import Trainer, destroy_distributed, init_distributed
+from attnlab.train.objectives import TranslationObjective
 
 
 def reversal_pairs(count: int, *, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -57,6 +58,7 @@ def train(args: argparse.Namespace) -> None:
         base.resume_config(args.out),
         on_evaluate=base.rng_hook,
         progress=False,
+        objective=TranslationObjective,
     )
     trainer.train(resume=args.resume)
 
@@ -73,7 +75,14 @@ def ddp(args: argparse.Namespace) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank-{rank}.json").write_text(json.dumps(shares))
         config = base.ddp_config(str(out / "run"))
-        Trainer(base.tiny_model(dropout=0.0), data, None, config, progress=False).train()
+        Trainer(
+            base.tiny_model(dropout=0.0),
+            data,
+            None,
+            config,
+            progress=False,
+            objective=TranslationObjective,
+        ).train()
     finally:
         destroy_distributed()
 

@@ -27,6 +27,7 @@ import torch
 from attnlab.data.batching import Examples, make_examples
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.train import TrainConfig, Trainer, destroy_distributed, init_distributed
+from attnlab.train.objectives import TranslationObjective
 
 VOCAB = 24  # ids 4..23 are "words"; 0..3 are pad, bos, eos, unk
 
@@ -119,6 +120,7 @@ def main(argv: list[str]) -> int:
         resume_config(args.out),
         on_evaluate=rng_hook,
         progress=False,
+        objective=TranslationObjective,
     )
     trainer.train(resume=args.resume)
     return 0
@@ -176,7 +178,14 @@ def ddp_worker(rank: int, world_size: int, port: int, out: str, compile: bool = 
     try:
         train, valid = ddp_examples()
         config = ddp_config(out, compile)
-        Trainer(tiny_model(dropout=0.0), train, valid, config, progress=False).train()
+        Trainer(
+            tiny_model(dropout=0.0),
+            train,
+            valid,
+            config,
+            progress=False,
+            objective=TranslationObjective,
+        ).train()
     finally:
         destroy_distributed()
 

@@ -274,12 +274,17 @@ def test_the_training_loop_knows_no_task(module):
 def test_every_registered_objective_follows_the_protocol():
     from attnlab.models.transformer import Transformer, TransformerLM
     from attnlab.models.vision import VisionTransformer
-    from attnlab.train.objectives import Objective, objective_class
+    from attnlab.train import objectives
 
-    members = [n for n in dir(Objective) if not n.startswith("_")]
+    members = [n for n in dir(objectives.Objective) if not n.startswith("_")]
     assert {"prepare", "batcher", "collate", "count", "loss", "evaluate_batch"} <= set(members)
-    for model_class in (Transformer, TransformerLM, VisionTransformer):
-        cls = objective_class(model_class.__new__(model_class))
+    built_in = {
+        Transformer: objectives.TranslationObjective,
+        TransformerLM: objectives.LanguageModelObjective,
+        VisionTransformer: objectives.ImageClassificationObjective,
+    }
+    assert list(built_in.values()) == objectives._OBJECTIVES  # the deprecated defaults' registry
+    for model_class, cls in built_in.items():
         assert cls.model_class is model_class
         missing = [n for n in members if not hasattr(cls, n)]
         assert missing == [], (cls.__name__, missing)

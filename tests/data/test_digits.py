@@ -21,6 +21,7 @@ from attnlab.data.images import ImageBatcher, LabelledImages, digits, random_aff
 from attnlab.inference.scores import classify
 from attnlab.jobs import Job
 from attnlab.train import TrainConfig, Trainer
+from attnlab.train.objectives import ImageClassificationObjective
 from attnlab.train.optim import build_optimizer
 from attnlab.train.schedule import cosine_lambda, cosine_lr
 
@@ -188,20 +189,50 @@ def test_train_config_checks_the_classifier_fields(fields, match, tmp_path):
 def test_trainer_refuses_a_vit_without_batch_size_or_with_mismatched_images(tmp_path, splits):
     config = TrainConfig(out=str(tmp_path), max_steps=2)
     with pytest.raises(ValueError, match="batch_size: training a VisionTransformer needs"):
-        Trainer(tiny_vit(), splits["train"], None, config, progress=False)
+        Trainer(
+            tiny_vit(),
+            splits["train"],
+            None,
+            config,
+            progress=False,
+            objective=ImageClassificationObjective,
+        )
     config = TrainConfig(out=str(tmp_path), max_steps=2, batch_size=8)
     with pytest.raises(ValueError, match=r"the model takes \(1, 16, 16\)"):
-        Trainer(tiny_vit(image_size=16), splits["train"], None, config, progress=False)
+        Trainer(
+            tiny_vit(image_size=16),
+            splits["train"],
+            None,
+            config,
+            progress=False,
+            objective=ImageClassificationObjective,
+        )
     with pytest.raises(ValueError, match="10 classes, but the model has num_classes=3"):
-        Trainer(tiny_vit(num_classes=3), splits["train"], None, config, progress=False)
+        Trainer(
+            tiny_vit(num_classes=3),
+            splits["train"],
+            None,
+            config,
+            progress=False,
+            objective=ImageClassificationObjective,
+        )
     with pytest.raises(TypeError, match="trains on LabelledImages"):
-        Trainer(tiny_vit(), [1, 2], None, config, progress=False)
+        Trainer(
+            tiny_vit(), [1, 2], None, config, progress=False, objective=ImageClassificationObjective
+        )
     with pytest.raises(ValueError, match="warmup: 4000 warm-up steps, but training lasts 3"):
         TrainConfig(out=str(tmp_path), max_steps=3, batch_size=8, schedule="cosine", lr=1e-3)
     # bounded by epochs, the last step is known only once the images are batched
     config = TrainConfig(out=str(tmp_path), max_epochs=1, batch_size=8, schedule="cosine", lr=1e-3)
     with pytest.raises(ValueError, match="warmup: 4000 warm-up steps, but training lasts"):
-        Trainer(tiny_vit(), splits["train"], None, config, progress=False)
+        Trainer(
+            tiny_vit(),
+            splits["train"],
+            None,
+            config,
+            progress=False,
+            objective=ImageClassificationObjective,
+        )
 
 
 # -- training ----------------------------------------------------------------------------------
@@ -225,7 +256,7 @@ def _small_run(out, splits, resume: bool = False, on_evaluate=None) -> dict:
     )
     trainer = Trainer(
         tiny_vit(), splits["train"], splits["valid"], config, on_evaluate=on_evaluate,
-        progress=False,
+        progress=False, objective=ImageClassificationObjective,
     )  # fmt: skip
     return trainer.train(resume=resume)
 

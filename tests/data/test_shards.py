@@ -460,6 +460,7 @@ def test_training_on_shards_is_training_on_the_same_examples_in_memory(tmp_path:
             valid,
             short_config(tmp_path / name),
             progress=False,
+            objective=TranslationObjective,
         )
         summary = trainer.train()
         assert summary["steps"] == 4
@@ -485,7 +486,14 @@ def test_a_language_model_trains_on_the_target_side_of_shards(tmp_path: Path) ->
         torch.manual_seed(0)
         config = TransformerConfig.preset("tiny", vocab_size=24, d_model=32, d_ff=64)
         model = TransformerLM(config)
-        Trainer(model, train, None, short_config(tmp_path / name), progress=False).train()
+        Trainer(
+            model,
+            train,
+            None,
+            short_config(tmp_path / name),
+            progress=False,
+            objective=LanguageModelObjective,
+        ).train()
     assert same_weights(tmp_path / "memory" / "model", tmp_path / "shards" / "model")
 
 
@@ -496,11 +504,23 @@ def test_a_resume_on_other_corpora_or_weights_is_refused(tmp_path: Path) -> None
     out = tmp_path / "run"
     mixed = ShardExamples([first, second], max_len=64, weights=[1.0, 1.0])
     Trainer(
-        worker.small_model(), mixed, None, short_config(out, max_steps=2), progress=False
+        worker.small_model(),
+        mixed,
+        None,
+        short_config(out, max_steps=2),
+        progress=False,
+        objective=TranslationObjective,
     ).train()
 
     def resume(examples: ShardExamples) -> str:
-        trainer = Trainer(worker.small_model(), examples, None, short_config(out), progress=False)
+        trainer = Trainer(
+            worker.small_model(),
+            examples,
+            None,
+            short_config(out),
+            progress=False,
+            objective=TranslationObjective,
+        )
         with pytest.raises(ValueError, match=r"resume: .* was trained on other data") as caught:
             trainer.train(resume=True)
         return str(caught.value)
@@ -512,9 +532,14 @@ def test_a_resume_on_other_corpora_or_weights_is_refused(tmp_path: Path) -> None
     assert "max_len 64 -> 32" in resume(ShardExamples([first, second], max_len=32, weights=[1, 1]))
     # The same corpora and weights resume (and run to the new max_steps).
     same = ShardExamples([first, second], max_len=64, weights=[1.0, 1.0])
-    summary = Trainer(worker.small_model(), same, None, short_config(out), progress=False).train(
-        resume=True
-    )
+    summary = Trainer(
+        worker.small_model(),
+        same,
+        None,
+        short_config(out),
+        progress=False,
+        objective=TranslationObjective,
+    ).train(resume=True)
     assert summary["resumed_from_step"] == 2 and summary["steps"] == 4
 
 

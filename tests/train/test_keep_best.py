@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from attnlab.cli import main
 from attnlab.models.transformer import Transformer, load_pretrained
 from attnlab.train import TrainConfig, Trainer
+from attnlab.train.objectives import TranslationObjective
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import _train_worker as worker
@@ -62,7 +63,14 @@ def same_weights(a: Path, b: Path) -> bool:
 
 def test_the_best_score_is_kept_and_a_tie_keeps_the_earlier_model(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = Trainer(small_model(), TRAIN, VALID, config(out), on_evaluate=scripted).train()
+    summary = Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(out),
+        on_evaluate=scripted,
+        objective=TranslationObjective,
+    ).train()
     best = out / "best"
     assert json.loads((best / "best.json").read_text()) == {
         "column": "val_score",
@@ -89,7 +97,13 @@ def test_the_best_score_is_kept_and_a_tie_keeps_the_earlier_model(tmp_path: Path
 
 def test_a_loss_column_keeps_the_lowest(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = Trainer(small_model(), TRAIN, VALID, config(out, keep_best="val_loss")).train()
+    summary = Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(out, keep_best="val_loss"),
+        objective=TranslationObjective,
+    ).train()
     rows = [line.split(",") for line in (out / "metrics.csv").read_text().splitlines()]
     column = rows[0].index("val_loss")
     losses = {int(r[0]): float(r[column]) for r in rows[1:] if r[column]}
@@ -101,13 +115,34 @@ def test_a_loss_column_keeps_the_lowest(tmp_path: Path) -> None:
 
 def test_a_resumed_run_keeps_choosing_over_the_whole_run(tmp_path: Path) -> None:
     whole = tmp_path / "whole"
-    Trainer(small_model(), TRAIN, VALID, config(whole), on_evaluate=scripted).train()
+    Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(whole),
+        on_evaluate=scripted,
+        objective=TranslationObjective,
+    ).train()
     # Stop at step 16 (after the best at 12), then resume to 24: the later tie at 20 and the
     # worse scores do not replace the model that the first part kept.
     split = tmp_path / "split"
-    Trainer(small_model(), TRAIN, VALID, config(split, max_steps=16), on_evaluate=scripted).train()
+    Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(split, max_steps=16),
+        on_evaluate=scripted,
+        objective=TranslationObjective,
+    ).train()
     first = weights(split / "best")
-    resumed = Trainer(small_model(), TRAIN, VALID, config(split), on_evaluate=scripted)
+    resumed = Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(split),
+        on_evaluate=scripted,
+        objective=TranslationObjective,
+    )
     summary = resumed.train(resume=True)
     assert summary["resumed_from_step"] == 16 and summary["best"]["step"] == 12
     assert all(torch.equal(first[k], v) for k, v in weights(split / "best").items())
@@ -117,18 +152,35 @@ def test_a_resumed_run_keeps_choosing_over_the_whole_run(tmp_path: Path) -> None
 def test_what_keep_best_cannot_use_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="keep_best: expected None or a validation column"):
         config(tmp_path / "a", keep_best="bleu")
-    trainer = Trainer(small_model(), TRAIN, VALID, config(tmp_path / "b", keep_best="val_bleu"))
+    trainer = Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(tmp_path / "b", keep_best="val_bleu"),
+        objective=TranslationObjective,
+    )
     with pytest.raises(ValueError, match="keep_best: 'val_bleu' is not a validation column"):
         trainer.train()
     # A resumed run must choose by the column its best model was chosen by.
     Trainer(
-        small_model(), TRAIN, VALID, config(tmp_path / "c", max_steps=8, keep_best=None)
+        small_model(),
+        TRAIN,
+        VALID,
+        config(tmp_path / "c", max_steps=8, keep_best=None),
+        objective=TranslationObjective,
     ).train()
     (tmp_path / "c" / "best").mkdir()
     (tmp_path / "c" / "best" / "best.json").write_text(
         json.dumps({"column": "val_loss", "value": 1.0, "step": 4})
     )
-    other = Trainer(small_model(), TRAIN, VALID, config(tmp_path / "c"), on_evaluate=scripted)
+    other = Trainer(
+        small_model(),
+        TRAIN,
+        VALID,
+        config(tmp_path / "c"),
+        on_evaluate=scripted,
+        objective=TranslationObjective,
+    )
     with pytest.raises(ValueError, match="chosen by 'val_loss', this run by 'val_score'"):
         other.train(resume=True)
 

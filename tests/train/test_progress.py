@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from attnlab.cli import main
 from attnlab.train import TrainConfig, Trainer
+from attnlab.train.objectives import TranslationObjective
 from attnlab.train.progress import TRAIN_LOG, Progress, format_duration, step_line
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -110,7 +111,13 @@ def _steps(text: str) -> list[str]:
 
 def test_outside_a_terminal_a_plain_line_every_log_every_steps(tmp_path, capsys):
     train = worker.reversal_examples(24, seed=0)
-    Trainer(worker.tiny_model(0.0), train, train[:4], _config(tmp_path / "a", 4)).train()
+    Trainer(
+        worker.tiny_model(0.0),
+        train,
+        train[:4],
+        _config(tmp_path / "a", 4),
+        objective=TranslationObjective,
+    ).train()
     err = capsys.readouterr().err
     assert "\r" not in err
     lines = _steps(err)
@@ -124,7 +131,13 @@ def test_without_progress_the_lines_go_to_log_and_train_log_grows_on_resume(tmp_
     out = tmp_path / "run"
     shown: list[str] = []
     trainer = Trainer(
-        worker.tiny_model(0.0), train, None, _config(out, 4), progress=False, log=shown.append
+        worker.tiny_model(0.0),
+        train,
+        None,
+        _config(out, 4),
+        progress=False,
+        log=shown.append,
+        objective=TranslationObjective,
     )
     trainer.train()
     assert capsys.readouterr().err == ""  # no bar, no lines on stderr
@@ -135,7 +148,14 @@ def test_without_progress_the_lines_go_to_log_and_train_log_grows_on_resume(tmp_
     assert _steps("\n".join(logged)) == _steps("\n".join(shown))
     assert "checkpoint saved at step 4" in logged and logged[-1].startswith("stop at step 4: ")
 
-    again = Trainer(worker.tiny_model(0.0), train, None, _config(out, 6), progress=False)
+    again = Trainer(
+        worker.tiny_model(0.0),
+        train,
+        None,
+        _config(out, 6),
+        progress=False,
+        objective=TranslationObjective,
+    )
     again.train(resume=True)
     grown = (out / TRAIN_LOG).read_text(encoding="utf-8")
     assert grown.startswith(first)
@@ -175,6 +195,7 @@ def test_a_run_that_fails_says_where_in_train_log(tmp_path):
         _config(out, 4),
         progress=False,
         on_evaluate=lambda step, model: "not a dict",
+        objective=TranslationObjective,
     )
     with pytest.raises(TypeError, match="on_evaluate: expected a dict"):
         trainer.train()

@@ -28,6 +28,7 @@ from attnlab.models.transformer import (
     load_pretrained,
 )
 from attnlab.train import METRICS_COLUMNS, TrainConfig, Trainer, find_checkpoints
+from attnlab.train.objectives import LanguageModelObjective, TranslationObjective
 from attnlab.train.rng import capture_rng, restore_rng
 from attnlab.train.schedule import transformer_lr
 
@@ -105,7 +106,7 @@ def test_one_step_matches_the_paper_recipe_by_hand(tmp_path: Path) -> None:
         average_last=1,
         device="cpu",
     )
-    trainer = Trainer(model, train, None, config, progress=False)
+    trainer = Trainer(model, train, None, config, progress=False, objective=TranslationObjective)
     micro = trainer.batcher.batches(0)[:2]
     assert micro[0] and micro[1]
     trainer.train()
@@ -184,7 +185,13 @@ def test_a_run_learns_and_writes_metrics_checkpoints_and_the_averaged_model(
         return {"bleu": float(step) / 10}
 
     summary = Trainer(
-        small_model(), copy_task, valid_copy, config, tokenizers_dir=tokenizers, on_evaluate=hook
+        small_model(),
+        copy_task,
+        valid_copy,
+        config,
+        tokenizers_dir=tokenizers,
+        on_evaluate=hook,
+        objective=TranslationObjective,
     ).train()
 
     rows = read_rows(out / "metrics.csv")
@@ -225,7 +232,9 @@ def test_a_run_learns_and_writes_metrics_checkpoints_and_the_averaged_model(
     (out / "checkpoints" / ".tmp-crashed").mkdir()
     (out / "checkpoints" / ".tmp-crashed" / "model.safetensors").write_bytes(b"partial")
     (out / "checkpoints" / "step-00000999").mkdir()
-    again = Trainer(small_model(), copy_task, valid_copy, config, progress=False).train(resume=True)
+    again = Trainer(
+        small_model(), copy_task, valid_copy, config, progress=False, objective=TranslationObjective
+    ).train(resume=True)
     assert again["resumed_from_step"] == 120 and again["steps"] == 120
     assert (out / "metrics.csv").read_text() == metrics
     assert calls == [40, 80, 120]
@@ -233,10 +242,14 @@ def test_a_run_learns_and_writes_metrics_checkpoints_and_the_averaged_model(
 
     # A second fresh run into the same directory is refused; resume would continue it.
     with pytest.raises(FileExistsError, match="already holds checkpoints"):
-        Trainer(small_model(), copy_task, None, config, progress=False).train()
+        Trainer(
+            small_model(), copy_task, None, config, progress=False, objective=TranslationObjective
+        ).train()
     changed = TrainConfig(**{**config.to_dict(), "max_tokens": 200, "betas": (0.9, 0.98)})
     with pytest.raises(ValueError, match="max_tokens=400 -> 200"):
-        Trainer(small_model(), copy_task, None, changed, progress=False).train(resume=True)
+        Trainer(
+            small_model(), copy_task, None, changed, progress=False, objective=TranslationObjective
+        ).train(resume=True)
 
 
 def test_early_stopping_counts_evaluations_without_improvement(tmp_path: Path) -> None:
@@ -254,7 +267,9 @@ def test_early_stopping_counts_evaluations_without_improvement(tmp_path: Path) -
     )
     train = worker.reversal_examples(30, seed=0)
     valid = worker.reversal_examples(8, seed=1)
-    summary = Trainer(small_model(), train, valid, config, progress=False).train()
+    summary = Trainer(
+        small_model(), train, valid, config, progress=False, objective=TranslationObjective
+    ).train()
     # Evaluations at steps 2 (the best), 4 and 6 (no better): stop after the second miss.
     assert summary["stop_reason"] == "early_stopping"
     assert summary["steps"] == 6 and summary["best_step"] == 2
@@ -287,7 +302,9 @@ def test_max_minutes_and_tensorboard_scalars(
         average_last=1,
     )
     train = worker.reversal_examples(20, seed=0)
-    summary = Trainer(small_model(), train, train[:4], config, progress=False).train()
+    summary = Trainer(
+        small_model(), train, train[:4], config, progress=False, objective=TranslationObjective
+    ).train()
     assert summary["stop_reason"] == "max_minutes" and summary["steps"] == 1
     keys = {key for key, _, _ in logged}
     assert {"loss", "lr", "val_loss", "tokens_per_s", "closed"} <= keys
@@ -309,7 +326,9 @@ def test_max_epochs_bf16_and_a_language_model(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = TransformerLM(TransformerConfig.preset("tiny", vocab_size=16, d_model=32, d_ff=64))
     before = [p.detach().clone() for p in model.parameters()]
-    summary = Trainer(model, examples, examples[:5], config, progress=False).train()
+    summary = Trainer(
+        model, examples, examples[:5], config, progress=False, objective=LanguageModelObjective
+    ).train()
     assert summary["stop_reason"] == "max_epochs" and summary["epochs"] == 2.0
     assert math.isfinite(summary["last_val_loss"])
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
@@ -330,7 +349,9 @@ def test_progress_goes_to_stderr_only_when_asked(
             keep_checkpoints=1,
             average_last=1,
         )
-        Trainer(small_model(), train, None, config, progress=progress).train()
+        Trainer(
+            small_model(), train, None, config, progress=progress, objective=TranslationObjective
+        ).train()
         captured = capsys.readouterr()
         assert captured.out == ""
         # Not a terminal: plain lines (tests/train/test_progress.py), not a bar's redraws.
@@ -343,26 +364,45 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
     train = worker.reversal_examples(5, seed=0)
     too_big = [type(e)(e.src, (1, 99, 2)) for e in train]
     with pytest.raises(ValueError, match=r"train_examples\[0\]: target id 99 is outside"):
-        Trainer(small_model(), too_big, None, config)
+        Trainer(small_model(), too_big, None, config, objective=TranslationObjective)
     no_source = [type(e)((), e.tgt) for e in train]
     with pytest.raises(ValueError, match=r"train_examples\[0\]: empty source"):
-        Trainer(small_model(), no_source, None, config)
+        Trainer(small_model(), no_source, None, config, objective=TranslationObjective)
     long_valid = worker.reversal_examples(3, seed=0, long_every=1)  # 21 target tokens
     short_budget = TrainConfig(out=str(tmp_path / "run"), max_steps=1, max_tokens=16)
     with pytest.raises(ValueError, match="valid_examples: max_tokens: example 0's source has 20"):
-        Trainer(small_model(), train, long_valid, short_budget)
+        Trainer(small_model(), train, long_valid, short_budget, objective=TranslationObjective)
     with pytest.raises(ValueError, match="patience: early stopping needs valid_examples"):
-        Trainer(small_model(), train, None, TrainConfig(out="r", max_steps=1, patience=2))
+        Trainer(
+            small_model(),
+            train,
+            None,
+            TrainConfig(out="r", max_steps=1, patience=2),
+            objective=TranslationObjective,
+        )
     with pytest.raises(FileNotFoundError, match=r"tokenizers_dir: .* holds none of"):
-        Trainer(small_model(), train, None, config, tokenizers_dir=tmp_path)
+        Trainer(
+            small_model(),
+            train,
+            None,
+            config,
+            tokenizers_dir=tmp_path,
+            objective=TranslationObjective,
+        )
     with pytest.raises(TypeError, match="model: expected an attnlab Transformer"):
         Trainer(torch.nn.Linear(2, 2), train, None, config)  # type: ignore[arg-type]
     other = TokenBatcher.for_examples(long_valid, 4096)  # 3 examples, not 5
     with pytest.raises(ValueError, match=r"^batcher: expected one over the 5 training examples"):
-        Trainer(small_model(), train, None, config, batcher=other)
+        Trainer(small_model(), train, None, config, batcher=other, objective=TranslationObjective)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device: 'cuda' was requested"):
-            Trainer(small_model(), train, None, TrainConfig(out="r", max_steps=1, device="cuda"))
+            Trainer(
+                small_model(),
+                train,
+                None,
+                TrainConfig(out="r", max_steps=1, device="cuda"),
+                objective=TranslationObjective,
+            )
 
 
 def test_rng_states_round_trip_through_json() -> None:
@@ -452,9 +492,20 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     train, valid = worker.ddp_examples()
     single = tmp_path / "single"
     Trainer(
-        worker.tiny_model(0.0), train, valid, worker.ddp_config(str(single)), progress=False
+        worker.tiny_model(0.0),
+        train,
+        valid,
+        worker.ddp_config(str(single)),
+        progress=False,
+        objective=TranslationObjective,
     ).train()
-    first = Trainer(worker.tiny_model(0.0), train, valid, worker.ddp_config(str(tmp_path / "x")))
+    first = Trainer(
+        worker.tiny_model(0.0),
+        train,
+        valid,
+        worker.ddp_config(str(tmp_path / "x")),
+        objective=TranslationObjective,
+    )
     assert 1 in [len(b) for b in first.batcher.global_batches(0)[:6]]  # an empty share occurs
 
     double = tmp_path / "double"
@@ -589,8 +640,17 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
         toy, (x, y), (x[:16], y[:16]), config, objective=Regression, progress=False
     ).train()
     assert summary["steps"] == 40 and summary["train_examples"] == 40 * 8
-    register_objective(Regression)
-    assert type(Trainer(toy, (x, y), None, config).objective) is Regression
+    # Deprecated until 0.3.0: a registered objective is the default of a Trainer handed none.
+    with pytest.warns(DeprecationWarning, match=r"^register_objective\(cls\) is deprecated"):
+        register_objective(Regression)
+    without = (
+        r"^Trainer\(\.\.\.\) without objective= is deprecated; use objective=Regression .*0\.3\.0"
+    )
+    with pytest.warns(DeprecationWarning, match=without) as caught:
+        assert type(Trainer(toy, (x, y), None, config).objective) is Regression
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    with pytest.warns(DeprecationWarning, match=r"^objective_class\(model\) is deprecated"):
+        assert objectives.objective_class(toy) is Regression
     rows = read_rows(tmp_path / "run" / "metrics.csv")
     assert list(rows[0])[:7] == list(Regression.columns)
     losses = [float(r["loss"]) for r in rows]

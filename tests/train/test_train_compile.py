@@ -13,6 +13,7 @@ import torch
 
 from attnlab.train import TrainConfig, Trainer
 from attnlab.train import step as step_module
+from attnlab.train.objectives import TranslationObjective
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import _train_worker as worker
@@ -75,6 +76,7 @@ def test_compiled_training_follows_eager_and_resumes_exactly(tmp_path: Path) -> 
         None,
         _config(tmp_path / "eager", compile=False),
         progress=False,
+        objective=TranslationObjective,
     ).train()
     summary = Trainer(
         small_model(dropout=0.1),
@@ -82,6 +84,7 @@ def test_compiled_training_follows_eager_and_resumes_exactly(tmp_path: Path) -> 
         None,
         _config(tmp_path / "compiled", compile=True),
         progress=False,
+        objective=TranslationObjective,
     ).train()
     eager, compiled = _losses(tmp_path / "eager"), _losses(tmp_path / "compiled")
     assert len(eager) == len(compiled) == 12 and summary["steps"] == 12
@@ -102,9 +105,15 @@ def test_compiled_training_follows_eager_and_resumes_exactly(tmp_path: Path) -> 
         None,
         _config(halves, compile=True, max_steps=6),
         progress=False,
+        objective=TranslationObjective,
     ).train()
     Trainer(
-        small_model(dropout=0.1), train, None, _config(halves, compile=True), progress=False
+        small_model(dropout=0.1),
+        train,
+        None,
+        _config(halves, compile=True),
+        progress=False,
+        objective=TranslationObjective,
     ).train(resume=True)
     resumed = _losses(halves)
     assert len(resumed) == 12
@@ -119,12 +128,16 @@ def test_without_a_cxx_compiler_training_goes_on_eagerly(
     monkeypatch.setenv("CXX", "no-such-c++")
     train = worker.reversal_examples(60, seed=0)
     config = _config(tmp_path / "run", compile=True, max_steps=2)
-    Trainer(small_model(), train, None, config, progress=False).train()
+    Trainer(
+        small_model(), train, None, config, progress=False, objective=TranslationObjective
+    ).train()
     log = (tmp_path / "run" / "train.log").read_text()
     assert "compile: training eagerly; torch.compile needs a C++ compiler" in log
     assert "'no-such-c++' is not on PATH" in log
     eager = _config(tmp_path / "eager", compile=False, max_steps=2)
-    Trainer(small_model(), train, None, eager, progress=False).train()
+    Trainer(
+        small_model(), train, None, eager, progress=False, objective=TranslationObjective
+    ).train()
     assert _losses(tmp_path / "run") == _losses(tmp_path / "eager")
 
 
@@ -145,11 +158,14 @@ def test_a_failed_compile_redoes_the_step_eagerly(
         None,
         _config(tmp_path / "run", compile=True, max_steps=3),
         progress=False,
+        objective=TranslationObjective,
     ).train()
     log = (tmp_path / "run" / "train.log").read_text()
     assert "torch.compile failed (RuntimeError: inductor could not build the kernel)" in log
     eager = _config(tmp_path / "eager", compile=False, max_steps=3)
-    Trainer(small_model(), train, None, eager, progress=False).train()
+    Trainer(
+        small_model(), train, None, eager, progress=False, objective=TranslationObjective
+    ).train()
     assert _losses(tmp_path / "run") == _losses(tmp_path / "eager")
 
 
@@ -163,7 +179,12 @@ def test_two_gloo_processes_with_the_compiled_step_match_one_eager_process(
     train, valid = worker.ddp_examples()
     single = tmp_path / "single"
     Trainer(
-        worker.tiny_model(0.0), train, valid, worker.ddp_config(str(single)), progress=False
+        worker.tiny_model(0.0),
+        train,
+        valid,
+        worker.ddp_config(str(single)),
+        progress=False,
+        objective=TranslationObjective,
     ).train()
     double = tmp_path / "double"
     port = worker.free_port()

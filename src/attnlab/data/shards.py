@@ -27,7 +27,7 @@ Example::
     batcher = TokenBatcher.for_examples(examples, max_tokens=25_000, seed=0)
     for indices in batcher.batches(epoch=0):
         src, tgt_in, tgt_out = examples.collate(indices, pad_id=0)  # (B, S), (B, T), (B, T)
-    Trainer(model, examples, valid, config).train()      # the same, inside the trainer
+    Trainer(model, examples, valid, config, objective=TranslationObjective).train()  # the same
 """
 
 from __future__ import annotations

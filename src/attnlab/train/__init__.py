@@ -44,7 +44,8 @@ Example::
 
     examples = make_examples(pairs, max_len=model.config.max_len)
     config = TrainConfig(out="runs/numbers", max_tokens=2048, warmup=400, max_steps=2000)
-    summary = Trainer(model, examples, valid_examples, config, progress=True).train()
+    trainer = Trainer(model, examples, valid_examples, config, objective=TranslationObjective)
+    summary = trainer.train()
 
 Files of a run directory ``out``::
 

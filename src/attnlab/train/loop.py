@@ -21,6 +21,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from .._io import write_json
+from .._moved import warn_deprecated
 from ..models.saved import PretrainedModel
 from .best import BestModel
 from .checkpoint import (
@@ -36,7 +37,7 @@ from .config import TrainConfig
 from .distributed import all_gather_objects, barrier, resolve_device, world
 from .memory import keep_freed_memory
 from .metrics import Reporter, call_hook, hook_metrics
-from .objectives import Batcher, Objective, objective_class
+from .objectives import Batcher, Objective, registered_objective
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
 from .progress import format_duration, start_line
@@ -69,8 +70,10 @@ class Trainer:
         valid_examples: the same for the validation loss, or None / empty for no validation.
         config: a :class:`TrainConfig`.
         objective: the :class:`~attnlab.train.objectives.Objective` class that trains
-            ``model`` (a task names its own: ``Task.objective()``); None: the built-in one for
-            the model's class (:func:`~attnlab.train.objectives.objective_class`).
+            ``model`` (a task names its own: ``Task.objective()``), e.g.
+            :class:`~attnlab.train.objectives.TranslationObjective` for a Transformer.
+            Leaving it out is deprecated (the trainer then takes the built-in one for the
+            model's class, with a ``DeprecationWarning``, until 0.3.0).
         batcher: the batcher of ``train_examples`` when the caller has made one already (a
             task that planned epoch 0 to report its padding), built for this replica
             (``num_replicas``, ``rank``) with ``config.seed``; None: the objective's.
@@ -104,11 +107,17 @@ class Trainer:
         progress: bool = True,
         log: Callable[[str], object] | None = None,
     ) -> None:
-        objective_cls = objective_class(model) if objective is None else objective
-        if not isinstance(model, objective_cls.model_class):
+        if objective is None:
+            objective = registered_objective(model)
+            warn_deprecated(
+                "Trainer(...) without objective=",
+                f"objective={objective.__name__} (attnlab.train.objectives)",
+                outside=__file__,
+            )
+        if not isinstance(model, objective.model_class):
             raise TypeError(
-                f"model: {objective_cls.__name__} trains an attnlab "
-                f"{objective_cls.model_class.__name__}, got {type(model).__name__}"
+                f"model: {objective.__name__} trains an attnlab "
+                f"{objective.model_class.__name__}, got {type(model).__name__}"
             )
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
@@ -124,7 +133,7 @@ class Trainer:
         self.log = log
         self.rank, self.world_size = world()
         self.device = resolve_device(config.device, self.world_size)
-        self.objective = objective_cls(model, config, self.device)
+        self.objective = objective(model, config, self.device)
         self.model: PretrainedModel = model.to(self.device)
         self.train_examples = self.objective.prepare(train_examples, "train_examples")
         if len(self.train_examples) == 0:

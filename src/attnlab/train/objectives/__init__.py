@@ -1,6 +1,5 @@
 """The training objectives, one module per kind of training. A task names its objective
-(``Task.objective``) and the trainer is handed it; for a model trained without a task, the
-trainer takes the built-in one for its class (:func:`objective_class`):
+(``Task.objective()``) and the trainer is handed it (``Trainer(..., objective=...)``):
 
 =====================  ==========================================  ==========================
 model                  objective                                   module
@@ -11,14 +10,18 @@ VisionTransformer      :class:`ImageClassificationObjective`       ``image_class
 =====================  ==========================================  ==========================
 
 A new objective is a new module with a class that follows :class:`Objective`, named by its
-task (or handed to :class:`~attnlab.train.Trainer` as ``objective``; :func:`register_objective`
-makes it the default for its model class).
+task's ``objective()`` or handed to :class:`~attnlab.train.Trainer` as ``objective``.
+
+Deprecated until 0.3.0: a Trainer without ``objective`` takes the one registered for the
+model's class (:func:`objective_class`, :func:`register_objective`), with a
+``DeprecationWarning``; from 0.3.0 the trainer no longer maps model classes to objectives.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..._moved import warn_deprecated
 from .base import Batch, Batcher, Objective, autocast
 from .image_classification import ImageClassificationObjective
 from .language_model import LanguageModelObjective
@@ -46,15 +49,25 @@ _OBJECTIVES: list[Any] = [
 
 
 def register_objective(cls: Any) -> Any:
-    """Make :class:`attnlab.train.Trainer` train models of ``cls.model_class`` with the
-    objective ``cls`` (the newest registration wins); returns ``cls``."""
+    """Deprecated (goes in 0.3.0): make a :class:`attnlab.train.Trainer` handed no objective
+    train models of ``cls.model_class`` with ``cls`` (the newest registration wins); returns
+    ``cls``. Hand the trainer ``objective=cls`` instead."""
+    warn_deprecated("register_objective(cls)", "Trainer(..., objective=cls)", outside=__file__)
     _OBJECTIVES.append(cls)
     return cls
 
 
 def objective_class(model: object) -> Any:
-    """The objective class registered for ``model``'s class; TypeError naming the models the
-    registered objectives train otherwise."""
+    """Deprecated (goes in 0.3.0): the objective class registered for ``model``'s class.
+    Name the objective instead (the table above)."""
+    warn_deprecated("objective_class(model)", "the objective's class itself", outside=__file__)
+    return registered_objective(model)
+
+
+def registered_objective(model: object) -> Any:
+    """The objective class registered for ``model``'s class, which a Trainer handed no
+    objective takes while that spelling is deprecated (not exported: it goes in 0.3.0 with
+    the registry); TypeError naming the models the registered objectives train otherwise."""
     for cls in reversed(_OBJECTIVES):
         if isinstance(model, cls.model_class):
             return cls
