@@ -100,6 +100,12 @@ def shape_of(value: object) -> object:
     return tuple(value.shape) if is_tensor else type(value).__name__  # type: ignore[attr-defined]
 
 
+def brief(value: object) -> str:
+    """``repr(value)`` for a message, cut to 60 characters (the last three ``...``)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def dataclass_from(cls: type, data: object, what: str) -> Any:
     """``cls(**data)`` for a dataclass ``cls``, refusing a non-mapping (TypeError) and unknown
     keys (ValueError, see :func:`check_keys`)."""

@@ -34,7 +34,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _number(text: str, accept: Callable[[float], bool], expected: str) -> float:
+def number_in(text: str, accept: Callable[[float], bool], expected: str) -> float:
     """``text`` as a float that ``accept`` takes (NaN never does), else argparse's error."""
     try:
         value = float(text)
@@ -46,15 +46,15 @@ def _number(text: str, accept: Callable[[float], bool], expected: str) -> float:
 
 
 def probability(text: str) -> float:
-    return _number(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
+    return number_in(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def non_negative(text: str) -> float:
-    return _number(text, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
+    return number_in(text, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
 
 
 def positive_number(text: str) -> float:
-    return _number(text, lambda v: 0 < v < float("inf"), "a finite number > 0")
+    return number_in(text, lambda v: 0 < v < float("inf"), "a finite number > 0")
 
 
 #: ``--device``: the same choices, default and help on every command that runs a model.

@@ -5,25 +5,17 @@ metrics), decoding as the model's recipe chose unless told."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ..inference.bounds import MAX_TOKENS
-from ._args import add_device_flag, add_model_flag, decoding_of, device_of, positive_int
+from ._args import add_device_flag, add_model_flag, decoding_of, device_of, number_in, positive_int
 from ._model import resolving
 
 
-def _queue_size(text: str) -> int:
-    """``--queue``: 0 to 256."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 256, got {text!r}")
-    return value
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``."""
 
-
-def _bounded_int(low: int, high: int):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -40,13 +32,7 @@ def _bounded_int(low: int, high: int):
 
 def _delay(text: str) -> float:
     """``--batch-delay``: 0 to 1 second."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected 0 to 1 (seconds), got {text!r}")
-    return value
+    return number_in(text, lambda v: 0 <= v <= 1, "0 to 1 (seconds)")
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -131,7 +117,7 @@ def add_parsers(sub) -> None:
     )
     serve.add_argument(
         "--queue",
-        type=_queue_size,
+        type=_bounded_int(0, 256),
         metavar="N",
         default=8,
         help="model requests that may wait while one runs, 0-256; more get a 503 (8)",

@@ -372,42 +372,17 @@ def add_parsers(sub) -> None:
         help="the model: a preset, all of it (the recipe's [model] sizes are dropped); "
         "default: the task's recipe",
     )
-    train.add_argument(
-        "--vocab-size", type=positive_int, default=None, help=f"BPE size ({recipe_default})"
-    )
-    train.add_argument(
-        "--max-steps", type=positive_int, default=None, help=f"optimizer steps ({recipe_default})"
-    )
-    train.add_argument(
-        "--max-epochs", type=positive_int, default=None, help=f"epochs ({recipe_default})"
-    )
-    train.add_argument(
-        "--max-minutes",
-        type=float,
-        default=None,
-        help=f"a wall-clock cap in minutes ({recipe_default})",
-    )
-    train.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        default=None,
-        help=f"tokens per batch and side ({recipe_default})",
-    )
-    train.add_argument(
-        "--warmup", type=positive_int, default=None, help=f"warm-up steps ({recipe_default})"
-    )
-    train.add_argument(
-        "--eval-every",
-        type=positive_int,
-        default=None,
-        help=f"validation every N steps ({recipe_default})",
-    )
-    train.add_argument(
-        "--checkpoint-every",
-        type=positive_int,
-        default=None,
-        help=f"checkpoint every N steps ({recipe_default})",
-    )
+    for flag, kind, what in (
+        ("--vocab-size", positive_int, "BPE size"),
+        ("--max-steps", positive_int, "optimizer steps"),
+        ("--max-epochs", positive_int, "epochs"),
+        ("--max-minutes", float, "a wall-clock cap in minutes"),
+        ("--max-tokens", positive_int, "tokens per batch and side"),
+        ("--warmup", positive_int, "warm-up steps"),
+        ("--eval-every", positive_int, "validation every N steps"),
+        ("--checkpoint-every", positive_int, "checkpoint every N steps"),
+    ):  # the recipe's values unless given
+        train.add_argument(flag, type=kind, default=None, help=f"{what} ({recipe_default})")
     add_device_flag(train)  # None: the job's [train] device (auto unless it says otherwise)
     train.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     add_compile_flag(train)

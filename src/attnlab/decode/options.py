@@ -45,9 +45,6 @@ BEAM_SIZE, ALPHA = 4, 0.6
 #: Where the defaults come from, as :meth:`DecodingOptions.carried_by` says it.
 PAPER_ORIGIN = "the paper's defaults (the model carries no [eval])"
 
-#: What a model directory's ``[eval]`` may set (the others are the caller's to choose).
-CARRIED = ("beam_size", "alpha")
-
 
 @dataclass(frozen=True)
 class DecodingOptions:

@@ -27,6 +27,8 @@ import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
+from .._checks import brief, is_int
+
 __all__ = [
     "check_digests",
     "check_scheduler_state",
@@ -93,15 +95,15 @@ def check_schema(state: Mapping[str, Any]) -> None:
             raise ValueError(f"{key}: missing")
         value = state[key]
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"{key}: expected a {_kind(kind)}, got {_brief(value)}")
+            raise ValueError(f"{key}: expected a {_kind(kind)}, got {brief(value)}")
     if state["world_size"] < 1:
         raise ValueError(f"world_size: expected a positive int, got {state['world_size']}")
     data = state["data"]
-    if not (_is_int(data.get("train_examples")) and isinstance(data.get("fingerprint"), str)):
-        raise ValueError(f"data: expected train_examples and fingerprint, got {_brief(data)}")
+    if not (is_int(data.get("train_examples")) and isinstance(data.get("fingerprint"), str)):
+        raise ValueError(f"data: expected train_examples and fingerprint, got {brief(data)}")
     columns = state.get("metrics_columns", [])
     if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
-        raise ValueError(f"metrics_columns: expected a list of names, got {_brief(columns)}")
+        raise ValueError(f"metrics_columns: expected a list of names, got {brief(columns)}")
 
 
 def optimizer_state(
@@ -140,14 +142,14 @@ def optimizer_state(
         per_param.setdefault(index, {})[name] = tensor
     scalars = saved.get("scalars", {})
     if not isinstance(scalars, dict):
-        raise ValueError(f"scalars: expected an object, got {_brief(scalars)}")
+        raise ValueError(f"scalars: expected an object, got {brief(scalars)}")
     for index_text, values in scalars.items():
         if not (index_text.isdigit() and int(index_text) < len(params)):
             raise ValueError(f"scalars: {index_text!r:.20} is not a parameter's index")
         if not isinstance(values, dict) or not all(
             isinstance(v, (int, float, bool)) or v is None for v in values.values()
         ):
-            raise ValueError(f"scalars[{index_text}]: expected numbers, got {_brief(values)}")
+            raise ValueError(f"scalars[{index_text}]: expected numbers, got {brief(values)}")
         per_param.setdefault(int(index_text), {}).update(values)
     names = {frozenset(values) for values in per_param.values()}
     if len(names) > 1:
@@ -157,7 +159,7 @@ def optimizer_state(
 
 def _check_groups(saved: object, current: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not (isinstance(saved, list) and len(saved) == len(current)):
-        raise ValueError(f"param_groups: expected {len(current)} groups, got {_brief(saved)}")
+        raise ValueError(f"param_groups: expected {len(current)} groups, got {brief(saved)}")
     for number, (group, now) in enumerate(zip(saved, current, strict=True)):
         where = f"param_groups[{number}]"
         if not isinstance(group, dict) or group.get("params") != now["params"]:
@@ -167,7 +169,7 @@ def _check_groups(saved: object, current: list[dict[str, Any]]) -> list[dict[str
             raise ValueError(f"{where}: unknown settings {sorted(unknown)}")
         for key, value in group.items():
             if key != "params" and not _same_kind(value, now[key]):
-                raise ValueError(f"{where}.{key}: {_brief(value)} is not a {now[key]!r:.30}'s kind")
+                raise ValueError(f"{where}.{key}: {brief(value)} is not a {now[key]!r:.30}'s kind")
     return saved
 
 
@@ -184,7 +186,7 @@ def check_scheduler_state(saved: Mapping[str, Any], scheduler: LRScheduler, *, s
             raise ValueError(f"{key}: missing")
     for key, value in saved.items():
         if not _same_kind(value, current[key]):
-            raise ValueError(f"{key}: {_brief(value)} is not a {current[key]!r:.30}'s kind")
+            raise ValueError(f"{key}: {brief(value)} is not a {current[key]!r:.30}'s kind")
     if saved["last_epoch"] != step:
         raise ValueError(f"last_epoch: {saved['last_epoch']}, but the checkpoint is at {step}")
 
@@ -214,15 +216,6 @@ def _same_kind(value: object, like: object) -> bool:
     return False
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _kind(kind: type | tuple[type, ...]) -> str:
     names = {dict: "JSON object", list: "list", int: "int"}
     return names.get(kind, str(kind))  # type: ignore[call-overload]
-
-
-def _brief(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._checks import brief, is_int, is_number
 from .distributed import world
 
 __all__ = [
@@ -79,12 +80,12 @@ def check_rng_states(rngs: object, world_size: int) -> None:
     :func:`capture_rng` per replica) that is not a state the generators accept: a wrong type,
     size or value. Each is tried on a scratch generator; no global state changes."""
     if not (isinstance(rngs, list) and len(rngs) == world_size):
-        raise ValueError(f"rng: expected a list of {world_size} states, got {_brief(rngs)}")
+        raise ValueError(f"rng: expected a list of {world_size} states, got {brief(rngs)}")
     for rank, state in enumerate(rngs):
         where = f"rng[{rank}]"
         if not isinstance(state, dict) or not {"torch", "python", "numpy"} <= set(state):
             raise ValueError(
-                f"{where}: expected torch, python and numpy states, got {_brief(state)}"
+                f"{where}: expected torch, python and numpy states, got {brief(state)}"
             )
         unknown = set(state) - {"torch", "python", "numpy", "cuda"}
         if unknown:
@@ -104,12 +105,12 @@ def check_rng_states(rngs: object, world_size: int) -> None:
 
 def _check_python(py: object, where: str) -> None:
     if not (isinstance(py, dict) and set(py) == {"version", "state", "gauss_next"}):
-        raise ValueError(f"{where}: expected version, state and gauss_next, got {_brief(py)}")
+        raise ValueError(f"{where}: expected version, state and gauss_next, got {brief(py)}")
     raw = _bytes(py["state"], f"{where}.state", 4 * (_MT_WORDS + 1))
     words = tuple(np.frombuffer(raw, dtype=np.uint32).tolist())
     gauss = py["gauss_next"]
-    if gauss is not None and not _is_float(gauss):
-        raise ValueError(f"{where}.gauss_next: expected a number or null, got {_brief(gauss)}")
+    if gauss is not None and not is_number(gauss):
+        raise ValueError(f"{where}.gauss_next: expected a number or null, got {brief(gauss)}")
     try:
         random.Random().setstate((py["version"], words, gauss))
     except (TypeError, ValueError) as e:
@@ -119,14 +120,14 @@ def _check_python(py: object, where: str) -> None:
 def _check_numpy(npy: object, where: str) -> None:
     keys = {"kind", "keys", "pos", "has_gauss", "cached_gaussian"}
     if not (isinstance(npy, dict) and set(npy) == keys):
-        raise ValueError(f"{where}: expected {sorted(keys)}, got {_brief(npy)}")
+        raise ValueError(f"{where}: expected {sorted(keys)}, got {brief(npy)}")
     raw = _bytes(npy["keys"], f"{where}.keys", 4 * _MT_WORDS)
     pos, has_gauss = npy["pos"], npy["has_gauss"]
-    if not (_is_int(pos) and 0 <= pos <= _MT_WORDS):
-        raise ValueError(f"{where}.pos: expected an int in [0, {_MT_WORDS}], got {_brief(pos)}")
+    if not (is_int(pos) and 0 <= pos <= _MT_WORDS):
+        raise ValueError(f"{where}.pos: expected an int in [0, {_MT_WORDS}], got {brief(pos)}")
     if has_gauss not in (0, 1) or isinstance(has_gauss, bool):
-        raise ValueError(f"{where}.has_gauss: expected 0 or 1, got {_brief(has_gauss)}")
-    if not _is_float(npy["cached_gaussian"]):
+        raise ValueError(f"{where}.has_gauss: expected 0 or 1, got {brief(has_gauss)}")
+    if not is_number(npy["cached_gaussian"]):
         raise ValueError(f"{where}.cached_gaussian: expected a number")
     keys_array = np.frombuffer(raw, dtype=np.uint32).copy()
     try:
@@ -140,7 +141,7 @@ def _check_numpy(npy: object, where: str) -> None:
 def _bytes(text: object, where: str, size: int | None) -> bytes:
     """The bytes of the base64 ``text``, of length ``size`` (None: any)."""
     if not isinstance(text, str):
-        raise ValueError(f"{where}: expected base64 text, got {_brief(text)}")
+        raise ValueError(f"{where}: expected base64 text, got {brief(text)}")
     try:
         raw = _unb64(text)
     except (ValueError, UnicodeEncodeError):
@@ -148,19 +149,6 @@ def _bytes(text: object, where: str, size: int | None) -> bytes:
     if size is not None and len(raw) != size:
         raise ValueError(f"{where}: {len(raw)} bytes, expected {size}")
     return raw
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_float(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _brief(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def rank_seed(seed: int, rank: int) -> int:

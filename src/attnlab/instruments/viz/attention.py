@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..._checks import check_positive_int, shape_of
+from ..._checks import check_positive_int, is_int, shape_of
 from ...models.transformer import AttentionMaps
 from ._figures import (
     PathLike,
@@ -219,7 +219,7 @@ def _positions(length: object, tokens: object, full: int, side: str) -> tuple[li
                 f"{token_name}: expected 1 to {full} tokens (the padded length), got {count}"
             )
         positions = list(range(count))
-    elif isinstance(length, int) and not isinstance(length, bool):
+    elif is_int(length):
         if not 1 <= length <= full:
             raise ValueError(f"{name}: expected an int in [1, {full}], got {length}")
         positions = list(range(length))
