@@ -157,6 +157,19 @@ def ddp_examples() -> tuple[Examples, Examples]:
     return reversal_examples(48, seed=5, long_every=4), reversal_examples(10, seed=6)
 
 
+def ddp_trainer(out: str, compile: bool = False) -> Trainer:
+    """The distributed tests' run of :func:`ddp_examples` into ``out``: alone, or one rank's."""
+    train, valid = ddp_examples()
+    return Trainer(
+        tiny_model(dropout=0.0),
+        train,
+        valid,
+        ddp_config(out, compile),
+        progress=False,
+        objective=TranslationObjective,
+    )
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a process group's rendezvous)."""
     with socket.socket() as s:
@@ -176,16 +189,7 @@ def ddp_worker(rank: int, world_size: int, port: int, out: str, compile: bool = 
     torch.set_num_threads(1)
     assert init_distributed() == (rank, world_size)
     try:
-        train, valid = ddp_examples()
-        config = ddp_config(out, compile)
-        Trainer(
-            tiny_model(dropout=0.0),
-            train,
-            valid,
-            config,
-            progress=False,
-            objective=TranslationObjective,
-        ).train()
+        ddp_trainer(out, compile).train()
     finally:
         destroy_distributed()
 

@@ -186,53 +186,29 @@ def test_train_config_checks_the_classifier_fields(fields, match, tmp_path):
         TrainConfig(out=str(tmp_path), **{"max_steps": 10, **fields})
 
 
+def _vit_trainer(model, images, config) -> Trainer:
+    return Trainer(
+        model, images, None, config, progress=False, objective=ImageClassificationObjective
+    )
+
+
 def test_trainer_refuses_a_vit_without_batch_size_or_with_mismatched_images(tmp_path, splits):
     config = TrainConfig(out=str(tmp_path), max_steps=2)
     with pytest.raises(ValueError, match="batch_size: training a VisionTransformer needs"):
-        Trainer(
-            tiny_vit(),
-            splits["train"],
-            None,
-            config,
-            progress=False,
-            objective=ImageClassificationObjective,
-        )
+        _vit_trainer(tiny_vit(), splits["train"], config)
     config = TrainConfig(out=str(tmp_path), max_steps=2, batch_size=8)
     with pytest.raises(ValueError, match=r"the model takes \(1, 16, 16\)"):
-        Trainer(
-            tiny_vit(image_size=16),
-            splits["train"],
-            None,
-            config,
-            progress=False,
-            objective=ImageClassificationObjective,
-        )
+        _vit_trainer(tiny_vit(image_size=16), splits["train"], config)
     with pytest.raises(ValueError, match="10 classes, but the model has num_classes=3"):
-        Trainer(
-            tiny_vit(num_classes=3),
-            splits["train"],
-            None,
-            config,
-            progress=False,
-            objective=ImageClassificationObjective,
-        )
+        _vit_trainer(tiny_vit(num_classes=3), splits["train"], config)
     with pytest.raises(TypeError, match="trains on LabelledImages"):
-        Trainer(
-            tiny_vit(), [1, 2], None, config, progress=False, objective=ImageClassificationObjective
-        )
+        _vit_trainer(tiny_vit(), [1, 2], config)
     with pytest.raises(ValueError, match="warmup: 4000 warm-up steps, but training lasts 3"):
         TrainConfig(out=str(tmp_path), max_steps=3, batch_size=8, schedule="cosine", lr=1e-3)
     # bounded by epochs, the last step is known only once the images are batched
     config = TrainConfig(out=str(tmp_path), max_epochs=1, batch_size=8, schedule="cosine", lr=1e-3)
     with pytest.raises(ValueError, match="warmup: 4000 warm-up steps, but training lasts"):
-        Trainer(
-            tiny_vit(),
-            splits["train"],
-            None,
-            config,
-            progress=False,
-            objective=ImageClassificationObjective,
-        )
+        _vit_trainer(tiny_vit(), splits["train"], config)
 
 
 # -- training ----------------------------------------------------------------------------------

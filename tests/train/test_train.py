@@ -489,23 +489,9 @@ def test_resume_after_sigkill_gives_the_uninterrupted_losses_bit_for_bit(tmp_pat
 def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
-    train, valid = worker.ddp_examples()
     single = tmp_path / "single"
-    Trainer(
-        worker.tiny_model(0.0),
-        train,
-        valid,
-        worker.ddp_config(str(single)),
-        progress=False,
-        objective=TranslationObjective,
-    ).train()
-    first = Trainer(
-        worker.tiny_model(0.0),
-        train,
-        valid,
-        worker.ddp_config(str(tmp_path / "x")),
-        objective=TranslationObjective,
-    )
+    worker.ddp_trainer(str(single)).train()
+    first = worker.ddp_trainer(str(tmp_path / "x"))
     assert 1 in [len(b) for b in first.batcher.global_batches(0)[:6]]  # an empty share occurs
 
     double = tmp_path / "double"

@@ -176,16 +176,8 @@ def test_two_gloo_processes_with_the_compiled_step_match_one_eager_process(
     import torch.multiprocessing as mp
     from safetensors.torch import load_file
 
-    train, valid = worker.ddp_examples()
     single = tmp_path / "single"
-    Trainer(
-        worker.tiny_model(0.0),
-        train,
-        valid,
-        worker.ddp_config(str(single)),
-        progress=False,
-        objective=TranslationObjective,
-    ).train()
+    worker.ddp_trainer(str(single)).train()
     double = tmp_path / "double"
     port = worker.free_port()
     mp.spawn(worker.ddp_worker, args=(2, port, str(double), True), nprocs=2, join=True)
