@@ -347,7 +347,10 @@ def _profile(run, batch: int, beam: int, n: int) -> dict[str, Any]:
     step (unprofiled), the time per step outside any op under the profiler (the profiled run's
     wall time less the ops' self times: Python, dispatch, and the profiler's own bookkeeping;
     the profiler also adds to each op's self time, so this is a lower bound of the Python
-    share), and the mean time of one linear-map call of each kind."""
+    share), and the mean time of one linear-map call of each kind. ``aten_calls_per_step``
+    counts every op the profiler records, those that ops call inside themselves too (an addmm
+    calls resolve_conj on its operands); ``python_calls_per_step`` counts only the ops called
+    from Python (no op above them), each a trip through torch's dispatcher."""
     from torch.profiler import ProfilerActivity, profile
 
     run(batch, beam)
@@ -372,10 +375,16 @@ def _profile(run, batch: int, beam: int, n: int) -> dict[str, Any]:
     }
     shares["other ops"] = 1.0 - sum(shares.values())
     calls = sum(e.count for e in events)
+    ops = ("aten::", "quantized::")
+    from_python = sum(  # an op whose caller is no op: Python called it
+        e.name.startswith(ops) and not (e.cpu_parent and e.cpu_parent.name.startswith(ops))
+        for e in prof.events()
+    )
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
     return {
         "shares": shares,
         "aten_calls_per_step": calls / n,
+        "python_calls_per_step": from_python / n,
         "threads": torch.get_num_threads(),
         "wall_us_per_step": wall / n * 1e6,
         "profiled_wall_us_per_step": profiled_wall / n * 1e6,

@@ -777,7 +777,8 @@ def add_profiles(args: argparse.Namespace) -> int:
         print(
             f"  {name}: {p['wall_us_per_step']:,.0f} us a token in attnlab"
             + (f" ({ct2:,.0f} in CTranslate2)" if ct2 else "")
-            + f", {p['aten_calls_per_step']:,.0f} aten calls a token, "
+            + f", {p['aten_calls_per_step']:,.0f} aten calls a token "
+            f"({p['python_calls_per_step']:,.0f} of them from Python), "
             f"{inside:.0%} of the time inside them (profiled)"
         )
     write_json(args.out, report)
