@@ -128,18 +128,18 @@ def test_a_train_run_checks_its_job_once_and_only_calls_down(tmp_path, monkeypat
     pack = batching._pack
     monkeypatch.setattr(batching, "_pack", lambda *a: planned.append(len(a[0])) or pack(*a))
     built = {"check": 0, "TrainConfig": 0}
-    check, init = Job.check, TrainConfig.__init__
 
-    def counted_check(self, *args, **kwargs):
-        built["check"] += 1
-        return check(self, *args, **kwargs)
+    def count(owner: type, name: str, key: str) -> None:  # owner.name, counted under key
+        method = getattr(owner, name)
 
-    def counted_init(self, *args, **kwargs):
-        built["TrainConfig"] += 1
-        init(self, *args, **kwargs)
+        def counted(self, *args, **kwargs):
+            built[key] += 1
+            return method(self, *args, **kwargs)
 
-    monkeypatch.setattr(Job, "check", counted_check)
-    monkeypatch.setattr(TrainConfig, "__init__", counted_init)
+        monkeypatch.setattr(owner, name, counted)
+
+    count(Job, "check", "check")
+    count(TrainConfig, "__init__", "TrainConfig")
     upper = ("attnlab.cli", "attnlab.jobs")
     upward: set[tuple[str, str, str]] = set()
 

@@ -130,16 +130,12 @@ def test_without_progress_the_lines_go_to_log_and_train_log_grows_on_resume(tmp_
     train = worker.reversal_examples(24, seed=0)
     out = tmp_path / "run"
     shown: list[str] = []
-    trainer = Trainer(
-        worker.tiny_model(0.0),
-        train,
-        None,
-        _config(out, 4),
-        progress=False,
-        log=shown.append,
-        objective=TranslationObjective,
-    )
-    trainer.train()
+
+    def trainer(steps: int, **options) -> Trainer:
+        model, config = worker.tiny_model(0.0), _config(out, steps)
+        return Trainer(model, train, None, config, objective=TranslationObjective, **options)
+
+    trainer(4, progress=False, log=shown.append).train()
     assert capsys.readouterr().err == ""  # no bar, no lines on stderr
     assert [line.split(" (")[0] for line in _steps("\n".join(shown))] == ["step 2/4", "step 4/4"]
     first = (out / TRAIN_LOG).read_text(encoding="utf-8")
@@ -148,15 +144,7 @@ def test_without_progress_the_lines_go_to_log_and_train_log_grows_on_resume(tmp_
     assert _steps("\n".join(logged)) == _steps("\n".join(shown))
     assert "checkpoint saved at step 4" in logged and logged[-1].startswith("stop at step 4: ")
 
-    again = Trainer(
-        worker.tiny_model(0.0),
-        train,
-        None,
-        _config(out, 6),
-        progress=False,
-        objective=TranslationObjective,
-    )
-    again.train(resume=True)
+    trainer(6, progress=False).train(resume=True)
     grown = (out / TRAIN_LOG).read_text(encoding="utf-8")
     assert grown.startswith(first)
     added = [line.split(" ", 2)[2] for line in grown[len(first) :].splitlines()]
