@@ -115,67 +115,16 @@ def test_the_translator_holds_its_options_whole() -> None:
         translator.beam  # noqa: B018
 
 
-def test_the_old_keywords_and_properties_warn_and_still_work() -> None:
-    """Deprecated in 0.x (CHANGELOG, "Deprecated"): the fields of DecodingOptions as the
-    Translator's keywords replace the given options' fields where not None, as they did; the
-    seven fields it read off itself still read; each warns once, naming the replacement and
-    the release that removes it, at the caller's line. Any other keyword: a TypeError."""
-    from attnlab._moved import REMOVED_IN
-
+def test_the_fields_are_no_keywords_or_attributes_of_the_translator() -> None:
+    """Decoding is chosen by ``decoding=DecodingOptions(...)`` and read off
+    ``translator.decoding`` alone: a field's name as a keyword is a TypeError, as an attribute
+    an AttributeError."""
     model, tok = _tiny_translator_parts()
-    options = DecodingOptions(beam_size=2, alpha=1.0, max_new_tokens=3)
-    with pytest.warns(DeprecationWarning) as caught:
-        translator = Translator(model, tok, tok, decoding=options, alpha=0.5, top_k=None)
-    assert len(caught) == 1
-    assert str(caught[0].message) == (
-        "Translator(alpha=0.5, top_k=None) is deprecated; use decoding=DecodingOptions("
-        f"alpha=0.5) (the old spelling goes in {REMOVED_IN})"
-    )
-    assert caught[0].filename == __file__
-    assert translator.decoding == DecodingOptions(beam_size=2, alpha=0.5, max_new_tokens=3)
-    for name in ("beam_size", "alpha", "max_new_tokens", "sample", "temperature", "top_k"):
-        with pytest.warns(
-            DeprecationWarning,
-            match=rf"^Translator\.{name} is deprecated; use "
-            rf"Translator\.decoding\.{name} ",
-        ) as caught:
-            assert getattr(translator, name) == getattr(translator.decoding, name)
-        assert caught[0].filename == __file__
-    with pytest.warns(DeprecationWarning, match=r"^Translator\.top_p is deprecated"):
-        assert translator.top_p is None
-    with pytest.raises(AttributeError, match=r"^Translator\.beam_size: read-only; .*updated"):
-        translator.beam_size = 3  # as the old property without a setter: never a silent no-op
-    assert translator.decoding.beam_size == 2
-    with (
-        pytest.warns(DeprecationWarning, match=r"^Translator\(beam_size=0\) is deprecated"),
-        pytest.raises(ValueError, match=r"^beam_size: expected a positive int, got 0"),
-    ):
-        Translator(model, tok, tok, beam_size=0)
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'beams'"):
-        Translator(model, tok, tok, beams=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # refused before any warning
-        with pytest.raises(TypeError, match=r"unexpected keyword argument 'beams'"):
-            Translator(model, tok, tok, beam_size=2, beams=2)
-
-
-def test_the_old_keywords_warn_at_the_callers_line_through_load(numbers_model_dir) -> None:
-    """Through Translator.load and load_translator, the warning names the caller's file (so
-    Python's default filters show it to a script), and the keyword replaces the carried
-    field as before."""
-    from attnlab.inference.translator import load_translator
-
-    carried = DecodingOptions.carried_by(numbers_model_dir)[0]
-    with pytest.warns(DeprecationWarning, match=r"^Translator\(beam_size=3\)") as caught:
-        translator = load_translator(numbers_model_dir, device="cpu", beam_size=3)
-    assert caught[0].filename == __file__
-    assert translator.decoding == carried.updated(beam_size=3)
-    with pytest.warns(DeprecationWarning, match=r"^Translator\(seed=1\)") as caught:
-        translator = Translator.load(numbers_model_dir, device="cpu", seed=1)
-    assert caught[0].filename == __file__
-    assert translator.decoding == carried.updated(seed=1)
-    with pytest.raises((TypeError, ValueError), match=r"unexpected keyword argument 'beams'"):
-        Translator.load(numbers_model_dir, device="cpu", beams=2)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'beam_size'"):
+        Translator(model, tok, tok, beam_size=2)  # type: ignore[call-arg]
+    translator = Translator(model, tok, tok, decoding=DecodingOptions(beam_size=2))
+    with pytest.raises(AttributeError, match="has no attribute 'beam_size'"):
+        translator.beam_size  # noqa: B018
 
 
 def test_config_json_has_one_reader_that_kind_of_reads_too(tmp_path: Path) -> None:

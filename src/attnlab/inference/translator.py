@@ -21,16 +21,13 @@ translates to ``""``; the other lines translate.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import torch
 
 from .._checks import check_positive_int
-from .._moved import warn_deprecated
 from ..data.tokens import TokenizerProtocol, without_framing_eos
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.ensemble import Ensemble, incompatible
@@ -40,13 +37,6 @@ from ..decode.session import EXTRA_LENGTH
 from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong, bound_sources
 
 __all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
-
-#: The fields of :class:`DecodingOptions`: the Translator's deprecated keyword arguments (pass
-#: ``decoding=DecodingOptions(...)``; :func:`_with_deprecated`).
-DEPRECATED_KEYWORDS = tuple(f.name for f in dataclasses.fields(DecodingOptions))
-#: The fields it read off itself (``translator.beam_size``), deprecated: read
-#: ``translator.decoding.beam_size`` (``Translator.__getattr__``).
-DEPRECATED_PROPERTIES = tuple(name for name in DEPRECATED_KEYWORDS if name != "seed")
 
 
 @dataclass(frozen=True)
@@ -115,11 +105,6 @@ class Translator:
             Either way :meth:`translate` reports it (see there).
         quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
             (:mod:`attnlab.decode.fast`; the encoder stays float32); None keeps the model's.
-        **deprecated: the fields of ``decoding`` by name (``beam_size=1``), deprecated in 0.x
-            (a :class:`DeprecationWarning` naming ``decoding=DecodingOptions(beam_size=1)``,
-            then they replace its fields where not None, as before); so is reading them off
-            the translator (``translator.beam_size``: read ``translator.decoding.beam_size``).
-            They go in :data:`attnlab._moved.REMOVED_IN`. Any other keyword is a TypeError.
 
     A Translator is callable: ``translator("text")`` is one translation, ``translator([...])``
     a list of them; ``constraints=`` and ``prefix=`` guide them (see :meth:`__call__`).
@@ -135,7 +120,6 @@ class Translator:
         max_tokens: int = MAX_TOKENS,
         quantize: str | None = None,
         too_long: str = "cut",
-        **deprecated: Any,
     ) -> None:
         from ..decode.fast import check_quantize, why_not_fast_path
         from ..models.transformer import Transformer
@@ -155,7 +139,7 @@ class Translator:
                 f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
             )
         #: How this translator decodes (its beam, length penalty, length limit, sampling).
-        self.decoding: DecodingOptions = _with_deprecated(decoding or DecodingOptions(), deprecated)
+        self.decoding: DecodingOptions = decoding or DecodingOptions()
         check_positive_int(max_tokens, "max_tokens")
         if check_quantize(quantize) is not None:
             for member in members:
@@ -176,24 +160,6 @@ class Translator:
         #: at a cost that grows with the input, so a hostile line could take the machine).
         self.max_len: int = min(member.config.max_len for member in members)
         self._continuations: torch.Tensor | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        """The deprecated read of a :class:`DecodingOptions` field off the translator
-        (``translator.beam_size``): warns, then reads ``translator.decoding.beam_size``."""
-        if name not in DEPRECATED_PROPERTIES:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        warn_deprecated(f"Translator.{name}", f"Translator.decoding.{name}", outside=__file__)
-        return getattr(self.decoding, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # The old properties had no setter: an assignment would now make a plain attribute
-        # that the decoding never reads, so it stays an error.
-        if name in DEPRECATED_PROPERTIES:
-            raise AttributeError(
-                f"Translator.{name}: read-only; to decode otherwise, set translator.decoding = "
-                f"translator.decoding.updated({name}=...)"
-            )
-        super().__setattr__(name, value)
 
     @classmethod
     def load(
@@ -485,22 +451,6 @@ def _tokenizers_differ(first: tuple, other: tuple) -> str:
                 f"a different {side} tokenizer ({b.vocab_size:,} tokens, against {a.vocab_size:,})"
             )
     return incompatible(first[0], other[0])
-
-
-def _with_deprecated(decoding: DecodingOptions, given: Mapping[str, Any]) -> DecodingOptions:
-    """``decoding`` with the deprecated keyword arguments ``given`` (``Translator(...,
-    beam_size=1)``, its fields by name) in their fields' places where not None, as before:
-    one warning that names ``decoding=DecodingOptions(...)`` with them. TypeError naming a
-    keyword that is no field, as for any unexpected keyword argument."""
-    unknown = [name for name in given if name not in DEPRECATED_KEYWORDS]
-    if unknown:
-        raise TypeError(f"Translator() got an unexpected keyword argument {unknown[0]!r}")
-    if not given:
-        return decoding
-    old = ", ".join(f"{name}={value!r}" for name, value in given.items())
-    new = ", ".join(f"{name}={value!r}" for name, value in given.items() if value is not None)
-    warn_deprecated(f"Translator({old})", f"decoding=DecodingOptions({new})", outside=__file__)
-    return decoding.updated(**given)
 
 
 def encode_sources(
