@@ -54,8 +54,8 @@ demo: $(CORE_STAMP)
 	$(VENV)/bin/attnlab translate --model runs/numbers/model --beam-size 1 "twelve" \
 		"three hundred and twelve" "five thousand, four hundred and ninety-seven"
 
-# The real benchmark: Multi30K en->de, 6,600 steps (41 minutes on 2 idle Xeon cores, 65 on a
-# 2-core AMD EPYC; a 120-minute cap says so if it fires), sacreBLEU on test_2016_flickr.
+# The real benchmark: Multi30K en->de, 6,600 steps (40-65 minutes on 2 idle cores, by machine in
+# docs/benchmarks.md; a 120-minute cap says so if it fires), sacreBLEU on test_2016_flickr.
 train-multi30k: $(STAMP)
 	$(VENV)/bin/attnlab train --config configs/multi30k-en-de.toml --out runs/multi30k-en-de
 
