@@ -371,8 +371,9 @@ def child_loader(directory: Path) -> dict[str, Any]:
 
 def child_today(corpus: Path, vocab: int) -> dict[str, Any]:
     """The corpus in memory, as the ``files`` task held it before the shards."""
-    from attnlab.data.batching import TokenBatcher, make_examples
+    from attnlab.data.batching import TokenBatcher
     from attnlab.data.corpora import parallel_files
+    from attnlab.data.examples import make_examples
     from attnlab.data.tokenizer import Tokenizer
 
     start = time.perf_counter()

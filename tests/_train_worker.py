@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.data.batching import Examples, make_examples
+from attnlab.data.examples import Examples, make_examples
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.train import TrainConfig, Trainer, destroy_distributed, init_distributed
 from attnlab.train.objectives import TranslationObjective

@@ -262,6 +262,8 @@ def test_the_training_loop_knows_no_task(module):
         "attnlab.models.transformer",
         "attnlab.models.vision",
         "attnlab.data.batching",
+        "attnlab.data.examples",
+        "attnlab.data.mixture",
         "attnlab.data.images",
         "attnlab.train.objectives.",
     )

@@ -1,27 +1,17 @@
-"""attnlab.data.batching: framing, the token budget, bucketing, determinism, sharding, collate;
-the lean epoch batches against a frozen copy of the list-based batcher; mixing corpora."""
+"""attnlab.data.batching: the token budget, bucketing, determinism, sharding; the lean epoch
+batches against a frozen copy of the list-based batcher; batching a mixture's draw."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _batching_reference import pack_reference, reference_global_batches, reference_padding
 from attnlab.data import batching
-from attnlab.data.batching import (
-    Example,
-    Examples,
-    IndexBatches,
-    Mixture,
-    TokenBatcher,
-    collate,
-    make_examples,
-    make_lm_examples,
-    share,
-)
+from attnlab.data.batching import IndexBatches, TokenBatcher, share
+from attnlab.data.mixture import Mixture
 
 
 def corpus_lengths(count: int, *, mean_log: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,54 +21,6 @@ def corpus_lengths(count: int, *, mean_log: float, seed: int) -> tuple[np.ndarra
     tgt = np.clip(rng.lognormal(mean_log, 0.45, count).astype(np.int64), 1, 200)
     src = np.clip((tgt * rng.normal(1.0, 0.15, count)).astype(np.int64), 1, 200)
     return src, tgt
-
-
-# -- make_examples / collate ---------------------------------------------------------------------
-
-
-def test_make_examples_frames_targets_and_drops_long_pairs() -> None:
-    pairs = [([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11]), ([4] * 6, [9]), ([4], [9] * 5)]
-    examples = make_examples(pairs, max_len=5)
-    # Source 6 > 5: dropped; target tensors len(ids) + 1 = 6 > 5: dropped.
-    assert examples.dropped == 2 and len(examples) == 2
-    assert examples[0] == Example((5, 6, 7), (1, 8, 9, 2))
-    assert examples[1] == Example((5,), (1, 8, 9, 10, 11, 2))
-    assert examples.src_lengths.tolist() == [3, 1]
-    assert examples.tgt_lengths.tolist() == [3, 5]  # len([bos] + ids)
-    assert len(make_examples(pairs, max_len=None)) == 4
-    custom = make_examples([([3], [4])], max_len=None, bos_id=7, eos_id=8)
-    assert custom[0].tgt == (7, 4, 8)
-    lm = make_lm_examples([[4, 5], [6] * 9], max_len=8)
-    assert lm.dropped == 1 and lm[0] == Example((), (1, 4, 5, 2))
-
-
-@pytest.mark.parametrize(
-    ("pairs", "message"),
-    [
-        ([([1], [2]), ([1, 2],)], r"pairs\[1\]: expected a \(src_ids, tgt_ids\) pair"),
-        ([([1], [2]), ([1, -2], [3])], r"pairs\[1\]\[0\] \(source\): token ids must be >= 0"),
-        ([([1.5], [2])], r"pairs\[0\]\[0\] \(source\): expected a flat sequence of int"),
-        ([([1], "abc")], r"pairs\[0\]\[1\] \(target\): expected a sequence of token ids"),
-    ],
-)
-def test_make_examples_errors_name_the_pair(pairs: list, message: str) -> None:
-    with pytest.raises((ValueError, TypeError), match=message):
-        make_examples(pairs, max_len=None)
-    with pytest.raises(ValueError, match="max_len: expected a positive int or None"):
-        make_examples([], max_len=0)
-
-
-def test_collate_pads_right_and_shifts_the_target() -> None:
-    examples = make_examples([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])], max_len=None)
-    src, tgt_in, tgt_out = collate(examples, [1, 0], pad_id=0)
-    assert src.tolist() == [[5, 0, 0], [5, 6, 7]]
-    assert tgt_in.tolist() == [[1, 8, 9, 10, 11], [1, 8, 9, 0, 0]]  # [bos] + ids
-    assert tgt_out.tolist() == [[8, 9, 10, 11, 2], [8, 9, 2, 0, 0]]  # ids + [eos]
-    assert src.dtype == tgt_in.dtype == tgt_out.dtype == torch.int64
-    lm_src, lm_in, _ = collate(make_lm_examples([[4, 5]], max_len=None), [0], pad_id=0)
-    assert lm_src.shape == (1, 0) and lm_in.tolist() == [[1, 4, 5]]
-    with pytest.raises(ValueError, match="indices: expected at least one"):
-        collate(examples, [], pad_id=0)
 
 
 # -- the token budget ----------------------------------------------------------------------------
@@ -187,15 +129,6 @@ def test_shares_cover_each_global_batch_exactly(replicas: int) -> None:
             sizes = [len(share) for share in shares]
             assert max(sizes) - min(sizes) <= 1
         assert any(not share for batches in per_rank for share in batches)
-
-
-def test_examples_accept_only_framed_examples() -> None:
-    with pytest.raises(TypeError, match=r"examples\[0\]: expected an Example"):
-        Examples([((1,), (1, 2))])  # type: ignore[list-item]
-    with pytest.raises(ValueError, match=r"examples\[0\]: the target must be framed"):
-        Examples([Example((1,), (1,))])
-    with pytest.raises(TypeError, match="examples: expected Examples"):
-        TokenBatcher.for_examples([Example((1,), (1, 2))], 10)  # type: ignore[arg-type]
 
 
 # -- the lean batcher: the same batches as the list-of-lists one it replaced ---------------------
@@ -323,82 +256,6 @@ def test_a_subclass_may_draw_the_examples_of_each_epoch() -> None:
 
 
 # -- mixing corpora ------------------------------------------------------------------------------
-
-
-def test_mixture_counts_by_weights_and_by_temperature() -> None:
-    """An epoch ends when the corpus of largest share per example has been seen once."""
-    by_weights = Mixture([1000, 3000], weights=[1, 1])  # the 1,000 once, as many of the 3,000
-    assert by_weights.counts.tolist() == [1000, 1000] and by_weights.epoch_size == 2000
-    upweighted = Mixture([1000, 3000], weights=[1, 9])  # the 3,000 once, 333 of the 1,000
-    assert upweighted.counts.tolist() == [333, 3000] and upweighted.epoch_size == 3333
-    proportional = Mixture([1000, 3000])  # T = 1: every example once
-    assert proportional.counts.tolist() == [1000, 3000]
-    assert Mixture([1000, 3000], weights=[1, 3]).counts.tolist() == [1000, 3000]
-    hot = Mixture([100, 10_000], temperature=2.0)  # p ~ n ** 0.5: 10 : 100
-    assert hot.probabilities.tolist() == pytest.approx([10 / 110, 100 / 110])
-    assert hot.counts.tolist() == [100, 1000] and hot.epoch_size == 1100
-    assert Mixture([5, 5, 5], weights=[1, 1, 1], epoch_size=10).counts.tolist() == [4, 3, 3]
-    assert Mixture([7, 0], weights=[1, 0]).counts.tolist() == [7, 0]
-    assert Mixture([7, 5], weights=[1, 0]).counts.tolist() == [7, 0]
-    for bad, message in [
-        ({"sizes": []}, "sizes: expected at least one corpus"),
-        ({"sizes": [3, 4], "weights": [1]}, "weights: expected 2 finite numbers >= 0"),
-        ({"sizes": [3, 4], "weights": [0, 0]}, "every corpus has weight 0"),
-        ({"sizes": [3, 0], "weights": [1, 1]}, r"sizes\[1\]: the corpus is empty"),
-        ({"sizes": [3, 4], "temperature": 0}, "temperature: expected a number > 0"),
-        ({"sizes": [3, 4], "weights": [1, 1], "temperature": 2.0}, "give one of them"),
-        ({"sizes": [3, 4], "keys": ["a"]}, "keys: expected 2 keys"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            Mixture(**bad)  # type: ignore[arg-type]
-
-
-def test_mixture_draws_without_replacement_then_whole_copies() -> None:
-    """A corpus drawn down gives distinct examples; one drawn up, whole copies and a distinct
-    remainder; both a function of (seed, epoch) and different between epochs."""
-    mixture = Mixture([50, 1000], weights=[1, 1], epoch_size=260)  # 130 of each
-    drawn = mixture.epoch_indices(seed=3, epoch=0)
-    assert drawn.dtype == np.int32 and len(drawn) == 260
-    small, large = drawn[drawn < 50], drawn[drawn >= 50]
-    assert len(small) == len(large) == 130
-    counts = np.bincount(small, minlength=50)
-    assert set(counts.tolist()) == {2, 3} and (counts == 3).sum() == 30  # 2 copies + 30
-    assert len(np.unique(large)) == 130 and large.min() >= 50 and large.max() < 1050
-    assert np.array_equal(drawn, mixture.epoch_indices(seed=3, epoch=0))
-    assert not np.array_equal(drawn, mixture.epoch_indices(seed=3, epoch=1))
-    assert not np.array_equal(drawn, mixture.epoch_indices(seed=4, epoch=0))
-    assert mixture.to_dict()["counts"] == [130, 130]
-
-
-@pytest.mark.parametrize(
-    ("sizes", "weights", "temperature"),
-    [
-        ([40_000, 4_500, 900], [0.1, 1.0, 0.5], None),  # the large corpus, lightly weighted
-        ([3_000, 50_000], [5.0, 1.0], None),
-        ([2_000, 30_000, 7_000], None, 5.0),
-        ([12_345, 6_789], [1.0, 1.0], None),
-    ],
-)
-def test_an_epochs_draw_has_the_documented_shares(sizes, weights, temperature) -> None:
-    """Each corpus's part of an epoch's draw (and of its batches) is its share ``p_k`` within
-    1%; the corpus of largest ``p_k / size_k`` is seen exactly once, the others at most
-    once, none of them twice; so in every epoch."""
-    mixture = Mixture(sizes, weights=weights, temperature=temperature)
-    share = np.asarray(weights if weights is not None else np.power(sizes, 1 / temperature))
-    share = share / share.sum()
-    fastest = int(np.argmax(share / np.asarray(sizes)))
-    lengths = np.random.default_rng(0).integers(1, 40, sum(sizes))
-    batcher = TokenBatcher(lengths, lengths, 2048, seed=1, mixture=mixture)
-    starts = np.cumsum([0, *sizes])
-    for epoch in (0, 1, 7):
-        drawn = np.concatenate(list(batcher.batches(epoch)))
-        assert len(drawn) == mixture.epoch_size and len(np.unique(drawn)) == len(drawn)
-        corpus = np.searchsorted(starts, drawn, side="right") - 1
-        counts = np.bincount(corpus, minlength=len(sizes))
-        assert counts / len(drawn) == pytest.approx(share, abs=0.01)
-        assert np.all(np.abs(counts / len(drawn) / share - 1) < 0.01)
-        assert counts[fastest] == sizes[fastest] and np.all(counts <= sizes)
-    assert abs(mixture.epoch_size - sizes[fastest] / share[fastest]) <= len(sizes)
 
 
 def test_a_mixed_batcher_packs_each_epochs_draw() -> None:

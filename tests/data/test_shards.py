@@ -32,10 +32,10 @@ import _shard_worker as shard_worker
 import _train_worker as worker
 from _shards import random_pairs, write_shards
 from attnlab.data import shards as shards_module
-from attnlab.data.batching import (
+from attnlab.data.batching import TokenBatcher
+from attnlab.data.examples import (
     Examples,
     ExamplesProtocol,
-    TokenBatcher,
     collate,
     make_examples,
     make_lm_examples,

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from attnlab.data.batching import TokenBatcher, collate, make_lm_examples
+from attnlab.data.batching import TokenBatcher
+from attnlab.data.examples import collate, make_lm_examples
 from attnlab.models.transformer import (
     Transformer,
     TransformerConfig,

@@ -1,7 +1,8 @@
 """Data for training: corpora (:mod:`attnlab.data.corpora`), the subword tokenizer
 (:mod:`attnlab.data.tokenizer`; Marian's SentencePiece tokenizers in
-:mod:`attnlab.data.sentencepiece`, their directories in :mod:`attnlab.data.marian_files`)
-and token-budget batching (:mod:`attnlab.data.batching`).
+:mod:`attnlab.data.sentencepiece`, their directories in :mod:`attnlab.data.marian_files`),
+training examples (:mod:`attnlab.data.examples`), token-budget batching
+(:mod:`attnlab.data.batching`) and the mixing of corpora (:mod:`attnlab.data.mixture`).
 
 Text flows one way: a corpus gives ``(source, target)`` sentence pairs by split; a
 :class:`Tokenizer` trained on the train split turns them into ids; :func:`make_examples` frames
@@ -13,18 +14,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 # Loaded on first use (attnlab._lazy): a preparation worker imports attnlab.data.workers,
-# which needs no torch; the batching module does.
+# which needs no torch; the examples module does.
 __getattr__, __dir__ = lazy_exports(globals())  # the names imported below
 
 if TYPE_CHECKING:  # the public names, as type checkers read them; made on first use
-    from .batching import (
-        Example,
-        Examples,
-        TokenBatcher,
-        collate,
-        make_examples,
-        make_lm_examples,
-    )
+    from .batching import TokenBatcher
     from .corpora import (
         MULTI30K_LANGS,
         MULTI30K_SHA256,
@@ -37,6 +31,7 @@ if TYPE_CHECKING:  # the public names, as type checkers read them; made on first
         read_lines,
         text_corpus,
     )
+    from .examples import Example, Examples, collate, make_examples, make_lm_examples
     from .marian_files import from_marian_dir, to_marian_dir
     from .sentencepiece import SentencePieceTokenizer
     from .tokenizer import (

@@ -10,13 +10,13 @@ one directory of the shard format (:mod:`attnlab.data.shardformat`: ids, offsets
   them, so that no process's resident set grows with the corpus (:meth:`TokenShards.rows`).
   It pickles as its path (DataLoader workers and the ranks of a run open the same files).
 * :class:`ShardExamples` views one corpus, or several as one index space, as the examples
-  (:class:`~attnlab.data.batching.ExamplesProtocol`) that ``make_examples`` would make of the same
+  (:class:`~attnlab.data.examples.ExamplesProtocol`) that ``make_examples`` would make of the same
   pairs (the same framing, the same pairs left out for ``max_len``): what the
   :class:`~attnlab.train.Trainer` and :class:`~attnlab.data.batching.TokenBatcher` take. It
   holds about 6 bytes per pair of lengths (4 more per pair where ``max_len`` drops some),
   and collates a batch with a few numpy operations and a read per row. Given
   ``weights`` or ``temperature``, each training epoch mixes its corpora anew
-  (:class:`~attnlab.data.batching.Mixture`).
+  (:class:`~attnlab.data.mixture.Mixture`).
 * :func:`batch_loader` is a ``torch.utils.data.DataLoader`` collating an epoch's batches in
   worker processes.
 
@@ -45,7 +45,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .batching import Example, ExamplesProtocol, Mixture, check_int, check_max_len, index_dtype
+from .._checks import check_optional_int
+from .examples import Example, ExamplesProtocol
+from .mixture import Mixture, check_int, index_dtype
 from .shardformat import META_FILE, OFFSETS_DTYPE, read_meta
 
 __all__ = ["ShardExamples", "TokenShards", "batch_loader"]
@@ -254,15 +256,15 @@ def _map(path: Path, dtype: np.dtype[Any], count: int, what: str) -> np.ndarray:
 
 class ShardExamples:
     """Prepared corpora as training examples, read from disk: an
-    :class:`~attnlab.data.batching.ExamplesProtocol`, as the in-memory
-    :class:`~attnlab.data.batching.Examples` is.
+    :class:`~attnlab.data.examples.ExamplesProtocol`, as the in-memory
+    :class:`~attnlab.data.examples.Examples` is.
 
     The same examples as ``make_examples(pairs, max_len=..., bos_id=..., eos_id=...)`` over the
     corpora's pairs in order (corpus after corpus): item ``i`` is the same
-    :class:`~attnlab.data.batching.Example`, ``src_lengths`` / ``tgt_lengths`` the same
+    :class:`~attnlab.data.examples.Example`, ``src_lengths`` / ``tgt_lengths`` the same
     tensor lengths (``len(src)``; ``len(tgt ids) + 1``) in compact dtypes (uint16 when they
     fit), ``dropped`` the same count of pairs longer than ``max_len``, and :meth:`collate` the
-    same tensors as :func:`~attnlab.data.batching.collate`. With ``lm=True``, what
+    same tensors as :func:`~attnlab.data.examples.collate`. With ``lm=True``, what
     ``make_lm_examples`` makes of the target sides (empty sources).
 
     Memory: the lengths (2 bytes per kept pair and side, and the targets' ids counts in
@@ -271,7 +273,7 @@ class ShardExamples:
     bytes). The ids stay on disk, read a batch at a time through the page cache.
 
     Mixing: with several corpora and ``weights`` or ``temperature``, each training epoch draws
-    from each corpus anew (:class:`~attnlab.data.batching.Mixture` over the kept pairs:
+    from each corpus anew (:class:`~attnlab.data.mixture.Mixture` over the kept pairs:
     ``mixture``), seeded by the batcher's seed and the epoch; without, every example once.
 
     Args:
@@ -281,7 +283,7 @@ class ShardExamples:
         bos_id, eos_id: the target framing.
         lm: examples for a decoder-only model: the target side framed, empty sources.
         weights, temperature, epoch_size: the mixture (see
-            :class:`~attnlab.data.batching.Mixture`); none of them: no mixture.
+            :class:`~attnlab.data.mixture.Mixture`); none of them: no mixture.
     """
 
     def __init__(
@@ -296,7 +298,7 @@ class ShardExamples:
         temperature: float | None = None,
         epoch_size: int | None = None,
     ) -> None:
-        check_max_len(max_len)
+        check_optional_int(max_len, "max_len")
         self.bos_id = check_int(bos_id, "bos_id", 0)
         self.eos_id = check_int(eos_id, "eos_id", 0)
         if not isinstance(lm, bool):
@@ -377,7 +379,7 @@ class ShardExamples:
 
     def collate(self, indices: Sequence[int], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
         """The padded tensors of the examples ``indices`` (a sequence or an int array),
-        int64 on the CPU, as :func:`~attnlab.data.batching.collate` makes them: ``src (B, S)``,
+        int64 on the CPU, as :func:`~attnlab.data.examples.collate` makes them: ``src (B, S)``,
         ``tgt_in (B, T)`` = ``[bos] + ids``, ``tgt_out (B, T)`` = ``ids + [eos]``, right-padded
         with ``pad_id``. Gathered a corpus at a time with array operations."""
         index = np.asarray(indices)

@@ -80,7 +80,7 @@ def train_tokenizer_on_sample(
     whatever the corpus size. Lines are stripped, empty ones skipped.
 
     Several corpora with ``weights`` or ``temperature`` (their mixture): the sample follows
-    the mixture, as an epoch draws (:class:`~attnlab.data.batching.Mixture`, on the files'
+    the mixture, as an epoch draws (:class:`~attnlab.data.mixture.Mixture`, on the files'
     line counts): each corpus gives its share of ``min(sample_size, an epoch)`` lines, a
     seeded sample of its own. Without either, the corpora are sampled as one stream.
 
@@ -144,10 +144,10 @@ def sample_counts(
 ) -> list[int] | None:
     """How many lines of each corpus (``paths``, one file a corpus) the tokenizers' sample
     takes when it follows their mixture: the counts of an epoch of
-    :class:`~attnlab.data.batching.Mixture` over the files' line counts, scaled down to
+    :class:`~attnlab.data.mixture.Mixture` over the files' line counts, scaled down to
     ``sample_size`` lines when an epoch holds more. None: one corpus, or neither ``weights``
     nor ``temperature`` (the sample is then one stream)."""
-    from .batching import Mixture
+    from .mixture import Mixture
 
     if len(paths) < 2 or (weights is None and temperature is None):
         return None

@@ -282,7 +282,7 @@ def note_token_examples(
 
 
 def epoch_lines(mixture: Any, names: Sequence[str], config: Any, batches: int) -> list[str]:
-    """What an epoch of ``mixture`` (a :class:`~attnlab.data.batching.Mixture`) holds of each
+    """What an epoch of ``mixture`` (a :class:`~attnlab.data.mixture.Mixture`) holds of each
     corpus (``names``, else ``corpus0``, ...), and how many epochs the run of ``config`` (a
     :class:`~attnlab.train.TrainConfig`) covers at ``batches`` batches an epoch."""
     from ..train.optim import planned_steps

@@ -9,7 +9,7 @@ them), and training reads its batches from there (:mod:`attnlab.data.shards`).
 does not read an unchanged file again for its digest: the cache remembers it by path, inode,
 size and modification time (``attnlab train --verify-data`` reads it anyway). Several
 training corpora (``corpora``) are mixed by weight or temperature: an epoch ends when the
-corpus drawn fastest for its size has been seen once (:class:`~attnlab.data.batching.Mixture`).
+corpus drawn fastest for its size has been seen once (:class:`~attnlab.data.mixture.Mixture`).
 Validation and test stay small, in memory. A job may leave out its test split: then nothing
 is scored on test, and the run says so.
 

@@ -52,7 +52,7 @@ class Text(Task):
         return LanguageModelObjective
 
     def setup(self, ctx: TaskContext, data: Any, *, resume: bool, rank: int, note) -> Setup:
-        from ..data.batching import make_lm_examples
+        from ..data.examples import make_lm_examples
         from ..data.tokenizer import Tokenizer
         from ..models.transformer import TransformerLM
 

@@ -260,7 +260,7 @@ class TranslationTask(Task):
 
     def examples(self, data: Any, split: str, src_tok, tgt_tok, config):
         """The framed examples of ``split`` (from pad, EOS 0 for a Marian model)."""
-        from ..data.batching import make_examples
+        from ..data.examples import make_examples
 
         pairs = data[split]
         src = src_tok.encode_batch([s for s, _ in pairs])

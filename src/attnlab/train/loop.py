@@ -61,8 +61,8 @@ class Trainer:
     Args:
         model: the model to train, built by the caller (its initial weights are the
             caller's); moved to the configured device. Trained in place.
-        train_examples: :class:`attnlab.data.batching.Examples` (or a sequence of
-            :class:`~attnlab.data.batching.Example`) from ``make_examples`` /
+        train_examples: :class:`attnlab.data.examples.Examples` (or a sequence of
+            :class:`~attnlab.data.examples.Example`) from ``make_examples`` /
             ``make_lm_examples``. A Transformer needs non-empty sources; a TransformerLM
             ignores them and learns ``tgt``. For a VisionTransformer:
             :class:`attnlab.data.images.LabelledImages`, batched by ``config.batch_size``;

@@ -1,7 +1,7 @@
 """What the sequence objectives share: framed token examples in token-budget batches, and the
 label-smoothed cross-entropy (Vaswani et al. 2017, sec. 5.4) over the non-pad target tokens.
 
-The examples are of either kind (:class:`~attnlab.data.batching.ExamplesProtocol`): in memory,
+The examples are of either kind (:class:`~attnlab.data.examples.ExamplesProtocol`): in memory,
 or memory-mapped shards of millions of pairs, which check their ids against the model from
 their meta (their largest ids) and fingerprint themselves by their preparation keys."""
 
@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...data.batching import ExamplesProtocol, TokenBatcher, as_examples
+from ...data.batching import TokenBatcher
+from ...data.examples import ExamplesProtocol, as_examples
 from ..config import TrainConfig
 from ..losses import cross_entropy
 from ..metrics import METRICS_COLUMNS
