@@ -52,6 +52,17 @@ PAIRS = [
     ("docs/explain.md", "docs/explain.zh.md"),
     ("docs/terminology.md", "docs/terminology.zh.md"),
     ("docs/distillation.md", "docs/distillation.zh.md"),
+    ("docs/pretrained.md", "docs/pretrained.zh.md"),
+    ("docs/python.md", "docs/python.zh.md"),
+    ("docs/export.md", "docs/export.zh.md"),
+    ("docs/gpu.md", "docs/gpu.zh.md"),
+    ("docs/reliability.md", "docs/reliability.zh.md"),
+]
+#: (English page, Chinese page) where the Chinese page holds the English page's result tables
+#: alone, under translated headings with a short introduction: each table of either page must
+#: equal a table of the other in numbers and inline code (its words are translated).
+TABLE_PAIRS = [
+    ("docs/benchmarks.md", "docs/benchmarks.zh.md"),
 ]
 FENCE = re.compile(r"^\s*(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)\s*$")
 HEADING = re.compile(r"^(?P<hashes>#{1,6})\s+\S")
@@ -205,6 +216,58 @@ def differences(english_name: str, english: str, chinese_name: str, chinese: str
     return found
 
 
+def tables(text: str) -> list[tuple[int, Counter[str], frozenset[str]]]:
+    """Each Markdown table of ``text`` outside fenced code: (its first line, its numbers, its
+    inline code spans), read as :func:`read` reads a page's prose."""
+    found, lines, in_code, start = [], text.splitlines() + [""], False, None
+    for number, line in enumerate(lines, 1):
+        if FENCE.match(line):
+            in_code = not in_code
+        is_row = not in_code and line.lstrip().startswith("|")
+        if is_row and start is None:
+            start = number
+        elif not is_row and start is not None:
+            page = read("\n".join(lines[start - 1 : number - 1]))
+            found.append((start, page.numbers, frozenset(page.spans)))
+            start = None
+    return found
+
+
+def table_differences(english_name: str, english: str, chinese_name: str, chinese: str):
+    """The tables of one page that match no table of the other, one line each."""
+    en, zh = tables(english), tables(chinese)
+    found = []
+    for (name, side), (other_name, other) in (
+        ((chinese_name, zh), (english_name, en)),
+        ((english_name, en), (chinese_name, zh)),
+    ):
+        kept = [(numbers, spans) for _, numbers, spans in other]
+        found += [
+            f"{english_name} / {chinese_name}: the table at {name}:{line} matches no table of "
+            f"{other_name} (numbers and inline code)"
+            for line, numbers, spans in side
+            if (numbers, spans) not in kept
+        ]
+    return found
+
+
+@pytest.mark.parametrize(("english", "chinese"), TABLE_PAIRS, ids=[zh for _, zh in TABLE_PAIRS])
+def test_the_chinese_tables_match_the_english_ones(english, chinese):
+    en_text = (ROOT / english).read_text(encoding="utf-8")
+    zh_text = (ROOT / chinese).read_text(encoding="utf-8")
+    found = table_differences(english, en_text, chinese, zh_text)
+    assert not found, "\n".join(found)
+
+
+def test_a_drifted_table_fails():
+    english = "# T\n\nProse 7.\n\n| run | `--steps` |\n|---|---|\n| a | 1,200 |\n"
+    chinese = "# 表\n\n| 运行 | `--steps` |\n|---|---|\n| a | 1200 |\n"
+    assert table_differences("en.md", english, "zh.md", chinese) == []
+    [a, b] = table_differences("en.md", english, "zh.md", chinese.replace("1200", "1500"))
+    assert a == "en.md / zh.md: the table at zh.md:3 matches no table of en.md (numbers and inline code)"
+    assert b.startswith("en.md / zh.md: the table at en.md:5 matches no table of zh.md")
+
+
 @pytest.mark.parametrize(("english", "chinese"), PAIRS, ids=[zh for _, zh in PAIRS])
 def test_the_chinese_page_matches_the_english_one(english, chinese):
     en_text = (ROOT / english).read_text(encoding="utf-8")
@@ -213,11 +276,13 @@ def test_the_chinese_page_matches_the_english_one(english, chinese):
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize(("english", "chinese"), PAIRS, ids=[zh for _, zh in PAIRS])
+@pytest.mark.parametrize(
+    ("english", "chinese"), PAIRS + TABLE_PAIRS, ids=[zh for _, zh in PAIRS + TABLE_PAIRS]
+)
 def test_the_chinese_page_links_the_chinese_pages(english, chinese):
     """Where a linked page has a Chinese translation, the Chinese page links the translation."""
     text = (ROOT / chinese).read_text(encoding="utf-8")
-    translated = {en: zh for en, zh in PAIRS}
+    translated = {en: zh for en, zh in PAIRS + TABLE_PAIRS}
     base = (ROOT / chinese).parent
     for match in re.finditer(r"\]\((?P<target>[^)#\s]+)(?:#[^)\s]*)?\)", text):
         target = match.group("target")
