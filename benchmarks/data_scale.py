@@ -306,7 +306,9 @@ def build_corpus(pairs: int, work: Path, seed: int) -> Path:
 
 
 def child_prepare(corpus: Path, cache: Path, vocab: int, workers: int | None) -> dict[str, Any]:
-    from attnlab.data.prepare import cached_corpus, progress_printer, train_tokenizer_on_sample
+    from attnlab.data.prepare import cached_corpus
+    from attnlab.data.progress import progress_printer
+    from attnlab.data.tokenizer_sample import train_tokenizer_on_sample
 
     src, tgt = corpus / "train.en", corpus / "train.de"
     start = time.perf_counter()

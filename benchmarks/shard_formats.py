@@ -102,18 +102,18 @@ def load_ids(work: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def write_memmap(work: Path, out: Path) -> float:
-    from attnlab.data import prepare
+    from attnlab.data import shardformat
 
     data = load_ids(work)
     start = time.perf_counter()
     out.mkdir()
     for side, (ids, offsets) in data.items():
         ids.astype("<u2", copy=False).tofile(out / f"{side}.ids")
-        offsets.astype(prepare.OFFSETS_DTYPE, copy=False).tofile(out / f"{side}.offsets")
+        offsets.astype(shardformat.OFFSETS_DTYPE, copy=False).tofile(out / f"{side}.offsets")
     pairs = len(data["src"][1]) - 1
     meta = {
-        "format": prepare.FORMAT,
-        "version": prepare.VERSION,
+        "format": shardformat.FORMAT,
+        "version": shardformat.VERSION,
         "pairs": pairs,
         "dtype": "uint16",
         "src_vocab": VOCAB,
@@ -128,7 +128,7 @@ def write_memmap(work: Path, out: Path) -> float:
         "dropped": {},
         "tokenizers": {"src": "none", "tgt": "none"},
     }
-    (out / prepare.META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    (out / shardformat.META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return time.perf_counter() - start
 
 

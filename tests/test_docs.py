@@ -47,12 +47,8 @@ def _sections(page: str) -> dict[str, str]:
 
 PAGE = hooks.cli_reference(build_parser())
 SECTIONS = _sections(PAGE)
-#: The commands the reference shows: not an old name kept for a release (attnlab demo).
-COMMANDS = {
-    name: parser
-    for name, parser in subcommands(build_parser())
-    if not parser.get_default("deprecated_command")
-}
+#: The commands the reference shows.
+COMMANDS = dict(subcommands(build_parser()))
 
 
 def test_every_command_of_the_parser_has_a_section():

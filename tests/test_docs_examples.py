@@ -32,8 +32,7 @@ The rules a page's code blocks follow (CONTRIBUTING.md, "Examples in the docs"):
 * A line that is one plain ``attnlab`` command (no pipe, redirection, glob or substitution)
   runs through ``attnlab.cli.main``, the function the installed command calls, in the test's
   process (torch starts once, not once a line); any other line runs in bash, with the
-  installed ``attnlab`` first on PATH. A line that fails (a non-zero exit), or that uses a
-  deprecated spelling (it prints ``attnlab: OLD is deprecated; use NEW``), fails the page.
+  installed ``attnlab`` first on PATH. A line that fails (a non-zero exit) fails the page.
 * ``<!-- no-test: REASON -->`` right before a block leaves it out (the reason is required and
   shown in the test's output); ``<!-- needs: cuda -->`` runs it only where CUDA is available.
 
@@ -76,8 +75,6 @@ PAGES = [
 RUN_LANGUAGES = {"bash", "sh", "python"}
 FENCE = re.compile(r"^(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*(?P<kind>file|no-test|needs):\s*(?P<value>.*?)\s*-->\s*$")
-#: What a deprecated spelling prints (attnlab.cli._args.warn_deprecated).
-DEPRECATED = " is deprecated; use "
 #: Commands checked by parsing, not run (the module docstring says why).
 PARSED_ONLY = {"train", "prepare", "serve"}
 
@@ -159,14 +156,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             args = build_parser().parse_args(argv)
     except SystemExit:
         pytest.fail(f"attnlab {shlex.join(argv)}: refused by the parser: {stderr.getvalue()}")
-    no_deprecated(stderr.getvalue(), f"attnlab {shlex.join(argv)}")
     return args
-
-
-def no_deprecated(stderr: str, what: str) -> None:
-    """The docs teach the current spellings: a deprecated one (it still works, printing
-    `attnlab: OLD is deprecated; use NEW`) fails the page."""
-    assert DEPRECATED not in stderr, f"{what}: {stderr.strip()}"
 
 
 @contextlib.contextmanager
@@ -227,7 +217,7 @@ def check_without_running(words: list[str], where: str, cwd: Path) -> bool:
         extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
         known = set(extras["project"]["optional-dependencies"])
         for word in words[2:]:
-            match = re.fullmatch(r"attnlab\[([\w,-]+)\]", word)
+            match = re.fullmatch(r"(?:attnlab|\.)\[([\w,-]+)\]", word)
             if match:
                 assert set(match.group(1).split(",")) <= known, (where, word)
         return True
@@ -268,7 +258,6 @@ def _bash(lines: list[str], block: Block, cwd: Path) -> None:
         f"{block.where}: the shell block failed (exit {result.returncode}):\n{block.code}\n"
         f"stderr:\n{result.stderr[-3000:]}"
     )
-    no_deprecated(result.stderr, block.where)
 
 
 def _attnlab(words: list[str], block: Block, cwd: Path) -> None:
@@ -285,7 +274,6 @@ def _attnlab(words: list[str], block: Block, cwd: Path) -> None:
     assert status in (0, None), (
         f"{block.where}: {shlex.join(words)} exited with {status}:\n{stderr.getvalue()[-3000:]}"
     )
-    no_deprecated(stderr.getvalue(), f"{block.where}: {shlex.join(words)}")
 
 
 def run_shell(block: Block, cwd: Path) -> None:

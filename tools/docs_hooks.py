@@ -69,8 +69,7 @@ def walk_commands(
 ) -> Iterator[Command]:
     """Yield ``parser`` and every command below it, depth first, in the parser's order.
 
-    A parser registered under several names (aliases) is yielded once, under its first name;
-    a deprecated command (``deprecated_command`` among its defaults) is left out."""
+    A parser registered under several names (aliases) is yielded once, under its first name."""
     yield Command(prefix.strip(), parser, help)
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
@@ -81,8 +80,8 @@ def walk_commands(
             names.setdefault(id(sub), []).append(name)
         for name, sub in action.choices.items():
             own = names[id(sub)]
-            if name != own[0] or sub.get_default("deprecated_command"):
-                continue  # an alias, or an old name kept for a release (attnlab demo)
+            if name != own[0]:
+                continue  # an alias
             for command in walk_commands(sub, f"{prefix}{name} ", helps.get(name, "")):
                 if command.parser is sub:
                     command = Command(command.name, sub, command.help, tuple(own[1:]))

@@ -19,7 +19,7 @@ The packages, each named for what it holds:
 # _interrupt first: in the attnlab command, Ctrl-C is handled from here on (before torch loads)
 from typing import TYPE_CHECKING
 
-from . import _interrupt, _moved  # noqa: F401
+from . import _interrupt  # noqa: F401
 from ._lazy import lazy_exports
 from ._version import __version__
 
@@ -107,5 +107,3 @@ __all__ = [
     "sample",
     "scaled_dot_product_attention",
 ]
-
-_moved.install()  # the old module names (attnlab.masks, ...) for one more release

@@ -20,11 +20,8 @@ READS_A_MODEL = {
     "translate", "evaluate", "serve", "generate", "predict", "export",
     "viz attention", "viz learned-pe", "viz rollout",
 }  # fmt: skip
-#: Commands whose model was positional (viz's MODEL, export's MODEL_DIR): kept for a release
-#: as a deprecated spelling of --model.
 #: Commands whose --model may be repeated: an ensemble.
 ENSEMBLES = {"translate", "evaluate"}
-POSITIONAL_MODEL = {"viz attention", "viz learned-pe", "viz rollout", "export"}
 
 
 def test_the_walk_finds_every_command():
@@ -42,8 +39,7 @@ def test_a_command_reading_a_model_takes_model(name):
     wanted = MODELS_HELP if name in ENSEMBLES else MODEL_HELP
     assert (model[0].help, model[0].metavar) == (wanted, "DIR"), name
     assert (model[0].__class__.__name__ == "_AppendAction") == (name in ENSEMBLES), name
-    slots = COMMANDS[name].get_default("_deprecated_positionals") or ()
-    assert (name in POSITIONAL_MODEL) == any(dest == "model" for dest, _, _ in slots), name
+    assert model[0].required, name
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -136,17 +132,10 @@ def test_device_cuda_without_cuda_is_one_line_naming_the_flag(tmp_path, capsys):
 # -- one spelling per concept (issue 26, section 2) -------------------------------------------
 
 
-def _deprecated(action: argparse.Action) -> bool:
-    """A deprecated spelling: hidden from --help, and it prints its notice when used."""
-    return action.help == argparse.SUPPRESS and type(action).__name__ == "_Deprecated"
-
-
 def _live_actions(parser: argparse.ArgumentParser):
-    """The actions --help shows (not --help itself, not a deprecated spelling)."""
+    """The actions --help shows (not --help itself)."""
     for action in parser._actions:
-        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
-            continue
-        if not _deprecated(action):
+        if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
             yield action
 
 
@@ -155,8 +144,8 @@ def _spellings(action: argparse.Action) -> list[str]:
     return list(action.option_strings) or [str(action.metavar or action.dest.upper())]
 
 
-#: Known second spellings of one concept: canonical -> the synonyms that may only appear as
-#: deprecated spellings. A new flag in a group of its own needs no entry.
+#: Known second spellings of one concept: canonical -> the synonyms that may not appear. A new
+#: flag in a group of its own needs no entry.
 SYNONYMS = {
     "--model": {"MODEL", "MODEL_DIR", "--model-dir", "--model-path", "--checkpoint"},
     "--out": {"--output", "OUT_DIR", "OUT", "--out-dir", "--output-dir", "-o"},
@@ -174,7 +163,7 @@ SYNONYMS = {
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_no_second_spelling_of_a_concept(name):
-    """Only the canonical spelling of a group may appear, unless deprecated; ``-o`` only as
+    """Only the canonical spelling of a group may appear; ``-o`` only as
     the short form of --out, ``--no-causal`` only as the negative of --causal."""
     for action in _live_actions(COMMANDS[name]):
         spellings = _spellings(action)
@@ -285,159 +274,6 @@ def test_an_abbreviated_flag_is_a_usage_error(argv, capsys):
     )
 
 
-#: Old spelling -> new spelling, parsed alike: each old argv prints exactly its notices.
-DEPRECATED = [
-    (
-        ["translate", "--model", "m", "--output", "f.txt", "x"],
-        ["translate", "--model", "m", "--out", "f.txt", "x"],
-        ["--output is deprecated; use --out"],
-    ),
-    (
-        ["translate", "--model", "m", "-o", "f.txt", "x"],
-        ["translate", "--model", "m", "--out", "f.txt", "x"],
-        [],
-    ),
-    (
-        ["translate", "--model", "m", "--max-len", "7", "x"],
-        ["translate", "--model", "m", "--max-new-tokens", "7", "x"],
-        ["--max-len is deprecated; use --max-new-tokens"],
-    ),
-    (
-        ["generate", "--model", "m", "--max-len", "7"],
-        ["generate", "--model", "m", "--max-new-tokens", "7"],
-        ["--max-len is deprecated; use --max-new-tokens"],
-    ),
-    (
-        ["predict", "--model", "m", "--top-k", "2", "a.png"],
-        ["predict", "--model", "m", "--top-classes", "2", "a.png"],
-        ["--top-k is deprecated; use --top-classes"],
-    ),
-    (
-        ["export", "m", "o", "--to", "ctranslate2"],
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2"],
-        ["MODEL_DIR is deprecated; use --model", "OUT_DIR is deprecated; use --out"],
-    ),
-    (
-        ["export", "--to", "ctranslate2", "m", "o"],  # flags first: still in order
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2"],
-        ["MODEL_DIR is deprecated; use --model", "OUT_DIR is deprecated; use --out"],
-    ),
-    (
-        ["export", "--model", "m", "o", "--to", "ctranslate2"],
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2"],
-        ["OUT_DIR is deprecated; use --out"],
-    ),
-    (
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--force"],
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--overwrite"],
-        ["--force is deprecated; use --overwrite"],
-    ),
-    (
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--quantization", "int8"],
-        ["export", "--model", "m", "--out", "o", "--to", "ctranslate2", "--quantize", "int8"],
-        ["--quantization is deprecated; use --quantize"],
-    ),
-    (
-        ["viz", "attention", "m", "--src-ids", "5 6"],
-        ["viz", "attention", "--model", "m", "--src-ids", "5 6"],
-        ["MODEL is deprecated; use --model"],
-    ),
-    (
-        ["viz", "learned-pe", "m"],
-        ["viz", "learned-pe", "--model", "m"],
-        ["MODEL is deprecated; use --model"],
-    ),
-    (
-        ["viz", "rollout", "--index", "0", "m"],
-        ["viz", "rollout", "--model", "m", "--index", "0"],
-        ["MODEL is deprecated; use --model"],
-    ),
-    (
-        ["masks", "--max-len", "5"],
-        ["masks", "--pad-to", "5"],
-        ["--max-len is deprecated; use --pad-to"],
-    ),
-    (
-        ["viz", "masks", "--max-len", "5", "--no-causal"],
-        ["viz", "masks", "--pad-to", "5", "--no-causal"],
-        ["--max-len is deprecated; use --pad-to"],
-    ),
-    (
-        ["flops", "--config", "tiny"],
-        ["flops", "--preset", "tiny"],
-        ["--config is deprecated; use --preset"],
-    ),
-    (
-        ["flops", "--dim", "64"],
-        ["flops", "--d-model", "64"],
-        ["--dim is deprecated; use --d-model"],
-    ),
-    (
-        ["flops", "--heads", "4"],
-        ["flops", "--num-heads", "4"],
-        ["--heads is deprecated; use --num-heads"],
-    ),
-]
-
-
-@pytest.mark.parametrize(("old", "new", "notices"), DEPRECATED, ids=lambda v: " ".join(v))
-def test_a_deprecated_spelling_works_and_says_so_once(old, new, notices, capsys):
-    parser = build_parser()
-    from attnlab.cli import parse
-
-    expected = vars(parse(parser, new))
-    assert capsys.readouterr().err == ""
-    assert vars(parse(parser, old)) == expected
-    err = capsys.readouterr().err
-    assert err.splitlines() == [f"attnlab: {notice}" for notice in notices]
-
-
-def test_the_model_named_twice_is_one_line(capsys):
-    assert main(["viz", "attention", "m", "--model", "n"]) == 2
-    assert capsys.readouterr().err == (
-        "attnlab viz attention: error: --model: given twice (--model and MODEL); keep --model\n"
-    )
-
-
-def test_the_old_max_len_of_translate_maps_to_the_same_budget(monkeypatch, capsys):
-    """translate's --max-len N was passed to the decoder as N new tokens, the unit of
-    --max-new-tokens: the deprecated spelling reaches the Translator unchanged."""
-    from attnlab.cli import translate
-    from attnlab.inference import scores as evaluate
-
-    seen = {}
-
-    def load(model, device, **options):
-        seen.update(options)
-        raise SystemExit(0)  # stop before any model is read
-
-    monkeypatch.setattr(evaluate.Translator, "load", staticmethod(load))
-    monkeypatch.setattr(translate, "check_kind", lambda *a: None)
-    monkeypatch.setattr(translate, "resolving", lambda f: f)
-    for flag in ("--max-len", "--max-new-tokens"):
-        seen.clear()
-        args = __import__("attnlab.cli", fromlist=["parse"]).parse(
-            build_parser(), ["translate", "--model", "m", flag, "9", "x", "--device", "cpu"]
-        )
-        with pytest.raises(SystemExit):
-            translate.cmd_translate(args)
-        assert seen["decoding"].max_new_tokens == 9, flag
-
-
-def test_demo_is_the_tour_under_its_old_name(monkeypatch, capsys):
-    from attnlab.cli import tour
-
-    ran = []
-    monkeypatch.setattr(tour, "cmd_demo", lambda args: ran.append(args.seed) or 0)
-    assert main(["demo", "--seed", "3"]) == 0
-    assert ran == [3]
-    assert capsys.readouterr().err == "attnlab: attnlab demo is deprecated; use attnlab tour\n"
-    assert main(["tour", "--seed", "4"]) == 0 and ran == [3, 4]
-    assert capsys.readouterr().err == ""
-    listed = build_parser().format_help()
-    assert " tour " in listed and " demo " not in listed
-
-
 @pytest.mark.parametrize("name", ["masks", "viz masks"])
 def test_masks_share_causal_with_one_default(name):
     causal = next(a for a in COMMANDS[name]._actions if a.dest == "causal")
@@ -463,16 +299,6 @@ def test_export_shows_its_required_to():
     assert "--to TARGET" in COMMANDS["export"].format_usage().replace("[--to TARGET]", "")
 
 
-@pytest.mark.parametrize("name", sorted(POSITIONAL_MODEL))
-def test_usage_shows_the_flags_of_old_positionals_as_required(name):
-    """--model (and export's --out) are checked by the command, since the deprecated
-    positionals may still give them; the usage line shows them required all the same."""
-    usage = " ".join(COMMANDS[name].format_usage().split())
-    assert " --model DIR " in usage and "[--model DIR]" not in usage
-    if name == "export":
-        assert " --out PATH " in usage and "[--out PATH]" not in usage
-
-
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
@@ -481,11 +307,12 @@ def test_usage_shows_the_flags_of_old_positionals_as_required(name):
         (["viz", "rollout"], "--model"),
     ],
 )
-def test_a_missing_model_or_out_is_one_line(argv, flag, capsys, tmp_path):
-    """(An empty directory stands in for the model: --out is checked before it is read.)"""
-    assert main([str(tmp_path) if word == "MODEL" else word for word in argv]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"error: {flag}: required" in err
+def test_a_missing_model_or_out_is_a_usage_error(argv, flag, capsys, tmp_path):
+    """argparse refuses it (exit status 2) before anything is read, naming the flag."""
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path) if word == "MODEL" else word for word in argv])
+    assert stop.value.code == 2
+    assert f"error: the following arguments are required: {flag}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n.startswith("viz ")))
@@ -519,47 +346,3 @@ def test_help_never_names_a_python_function():
             words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
             assert not words & functions, (name, words & functions, text)
             assert "()" not in text, (name, text)
-
-
-def _documented_commands() -> list[tuple[str, str]]:
-    """``(where, command)`` for each `attnlab ...` command of the README, the docs and the
-    Makefile that can be parsed as written (no placeholders, pipes or line continuations)."""
-    import re
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    pages = [root / "README.md", root / "README.zh.md", root / "Makefile"]
-    pages += sorted((root / "docs").glob("*.md"))
-    found = []
-    for page in pages:
-        if not page.is_file() or page.name == "cli.md":  # cli.md: usage lines, generated
-            continue
-        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-            candidates = re.findall(r"`attnlab ([^`]+)`", line)
-            whole = re.match(r"^\s*(?:\S*/)?attnlab (.+)$", line)
-            if whole:
-                candidates.append(whole.group(1))
-            for command in candidates:
-                command = re.split(r"\s#\s|\s{2,}#", command)[0].strip()
-                if re.search(r"\.\.\.|[\[\]|<>{}\\$]|\bCOMMAND\b", command) or not command:
-                    continue
-                found.append((f"{page.name}:{number}", command))
-    return found
-
-
-def test_docs_and_makefile_use_no_deprecated_spelling(capsys):
-    """Every command the README, the docs and the Makefile show parses without a deprecation
-    notice (commands argparse refuses, e.g. placeholders, are another test's business)."""
-    import contextlib
-    import shlex
-
-    from attnlab.cli import parse
-
-    commands = _documented_commands()
-    assert len(commands) > 20
-    parser = build_parser()
-    for where, command in commands:
-        with contextlib.suppress(SystemExit, ValueError):  # refused: not this test's
-            parse(parser, shlex.split(command))
-        err = capsys.readouterr().err
-        assert "is deprecated" not in err, (where, command, err)

@@ -12,7 +12,8 @@ import pytest
 
 from attnlab.data import clean
 from attnlab.data.clean import CleaningOptions, SeenHashes
-from attnlab.data.prepare import SRC_OFFSETS, load_meta, prepare_corpus
+from attnlab.data.prepare import prepare_corpus
+from attnlab.data.shardformat import SRC_OFFSETS, load_meta
 from attnlab.data.tokenizer import Tokenizer
 
 

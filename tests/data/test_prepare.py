@@ -19,17 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.data import prepare, progress, textfiles, tokenizer_sample, workers
+from attnlab.data import progress, shardformat, textfiles, tokenizer_sample, workers
 from attnlab.data.clean import CleaningOptions
-from attnlab.data.prepare import (
-    META_FILE,
-    SHARD_FILES,
-    cached_corpus,
-    is_complete,
-    load_meta,
-    prepare_corpus,
-    shard_key,
-)
+from attnlab.data.prepare import cached_corpus, prepare_corpus
+from attnlab.data.shardformat import META_FILE, SHARD_FILES, is_complete, load_meta, shard_key
 from attnlab.data.tokenizer import Tokenizer
 
 WORDS_EN = ["a", "man", "woman", "dog", "two", "men", "are", "in", "the", "park", "with"]
@@ -159,7 +152,10 @@ def test_uint32_above_65536_ids(corpus, tok, tmp_path: Path) -> None:
     assert src_ids == big.encode_batch([s.strip() for s, _ in pairs])
     assert tgt_ids == [tok.encode(t.strip()) for _, t in pairs]
     assert os.path.getsize(result.directory / "src.ids") == 4 * meta["src_tokens"]
-    assert prepare.id_dtype(65_536, 100) == "uint16" and prepare.id_dtype(100, 65_537) == "uint32"
+    assert (
+        shardformat.id_dtype(65_536, 100) == "uint16"
+        and shardformat.id_dtype(100, 65_537) == "uint32"
+    )
 
 
 def test_gzip_input_equals_plain(corpus, tok, tmp_path: Path) -> None:
@@ -260,12 +256,12 @@ def test_cache_hit_returns_the_directory_without_encoding(corpus, tok, tmp_path:
 
 def test_cache_dir_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "c"))
-    assert prepare.default_cache_dir() == tmp_path / "c" / "shards"
+    assert shardformat.default_cache_dir() == tmp_path / "c" / "shards"
     monkeypatch.delenv("ATTNLAB_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert prepare.default_cache_dir() == tmp_path / "x" / "attnlab" / "shards"
+    assert shardformat.default_cache_dir() == tmp_path / "x" / "attnlab" / "shards"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert prepare.default_cache_dir() == Path.home() / ".cache" / "attnlab" / "shards"
+    assert shardformat.default_cache_dir() == Path.home() / ".cache" / "attnlab" / "shards"
 
 
 # -- atomicity -----------------------------------------------------------------------------------
@@ -402,12 +398,12 @@ def test_progress(corpus, tok, tmp_path: Path) -> None:
     )  # fmt: skip
     assert [(done, total) for done, total, _, _ in calls] == [(n, 3000) for n in (1000, 2000, 3000)]
     assert all(rate > 0 for _, _, rate, _ in calls) and calls[-1][3] == 0
-    line = prepare.format_progress("train", 1_200_000, 4_500_000, 41_000.4, 80.2)
+    line = progress.format_progress("train", 1_200_000, 4_500_000, 41_000.4, 80.2)
     assert line == (
         "preparing train: 1,200,000 / 4,500,000 lines (26.7%), 41,000 lines/s, ETA 1 min 20 s"
     )
-    assert prepare.format_progress("valid", 5, 5, 10, 0).endswith("(100.0%), 10 lines/s, ETA 0 s")
-    assert prepare.format_progress("t", 1, 9, 1, 7500).endswith("ETA 2 h 05 min")
+    assert progress.format_progress("valid", 5, 5, 10, 0).endswith("(100.0%), 10 lines/s, ETA 0 s")
+    assert progress.format_progress("t", 1, 9, 1, 7500).endswith("ETA 2 h 05 min")
 
 
 # -- the tokenizer on a sample -------------------------------------------------------------------
@@ -416,20 +412,20 @@ def test_progress(corpus, tok, tmp_path: Path) -> None:
 def test_tokenizer_on_a_sample(corpus, tok, tmp_path: Path) -> None:
     src, tgt, pairs = corpus
     # a sample as large as the corpus: the tokenizer a job trains on the corpus in memory
-    whole, same = prepare.train_tokenizer_on_sample(src, tgt, 400, sample_size=5000)
+    whole, same = tokenizer_sample.train_tokenizer_on_sample(src, tgt, 400, sample_size=5000)
     assert whole is same and whole.fingerprint() == tok.fingerprint()
-    a, _ = prepare.train_tokenizer_on_sample(src, tgt, 400, sample_size=300, seed=1)
-    b, _ = prepare.train_tokenizer_on_sample(src, tgt, 400, sample_size=300, seed=1)
+    a, _ = tokenizer_sample.train_tokenizer_on_sample(src, tgt, 400, sample_size=300, seed=1)
+    b, _ = tokenizer_sample.train_tokenizer_on_sample(src, tgt, 400, sample_size=300, seed=1)
     assert a.fingerprint() == b.fingerprint() != tok.fingerprint()
     chosen = textfiles.reservoir_sample(src, k=300, seed=1)
     sample = [side.strip() for i in chosen for side in pairs[i]]
     assert a.fingerprint() == Tokenizer.train(sample, 400).fingerprint()
-    s, t = prepare.train_tokenizer_on_sample(src, tgt, 300, joint=False, sample_size=300)
+    s, t = tokenizer_sample.train_tokenizer_on_sample(src, tgt, 300, joint=False, sample_size=300)
     assert s is not t and s.encode("two men") != [] and t.encode("zwei männer") != []
-    lm, lm2 = prepare.train_tokenizer_on_sample(src, None, 300, sample_size=300)
+    lm, lm2 = tokenizer_sample.train_tokenizer_on_sample(src, None, 300, sample_size=300)
     assert lm is lm2
     with pytest.raises(ValueError, match="sample_size: expected a positive int, got 0"):
-        prepare.train_tokenizer_on_sample(src, tgt, 400, sample_size=0)
+        tokenizer_sample.train_tokenizer_on_sample(src, tgt, 400, sample_size=0)
 
 
 # -- textfiles -----------------------------------------------------------------------------------
@@ -697,19 +693,21 @@ def test_the_tokenizer_sample_follows_the_weights(tmp_path: Path) -> None:
              (("big", big), ("small", small)) for side in ("en", "de")]  # fmt: skip
     srcs, tgts = [files[0], files[2]], [files[1], files[3]]
     # Weights 1 : 4: the small corpus (200 lines) once, 50 of the big one (2,000 lines).
-    assert prepare.sample_counts(srcs, 10_000, weights=[1.0, 4.0]) == [50, 200]
-    assert prepare.sample_counts(srcs, 125, weights=[1.0, 4.0]) == [25, 100]  # scaled down
-    assert prepare.sample_counts(srcs, 10_000, temperature=1.0) == [2000, 200]
-    assert prepare.sample_counts(srcs, 10_000) is None
-    assert prepare.sample_counts(srcs[:1], 10_000, weights=[1.0]) is None
-    weighted, _ = prepare.train_tokenizer_on_sample(
+    assert tokenizer_sample.sample_counts(srcs, 10_000, weights=[1.0, 4.0]) == [50, 200]
+    assert tokenizer_sample.sample_counts(srcs, 125, weights=[1.0, 4.0]) == [25, 100]  # scaled down
+    assert tokenizer_sample.sample_counts(srcs, 10_000, temperature=1.0) == [2000, 200]
+    assert tokenizer_sample.sample_counts(srcs, 10_000) is None
+    assert tokenizer_sample.sample_counts(srcs[:1], 10_000, weights=[1.0]) is None
+    weighted, _ = tokenizer_sample.train_tokenizer_on_sample(
         srcs, tgts, 300, sample_size=125, weights=[1.0, 4.0], min_frequency=1
     )
-    again, _ = prepare.train_tokenizer_on_sample(
+    again, _ = tokenizer_sample.train_tokenizer_on_sample(
         srcs, tgts, 300, sample_size=125, weights=[1.0, 4.0], min_frequency=1
     )
     assert weighted.fingerprint() == again.fingerprint()
-    plain, _ = prepare.train_tokenizer_on_sample(srcs, tgts, 300, sample_size=125, min_frequency=1)
+    plain, _ = tokenizer_sample.train_tokenizer_on_sample(
+        srcs, tgts, 300, sample_size=125, min_frequency=1
+    )
     assert plain.fingerprint() != weighted.fingerprint()
     # What it learned from: 25 big lines and 100 small ones (each side), seeded per corpus.
     picks = [

@@ -36,7 +36,7 @@ from attnlab import (
 )
 from attnlab.decode.fast import FastDecoder, pack, why_not_fast_path
 from attnlab.decode.options import DecodingOptions
-from attnlab.decode.search import SINGLE_THREAD_ROWS
+from attnlab.decode.session import SINGLE_THREAD_ROWS
 
 ATOL = 1e-5
 PAD, BOS = 0, 1

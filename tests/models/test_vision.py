@@ -17,7 +17,8 @@ from torch import Tensor, nn
 
 import attnlab
 from attnlab.instruments import viz
-from attnlab.models.transformer import TransformerLM, count_parameters, read_config
+from attnlab.models.saved import read_config
+from attnlab.models.transformer import TransformerLM, count_parameters
 from attnlab.models.vision import (
     PatchEmbedding,
     VisionConfig,

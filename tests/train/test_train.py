@@ -390,8 +390,10 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
             tokenizers_dir=tmp_path,
             objective=TranslationObjective,
         )
-    with pytest.raises(TypeError, match="model: expected an attnlab Transformer"):
-        Trainer(torch.nn.Linear(2, 2), train, None, config)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^model: TranslationObjective trains an attnlab Transformer, got Linear"
+    ):
+        Trainer(torch.nn.Linear(2, 2), train, None, config, objective=TranslationObjective)
     other = TokenBatcher.for_examples(long_valid, 4096)  # 3 examples, not 5
     with pytest.raises(ValueError, match=r"^batcher: expected one over the 5 training examples"):
         Trainer(small_model(), train, None, config, batcher=other, objective=TranslationObjective)
@@ -527,19 +529,16 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
 # -- a new task is one objective -----------------------------------------------------------------
 
 
-def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(tmp_path: Path) -> None:
     """A toy regression task (a model predicting a number from 4 features, with its own data,
     loss, metric column and validation metric) trains through the unchanged Trainer once it is
     handed its objective (as a task names its own): checkpoints, metrics, the averaged model
-    and the summary all come from the loop; everything task-specific from the objective. An
-    objective registered for the model's class is the default of a Trainer handed none."""
+    and the summary all come from the loop; everything task-specific from the objective, which
+    is required."""
     from dataclasses import asdict, dataclass
 
     from attnlab.data.images import ImageBatcher
     from attnlab.models.saved import PretrainedModel
-    from attnlab.train import objectives, register_objective
     from attnlab.train.metrics import metrics_columns
 
     @dataclass
@@ -601,7 +600,6 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
         def fingerprint(self, data) -> str:
             return str(len(data[0]))
 
-    monkeypatch.setattr(objectives, "_OBJECTIVES", list(objectives._OBJECTIVES))
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(64, 4, generator=generator)
     y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0]) + 0.3
@@ -619,25 +617,16 @@ def test_a_new_task_is_one_objective_and_the_loop_is_unchanged(
         log_every=10,
     )
     toy = Toy(ToyConfig())
-    with pytest.raises(TypeError, match="model: expected an attnlab Transformer"):
-        Trainer(toy, (x, y), None, config)  # no objective handed, none registered for Toy
+    with pytest.raises(TypeError, match="required keyword-only argument: 'objective'"):
+        Trainer(toy, (x, y), None, config)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^objective: expected an Objective class .*got None"):
+        Trainer(toy, (x, y), None, config, objective=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="model: Regression trains an attnlab Toy, got Linear"):
         Trainer(torch.nn.Linear(4, 1), (x, y), None, config, objective=Regression)
     summary = Trainer(
         toy, (x, y), (x[:16], y[:16]), config, objective=Regression, progress=False
     ).train()
     assert summary["steps"] == 40 and summary["train_examples"] == 40 * 8
-    # Deprecated until 0.3.0: a registered objective is the default of a Trainer handed none.
-    with pytest.warns(DeprecationWarning, match=r"^register_objective\(cls\) is deprecated"):
-        register_objective(Regression)
-    without = (
-        r"^Trainer\(\.\.\.\) without objective= is deprecated; use objective=Regression .*0\.3\.0"
-    )
-    with pytest.warns(DeprecationWarning, match=without) as caught:
-        assert type(Trainer(toy, (x, y), None, config).objective) is Regression
-    assert caught[0].filename == __file__  # the warning points at the caller's line
-    with pytest.warns(DeprecationWarning, match=r"^objective_class\(model\) is deprecated"):
-        assert objectives.objective_class(toy) is Regression
     rows = read_rows(tmp_path / "run" / "metrics.csv")
     assert list(rows[0])[:7] == list(Regression.columns)
     losses = [float(r["loss"]) for r in rows]

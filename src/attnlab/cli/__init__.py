@@ -1,14 +1,13 @@
 """The ``attnlab`` command line. Thin: it parses arguments, calls the library and prints.
 
 One module per command (or per group of commands named for it), each with an
-``add_parsers(sub)`` that builds its parsers complete and that `build_parser` calls: `tour`
-(tour, and demo, its old name), `masks`, `config`, `flops`, `explain`, `serve`, `pictures`
-(viz), `train`, `prepare` (a large corpus made ready ahead of training), `translate`,
-`evaluate`, `export`, `imports` (import), `average`, `generate`, `predict` and `download` (data
-sets fetched on purpose). A job is composed in :mod:`attnlab.jobs` (`compose_job`), not here. The
-arguments that several commands share, each flag defined once, and their deprecated spellings
-are in `_args`; what the commands that run a model share (the model resolved and its kind
-checked, the report of over-long input lines) in `_model`.
+``add_parsers(sub)`` that builds its parsers complete and that `build_parser` calls: `tour`,
+`masks`, `config`, `flops`, `explain`, `serve`, `pictures` (viz), `train`, `prepare` (a large
+corpus made ready ahead of training), `translate`, `evaluate`, `export`, `imports` (import),
+`average`, `generate`, `predict` and `download` (data sets fetched on purpose). A job is
+composed in :mod:`attnlab.jobs` (`compose_job`), not here. The arguments that several commands
+share, each flag defined once, are in `_args`; what the commands that run a model share (the
+model resolved and its kind checked, the report of over-long input lines) in `_model`.
 """
 
 from __future__ import annotations
@@ -67,17 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """``argv`` parsed as `main` parses it: argparse's parse, then the deprecated positionals
-    (export's MODEL_DIR OUT_DIR, viz's MODEL) from the words it did not recognise. A usage
-    error is argparse's (exit status 2); ValueError for a model or output named both by its
-    flag and by its old positional."""
+    """``argv`` parsed as `main` parses it: argparse's parse, where words it does not
+    recognise are a usage error (exit status 2) from the parser of the command they were
+    given to."""
     args, extra = parser.parse_known_args(argv)
-    try:
-        from ._args import take_deprecated_positionals
-
-        extra = take_deprecated_positionals(args, extra)
-    except ValueError as error:  # named as main shows it: "attnlab viz attention: error: ..."
-        raise ValueError(f"{_command_parser(parser, args).prog}: error: {error}") from None
     if extra:  # as argparse says it, from the subcommand's parser
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     return args
@@ -156,11 +148,7 @@ def _loaded_parser() -> argparse.ArgumentParser:
 
 
 def _main(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
-    try:
-        args = parse(parser, argv)
-    except ValueError as error:  # one line, as every other bad input
-        print(error, file=sys.stderr)
-        return EXIT_INPUT
+    args = parse(parser, argv)
     if not hasattr(args, "func"):
         parser.print_help()
         return EXIT_INPUT

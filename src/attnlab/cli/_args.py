@@ -1,10 +1,9 @@
 """The arguments that several command groups share: their types, and one function per shared
-flag (one spelling, metavar, type and help for each concept), with the deprecated spellings."""
+flag (one spelling, metavar, type and help for each concept)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -87,8 +86,7 @@ def device_of(value: str | None) -> str:
 
 # -- one spelling per concept ------------------------------------------------------------------
 # Each concept that several commands share has one flag, added by one function here, so that
-# its spelling, metavar, type and unit cannot drift apart. Old spellings stay for a release as
-# hidden aliases (`add_deprecated`) that print one line and store into the new flag's dest.
+# its spelling, metavar, type and unit cannot drift apart.
 
 #: ``--model``'s help, the same on every command that reads one model.
 MODEL_HELP = (
@@ -113,21 +111,16 @@ MAX_NEW_TOKENS_HELP = (
 QUANTIZE_METAVAR = "TYPE"
 
 
-def add_model_flag(
-    parser: argparse.ArgumentParser, *, required: bool = True, many: bool = False
-) -> None:
-    """Give ``parser`` the shared ``--model DIR`` (dest ``model``). ``required=False`` where a
-    deprecated positional may still name the model: the command checks it instead. ``many``:
-    the flag may be repeated for an ensemble (``args.models`` then lists every directory, and
+def add_model_flag(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """Give ``parser`` the shared, required ``--model DIR`` (dest ``model``). ``many``: the
+    flag may be repeated for an ensemble (``args.models`` then lists every directory, and
     ``args.model`` is the first)."""
     if not many:
-        parser.add_argument(
-            "--model", required=required, default=None, metavar="DIR", help=MODEL_HELP
-        )
+        parser.add_argument("--model", required=True, default=None, metavar="DIR", help=MODEL_HELP)
         return
     parser.add_argument(
         "--model",
-        required=required,
+        required=True,
         action="append",
         default=None,
         metavar="DIR",
@@ -282,80 +275,6 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _Deprecated(argparse.Action):
-    """A deprecated spelling of another flag: prints one line on stderr, then stores its value
-    (through ``convert``, if given) into the new flag's dest."""
-
-    def __init__(self, option_strings, dest, *, use: str, convert=None, **kwargs) -> None:
-        self.use, self.convert = use, convert
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warn_deprecated(option_string or str(self.metavar), self.use)
-        if self.nargs == 0:
-            values = self.const
-        setattr(namespace, self.dest, self.convert(values) if self.convert else values)
-
-
-def warn_deprecated(old: str, new: str) -> None:
-    """The one line a deprecated spelling prints on stderr."""
-    print(f"attnlab: {old} is deprecated; use {new}", file=sys.stderr, flush=True)
-
-
-def add_deprecated(
-    parser: argparse.ArgumentParser,
-    old: str,
-    *,
-    use: str,
-    dest: str,
-    takes_value: bool = True,
-    type=None,
-    convert=None,
-) -> None:
-    """Keep ``old`` (an option string) working as a hidden alias of the flag ``use``: it sets
-    ``dest`` (to True when it takes no value) and prints `warn_deprecated`'s line."""
-    parser.add_argument(
-        old,
-        dest=dest,
-        action=_Deprecated,
-        use=use,
-        convert=convert,
-        nargs=None if takes_value else 0,
-        const=None if takes_value else True,
-        type=type,
-        default=argparse.SUPPRESS,  # the new flag's default stands
-        help=argparse.SUPPRESS,
-    )
-
-
-def add_deprecated_positionals(
-    parser: argparse.ArgumentParser, *slots: tuple[str, str, str]
-) -> None:
-    """Positional arguments that became flags, each ``(dest, METAVAR, --flag)`` in their old
-    order (export's MODEL_DIR OUT_DIR). They are not argparse positionals (an optional
-    positional is consumed too early when flags come first): `take_deprecated_positionals`
-    fills them from the words argparse did not recognise."""
-    parser.set_defaults(_deprecated_positionals=slots)
-
-
-def take_deprecated_positionals(args: argparse.Namespace, extra: list[str]) -> list[str]:
-    """Fill the deprecated positional slots of ``args``'s command from ``extra`` (the words
-    argparse left over), in order, each with its one-line notice; return what is left (for
-    argparse's "unrecognized arguments" error). A slot its flag already fills takes nothing."""
-    slots = getattr(args, "_deprecated_positionals", ())
-    words = [word for word in extra if not word.startswith("-") or word == "-"]
-    if not slots or len(words) != len(extra):
-        return extra
-    open_slots = [slot for slot in slots if getattr(args, slot[0], None) is None]
-    if len(words) > len(open_slots) and len(open_slots) < len(slots):
-        dest, metavar, flag = next(slot for slot in slots if slot not in open_slots)
-        raise ValueError(f"{flag}: given twice ({flag} and {metavar}); keep {flag}")
-    for (dest, metavar, flag), word in zip(open_slots, words, strict=False):
-        warn_deprecated(metavar, flag)
-        setattr(args, dest, word)
-    return words[len(open_slots) :]
-
-
 #: ``--errors``: what a command that reads text files does with a line that is not UTF-8.
 TEXT_ERRORS_CHOICES = ("strict", "replace")
 
@@ -386,8 +305,8 @@ def add_input_bound_flags(parser: argparse.ArgumentParser, *, too_long: bool = T
 
 
 def add_mask_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``masks`` and ``viz masks``: ``--lengths``, ``--pad-to`` (``--max-len``
-    deprecated: it is no generation length) and ``--causal/--no-causal``."""
+    """The flags of ``masks`` and ``viz masks``: ``--lengths``, ``--pad-to`` and
+    ``--causal/--no-causal``."""
     parser.add_argument(
         "--lengths",
         type=parse_lengths,
@@ -402,7 +321,6 @@ def add_mask_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pad every sequence to N positions (default: the longest length)",
     )
-    add_deprecated(parser, "--max-len", use="--pad-to", dest="pad_to", type=positive_int)
     add_causal_flag(parser)
 
 
@@ -412,25 +330,6 @@ def check_pad_to(lengths: list[int], pad_to: int | None) -> None:
         raise ValueError(
             f"--pad-to: expected >= the longest of --lengths ({max(lengths)}), got {pad_to}"
         )
-
-
-def show_slots_required(parser: argparse.ArgumentParser) -> None:
-    """Write ``parser``'s usage line with the flags of its deprecated positionals shown as
-    required (``--model DIR``, not ``[--model DIR]``): argparse cannot require them while
-    the old positional may still give them, so the command checks them itself."""
-    slots = parser.get_default("_deprecated_positionals")
-    if not slots:
-        return
-    flags = {flag for _, _, flag in slots}
-    actions = [a for a in parser._actions if set(a.option_strings) & flags]
-    for action in actions:
-        action.required = True
-    try:
-        usage = parser.format_usage()
-    finally:
-        for action in actions:
-            action.required = False
-    parser.usage = usage.removeprefix("usage: ").rstrip("\n")
 
 
 # -- a job: `attnlab train` and `attnlab prepare` ----------------------------------------------

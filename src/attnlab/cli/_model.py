@@ -40,17 +40,14 @@ def check_kind(directory: str | os.PathLike, wanted: Iterable[str], command: str
 
 def resolving(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``func`` with its ``--model`` resolved first (a checkpoint or a run to a model
-    directory, :func:`attnlab.inference.modeldir.resolve_model_dir`); where only a deprecated
-    positional could have named it, refused if missing. A command without ``--model`` runs as
-    it is."""
+    directory, :func:`attnlab.inference.modeldir.resolve_model_dir`). A command without
+    ``--model`` runs as it is."""
     from ..inference.modeldir import resolve_model_dir
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
         if not hasattr(args, "model"):
             return func(args)
-        if args.model is None:
-            raise ValueError("--model: required (a model directory, checkpoint or run)")
         if isinstance(args.model, list):  # a repeatable --model: an ensemble
             args.models = [str(resolve_model_dir(m, name="--model")) for m in args.model]
             args.model = args.models[0]

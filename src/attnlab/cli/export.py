@@ -7,12 +7,9 @@ from pathlib import Path
 
 from ._args import (
     QUANTIZE_METAVAR,
-    add_deprecated,
-    add_deprecated_positionals,
     add_model_flag,
     add_out_flag,
     add_overwrite_flag,
-    show_slots_required,
 )
 from ._model import resolving
 
@@ -21,8 +18,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..formats import QUANTIZATIONS, TARGETS, export_model
 
     # Checked here rather than by argparse's choices: a bad value is one line on stderr.
-    if args.out is None:
-        raise ValueError("--out: required (the directory to create)")
     if args.to not in TARGETS:
         given = "nothing" if args.to is None else repr(args.to)
         raise ValueError(f"--to: expected one of {', '.join(TARGETS)}, got {given}")
@@ -66,11 +61,8 @@ def add_parsers(sub) -> None:
             "or not at all."
         ),
     )
-    add_model_flag(export, required=False)  # MODEL_DIR, the old positional, may name it
-    add_out_flag(export, "the directory to create; required")
-    add_deprecated_positionals(
-        export, ("model", "MODEL_DIR", "--model"), ("out", "OUT_DIR", "--out")
-    )
+    add_model_flag(export)
+    add_out_flag(export, "the directory to create; required", required=True)
     export.add_argument("--to", required=True, metavar="TARGET", help="ctranslate2 or huggingface")
     export.add_argument(
         "--quantize",
@@ -79,8 +71,5 @@ def add_parsers(sub) -> None:
         help="CTranslate2 weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, "
         "float16, bfloat16 or float32 (default: float32)",
     )
-    add_deprecated(export, "--quantization", use="--quantize", dest="quantize")
     add_overwrite_flag(export, "replace an existing --out, once the new one is complete")
-    add_deprecated(export, "--force", use="--overwrite", dest="overwrite", takes_value=False)
     export.set_defaults(func=resolving(cmd_export))
-    show_slots_required(export)

@@ -9,7 +9,7 @@ import json
 import torch
 
 from ..models.transformer import Transformer, TransformerConfig
-from ._args import add_deprecated, add_json_flag, positive_int
+from ._args import add_json_flag, positive_int
 
 
 def cmd_flops(args: argparse.Namespace) -> int:
@@ -175,7 +175,6 @@ def add_parsers(sub) -> None:
         metavar="NAME",
         help="preset to count (default paper-base)",
     )
-    add_deprecated(flops, "--config", use="--preset", dest="preset")
     flops.add_argument("--src-len", type=positive_int, default=64, help="source tokens (64)")
     flops.add_argument("--tgt-len", type=positive_int, default=None, help="target tokens")
     flops.add_argument("--measure", action="store_true", help="also run the model and count")
@@ -187,15 +186,12 @@ def add_parsers(sub) -> None:
     flops.add_argument(
         "--d-model", type=positive_int, default=512, help="--compare-heads: the width (512)"
     )
-    add_deprecated(flops, "--dim", use="--d-model", dest="d_model", type=positive_int)
     flops.add_argument(
         "--num-heads",
         type=positive_int,
         default=8,
         help="--compare-heads: heads of the multi-head (8)",
     )
-    # viz attention's --heads picks heads to draw: a count is --num-heads (as in [model]).
-    add_deprecated(flops, "--heads", use="--num-heads", dest="num_heads", type=positive_int)
     flops.add_argument(
         "--analytic", action="store_true", help="closed forms only, without running the modules"
     )

@@ -7,14 +7,12 @@ import argparse
 import sys
 
 from ._args import (
-    add_deprecated,
     add_device_flag,
     add_max_new_tokens_flag,
     add_model_flag,
     add_sampling_flags,
     add_seed_flag,
     device_of,
-    positive_int,
 )
 from ._model import check_kind, resolving
 
@@ -85,9 +83,6 @@ def add_parsers(sub) -> None:
     add_model_flag(generate)
     generate.add_argument("prompt", nargs="?", default="", help="the text to continue ('')")
     add_max_new_tokens_flag(generate)
-    add_deprecated(
-        generate, "--max-len", use="--max-new-tokens", dest="max_new_tokens", type=positive_int
-    )
     add_sampling_flags(generate)  # without --sample: greedy
     add_seed_flag(generate)
     add_device_flag(generate)

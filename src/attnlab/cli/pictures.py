@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from ._args import (
-    add_deprecated_positionals,
     add_device_flag,
     add_mask_flags,
     add_max_new_tokens_flag,
@@ -15,7 +14,6 @@ from ._args import (
     check_pad_to,
     device_of,
     positive_int,
-    show_slots_required,
 )
 from ._model import resolving
 
@@ -254,12 +252,6 @@ def _pair(text: str) -> tuple[int, int]:
     return d_model, warmup
 
 
-def _add_model(parser: argparse.ArgumentParser) -> None:
-    """``--model``, the model the picture is of; the old positional MODEL still names it."""
-    add_model_flag(parser, required=False)
-    add_deprecated_positionals(parser, ("model", "MODEL", "--model"))
-
-
 def add_parsers(sub) -> None:
     viz = sub.add_parser(
         "viz",
@@ -287,7 +279,7 @@ def add_parsers(sub) -> None:
             "and at most its max_len) and shows its own output."
         ),
     )
-    _add_model(attention)
+    add_model_flag(attention)
     attention.add_argument(
         "--src", default=None, metavar="TEXT", help="the source sentence (the input of an LM)"
     )
@@ -314,7 +306,7 @@ def add_parsers(sub) -> None:
             "A model with sinusoidal positions has none to draw."
         ),
     )
-    _add_model(learned)
+    add_model_flag(learned)
     learned.add_argument("--length", type=positive_int, default=None, help="first N positions")
     learned.add_argument("--side", choices=("src", "tgt"), default="src", help="which embedding")
 
@@ -329,7 +321,7 @@ def add_parsers(sub) -> None:
             "--out (default ./rollout)."
         ),
     )
-    _add_model(rollout)
+    add_model_flag(rollout)
     rollout.add_argument(
         "--split", choices=("test", "valid", "train"), default="test", help="images of (test)"
     )
@@ -406,5 +398,3 @@ def add_parsers(sub) -> None:
         help="a run's name in the legend, once per CSV in order (default: its OUT directory)",
     )
     viz.set_defaults(func=resolving(cmd_viz))
-    for picture in pictures.choices.values():
-        show_slots_required(picture)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._args import add_deprecated, add_device_flag, add_model_flag, device_of, positive_int
+from ._args import add_device_flag, add_model_flag, device_of, positive_int
 from ._model import check_kind, resolving
 
 
@@ -76,7 +76,6 @@ def add_parsers(sub) -> None:
         metavar="N",
         help="the N most probable classes to show (3)",
     )
-    add_deprecated(predict, "--top-k", use="--top-classes", dest="top_classes", type=positive_int)
     predict.add_argument("--invert", action="store_true", help="dark ink on light paper")
     add_device_flag(predict)
     predict.set_defaults(func=resolving(cmd_predict))

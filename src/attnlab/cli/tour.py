@@ -1,4 +1,4 @@
-"""``attnlab tour`` (``demo``, its old name): a short tour of the attention core, checked
+"""``attnlab tour``: a short tour of the attention core, checked
 against torch as it goes."""
 
 from __future__ import annotations
@@ -13,13 +13,8 @@ from ..models.transformer import Transformer, TransformerConfig, count_parameter
 from ..nn.attention import MultiHeadAttention
 from ..nn.masks import causal_mask, combine_masks, from_torch_masks, key_mask, padding_mask
 from ..nn.positional import SinusoidalPositionalEncoding
-from ._args import add_seed_flag, warn_deprecated
+from ._args import add_seed_flag
 from .masks import grid
-
-
-def _cmd_demo_deprecated(args: argparse.Namespace) -> int:
-    warn_deprecated("attnlab demo", "attnlab tour")
-    return cmd_demo(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -111,12 +106,8 @@ def add_parsers(sub) -> None:
         help="a short tour of the attention core: masks, multi-head attention, parity, encodings",
         description=(
             "Print a short tour of attnlab's attention core and check parity with torch. "
-            "(`make demo` trains a model instead; this command was called `demo` before.)"
+            "(`make demo` trains a model instead.)"
         ),
     )
     add_seed_flag(tour)
     tour.set_defaults(func=cmd_demo)
-    # The old name, for one release: not listed (no help), prints one line, then the tour.
-    demo = sub.add_parser("demo", description="Deprecated: use `attnlab tour`.")
-    add_seed_flag(demo)
-    demo.set_defaults(func=_cmd_demo_deprecated, deprecated_command="tour")

@@ -13,7 +13,6 @@ from pathlib import Path
 from ..inference.bounds import MAX_TOKENS
 from ._args import (
     QUANTIZE_METAVAR,
-    add_deprecated,
     add_device_flag,
     add_guide_flags,
     add_input_bound_flags,
@@ -80,10 +79,6 @@ def add_parsers(sub) -> None:
         help="beam search's length penalty; default: the model's recipe, else 0.6",
     )
     add_max_new_tokens_flag(translate)
-    # The old --max-len had the same unit (tokens after the start token): it maps as it is.
-    add_deprecated(
-        translate, "--max-len", use="--max-new-tokens", dest="max_new_tokens", type=positive_int
-    )
     translate.add_argument(
         "--n-best",
         type=positive_int,
@@ -101,7 +96,6 @@ def add_parsers(sub) -> None:
     )
     add_input_bound_flags(translate)
     add_out_flag(translate, "write the translations to this file instead of stdout", short=True)
-    add_deprecated(translate, "--output", use="--out", dest="out")
     translate.set_defaults(func=resolving(cmd_translate))
 
 

@@ -51,7 +51,7 @@ from .._checks import check_int, check_optional_int
 from .._io import fsync_dir, fsync_file, replace_dir, write_json
 from . import clean
 from .clean import CleaningOptions
-from .progress import Progress, format_progress, progress_printer, wait_until
+from .progress import Progress, wait_until
 from .shardformat import (
     FORMAT,
     META_FILE,
@@ -63,47 +63,19 @@ from .shardformat import (
     TGT_OFFSETS,
     VERSION,
     cache_root,
-    default_cache_dir,
     id_dtype,
     is_complete,
     load_meta,
     shard_key,
 )
 from .textfiles import FileInfo, check_parallel, line_chunks
-from .tokenizer_sample import (
-    DEFAULT_SAMPLE_SIZE,
-    cached_tokenizers,
-    sample_counts,
-    train_tokenizer_on_sample,
-)
 from .workers import encoded, usable_cores
 
 __all__ = [
     "CHUNK_LINES",
-    "DEFAULT_SAMPLE_SIZE",
-    "FORMAT",
-    "META_FILE",
-    "OFFSETS_DTYPE",
-    "SHARD_FILES",
-    "SRC_IDS",
-    "SRC_OFFSETS",
-    "TGT_IDS",
-    "TGT_OFFSETS",
-    "VERSION",
     "PreparedCorpus",
-    "cache_root",
     "cached_corpus",
-    "cached_tokenizers",
-    "default_cache_dir",
-    "format_progress",
-    "id_dtype",
-    "is_complete",
-    "load_meta",
     "prepare_corpus",
-    "progress_printer",
-    "sample_counts",
-    "shard_key",
-    "train_tokenizer_on_sample",
 ]
 
 PathLike = str | os.PathLike

@@ -25,9 +25,10 @@ Speed: an encoder-decoder :class:`attnlab.Transformer` decodes on the lean step 
 :mod:`attnlab.decode.fast` (packed weights, one key/value store, beam search without reordering
 the cache), tested equal to the reference (``model.decode`` with its cache), which
 ``fast=False`` forces and which serves every other model (``why_not_fast_path`` says why).
-Fewer than :data:`SINGLE_THREAD_ROWS` rows per step decode on one CPU thread, unless the
-process may run on two physical cores (:func:`attnlab.decode.session.separate_cores`). The session,
-input checks and guards that the three share are in :mod:`attnlab.decode.session`.
+Fewer than :data:`~attnlab.decode.session.SINGLE_THREAD_ROWS` rows per step decode on one
+CPU thread, unless the process may run on two physical cores
+(:func:`attnlab.decode.session.separate_cores`). The session, input checks and guards that
+the three share are in :mod:`attnlab.decode.session`.
 ``quantize="int8"`` trades exactness for speed: int8 weights, and activations quantized with
 one scale per call over the batch, so an int8 output can depend on the batch it is in.
 """
@@ -46,9 +47,6 @@ from ..models.transformer import Transformer, TransformerLM
 from .constraints import Guide, allocate
 from .ensemble import Ensemble, open_session
 from .options import ALPHA, BEAM_SIZE, DecodingOptions
-from .session import EXTRA_LENGTH as EXTRA_LENGTH
-from .session import LM_MAX_NEW_TOKENS as LM_MAX_NEW_TOKENS
-from .session import SINGLE_THREAD_ROWS as SINGLE_THREAD_ROWS
 from .session import EvalMode, Masker, Scoring, Threads, argmax, check_lengths
 
 __all__ = [

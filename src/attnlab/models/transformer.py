@@ -24,19 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# The `X as X` imports re-export names that lived here before attnlab.models.config and
-# attnlab.models.saved held them.
 from .._checks import shape_of
 from ..nn.layers import Decoder, DecoderCache, Encoder
 from ..nn.positional import ALiBi, AttentionPositional, LearnedPositionalEmbedding, RotaryEmbedding
-from .config import POSITIONAL_KINDS as POSITIONAL_KINDS
 from .config import TransformerConfig
 from .embeddings import Embeddings, check_ids, decoder_input, key_mask_or_none
-from .saved import CONFIG_FILE as CONFIG_FILE
-from .saved import WEIGHTS_FILE as WEIGHTS_FILE
 from .saved import PretrainedModel, load_pretrained, model_class, register_model_type
-from .saved import load_weights as load_weights
-from .saved import read_config as read_config
 
 __all__ = [
     "AttentionMaps",

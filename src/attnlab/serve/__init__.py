@@ -7,7 +7,8 @@ with uvicorn. The model work itself, apart from HTTP, is :class:`Explorer`.
 
 from __future__ import annotations
 
-from .app import MAX_BODY_BYTES, create_app, make_server, run
+from .app import create_app, make_server, run
+from .errors import MAX_BODY_BYTES
 from .explorer import Explorer
 
 __all__ = ["MAX_BODY_BYTES", "Explorer", "create_app", "make_server", "run"]

@@ -42,7 +42,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .._checks import is_int
 from ..decode.options import DecodingOptions
 from .errors import FORM_TYPE, BodyGuard, clip, install_error_handlers, json_type, media_type
-from .errors import MAX_BODY_BYTES as MAX_BODY_BYTES
 from .explorer import ATTENTION_DECIMALS, Explorer
 from .libre import BadRequest, languages, parse_translate
 from .limits import (
@@ -59,7 +58,7 @@ from .limits import (
 from .metrics import RequestMetrics, ServeMetrics
 from .service import TranslationService, model_languages
 
-__all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "Limits", "create_app", "make_server", "run"]
+__all__ = ["STATIC_DIR", "Limits", "create_app", "make_server", "run"]
 
 #: The page's files: index.html, its script and stylesheet.
 STATIC_DIR = Path(__file__).with_name("static")

@@ -15,7 +15,7 @@ sources, and the student trains on those translations (and on the original pairs
 
 The teachers' translations of a corpus are a corpus too, made once and cached
 (:func:`distill_corpus`): under the task's cache directory (``[task] cache_dir``, else
-:func:`attnlab.data.prepare.default_cache_dir`), in ``distilled/KEY``, KEY a digest of the
+:func:`attnlab.data.shardformat.default_cache_dir`), in ``distilled/KEY``, KEY a digest of the
 teachers' weights, the corpus and the options that change the translations. Such a directory
 holds two line-aligned text files, ``src.txt`` (the sources) and ``tgt.txt`` (their chosen
 translations), and ``meta.json``, written last: a directory with its ``meta.json`` is
@@ -235,8 +235,8 @@ class DistilledCorpus:
 
 def distilled_root(cache_dir: str | os.PathLike | None) -> Path:
     """Where distilled corpora are kept: ``CACHE/distilled``, CACHE the task's ``cache_dir``
-    or :func:`attnlab.data.prepare.default_cache_dir`, beside the shards."""
-    from ..data.prepare import default_cache_dir
+    or :func:`attnlab.data.shardformat.default_cache_dir`, beside the shards."""
+    from ..data.shardformat import default_cache_dir
 
     return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "distilled"
 
@@ -310,7 +310,7 @@ def distill_corpus(
     (``meta`` and the counts), flushed, and renamed into place in one step; the work directory
     is then removed. ``progress(done, total, lines_per_s, eta_s)`` is called after each chunk
     and, inside one, after every ``progress_lines`` sources it translates (``translate`` is
-    called that many at a time; :func:`attnlab.data.prepare.progress_printer` makes one),
+    called that many at a time; :func:`attnlab.data.progress.progress_printer` makes one),
     ``note`` with a line saying what is decoded and what resumed."""
     from .._io import atomic_write, atomic_write_dir, write_json
 
@@ -494,7 +494,7 @@ def student_task(
     import torch
 
     from ..data.corpora import ParallelCorpus
-    from ..data.prepare import progress_printer
+    from ..data.progress import progress_printer
     from ..data.textfiles import check_parallel
 
     if options.digests is None or options.alpha is None:

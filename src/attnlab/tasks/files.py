@@ -74,7 +74,7 @@ class Files(TranslationTask):
     def check(self) -> None:
         """Every file named is there and each pair has the same number of lines; the splits
         (train, or corpora, and valid required), the mixture and the cleaning are whole."""
-        from ..data.prepare import cache_root
+        from ..data.shardformat import cache_root
         from ..data.textfiles import check_parallel
 
         corpora = self.train_corpora()

@@ -145,7 +145,7 @@ class TranslationTask(Task):
         options = ctx.tokenizer
         corpora = self.train_corpora()
         if corpora is not None:  # trained once per files and options, then cached
-            from ..data.prepare import cached_tokenizers
+            from ..data.tokenizer_sample import cached_tokenizers
 
             src, tgt, _ = cached_tokenizers(
                 [c.src for c in corpora],
@@ -198,7 +198,7 @@ class TranslationTask(Task):
             )
             student.prepare(ctx.student(), note=note, rank=rank, resume=resume, verify=verify)
             return True
-        from ..data.prepare import cache_root
+        from ..data.shardformat import cache_root
         from ..data.textfiles import check_parallel
 
         corpora = self.train_corpora()
@@ -229,7 +229,8 @@ class TranslationTask(Task):
         rank 0), else found there (another rank waits for rank 0 on the cache, saying why
         through ``note``); ``tell`` gets the lines that say which, ``found`` naming a cached
         one. Returns :func:`attnlab.data.prepare.cached_corpus`'s answer."""
-        from ..data.prepare import cached_corpus, progress_printer
+        from ..data.prepare import cached_corpus
+        from ..data.progress import progress_printer
 
         progress = progress_printer(corpus.name, every_s=10.0, write=note)
         prepared = cached_corpus(

@@ -61,7 +61,7 @@ from .config import TrainConfig
 from .distributed import destroy_distributed, init_distributed, world
 from .loop import EvaluateHook, Trainer
 from .metrics import IMAGE_METRICS_COLUMNS, METRICS_COLUMNS
-from .objectives import Objective, objective_class, register_objective
+from .objectives import Objective
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -74,7 +74,5 @@ __all__ = [
     "destroy_distributed",
     "find_checkpoints",
     "init_distributed",
-    "objective_class",
-    "register_objective",
     "world",
 ]

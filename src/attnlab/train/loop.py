@@ -21,7 +21,6 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from .._io import write_json
-from .._moved import warn_deprecated
 from ..models.saved import PretrainedModel
 from .best import BestModel
 from .checkpoint import (
@@ -37,7 +36,7 @@ from .config import TrainConfig
 from .distributed import all_gather_objects, barrier, resolve_device, world
 from .memory import keep_freed_memory
 from .metrics import Reporter, call_hook, hook_metrics
-from .objectives import Batcher, Objective, registered_objective
+from .objectives import Batcher, Objective
 from .optim import build_optimizer, lr_lambda, planned_steps
 from .position import Position
 from .progress import format_duration, start_line
@@ -71,9 +70,8 @@ class Trainer:
         config: a :class:`TrainConfig`.
         objective: the :class:`~attnlab.train.objectives.Objective` class that trains
             ``model`` (a task names its own: ``Task.objective()``), e.g.
-            :class:`~attnlab.train.objectives.TranslationObjective` for a Transformer.
-            Leaving it out is deprecated (the trainer then takes the built-in one for the
-            model's class, with a ``DeprecationWarning``, until 0.3.0).
+            :class:`~attnlab.train.objectives.TranslationObjective` for a Transformer;
+            required.
         batcher: the batcher of ``train_examples`` when the caller has made one already (a
             task that planned epoch 0 to report its padding), built for this replica
             (``num_replicas``, ``rank``) with ``config.seed``; None: the objective's.
@@ -100,19 +98,17 @@ class Trainer:
         valid_examples: Any,
         config: TrainConfig,
         *,
-        objective: type[Objective] | None = None,
+        objective: type[Objective],
         batcher: Batcher | None = None,
         tokenizers_dir: str | os.PathLike[str] | None = None,
         on_evaluate: EvaluateHook | None = None,
         progress: bool = True,
         log: Callable[[str], object] | None = None,
     ) -> None:
-        if objective is None:
-            objective = registered_objective(model)
-            warn_deprecated(
-                "Trainer(...) without objective=",
-                f"objective={objective.__name__} (attnlab.train.objectives)",
-                outside=__file__,
+        if not isinstance(getattr(objective, "model_class", None), type):
+            raise TypeError(
+                "objective: expected an Objective class (attnlab.train.objectives, e.g. "
+                f"TranslationObjective), got {objective!r}"
             )
         if not isinstance(model, objective.model_class):
             raise TypeError(
