@@ -487,7 +487,7 @@ def student_task(
     distilled pairs followed by the original ones (unless ``keep_original`` is false). A task
     of corpora on disk (files): the task training on the distilled corpus of each of its
     corpora (with that corpus's weight) followed by the original corpora
-    (:meth:`~attnlab.tasks.translation.TranslationTask.with_corpora`), and ``data`` as it
+    (:meth:`~attnlab.tasks.files.Files.with_corpora`), and ``data`` as it
     was. ``record`` says what was distilled, for the run's ``results.json``. Each distilled
     corpus is made once (:func:`distill_corpus`, cached by its key) and reused after; rank 0
     makes them, another rank waits for them on the cache."""
@@ -499,7 +499,8 @@ def student_task(
 
     if options.digests is None or options.alpha is None:
         options.check()  # options not checked with their job: the digests and alpha
-    root = distilled_root(task.shard_cache())
+    plan = task.disk_plan()
+    root = distilled_root(None if plan is None else plan.cache_dir)
     teachers = options.teachers or []
     translation = {"beam_size": options.beam_size, "n_best": options.n}
     translation.update(select=options.select, alpha=options.alpha)
@@ -551,7 +552,7 @@ def student_task(
         return made
 
     made: list[DistilledCorpus] = []
-    corpora = task.train_corpora()
+    corpora = None if plan is None else plan.corpora
     if corpora is None:  # in memory: the training split
         train = list(data["train"])
         corpus = {"name": data.name, "split": "train", "sha256": _pairs_digest(train)}

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import register_task
-from .translation import TrainCorpus, TranslationTask
+from .translation import DiskPlan, TrainCorpus, TranslationTask
 
 __all__ = ["Files"]
 
@@ -77,7 +77,7 @@ class Files(TranslationTask):
         from ..data.shardformat import cache_root
         from ..data.textfiles import check_parallel
 
-        corpora = self.train_corpora()
+        corpora = self._corpora()
         for split in ("valid", "test"):
             src, tgt = self._pair(split)
             if split == "valid" and not (src and tgt):
@@ -100,9 +100,17 @@ class Files(TranslationTask):
                 )
             if self.corpora is None:
                 raise ValueError("[task] temperature: mixes [task] corpora; give two or more")
-        self.cleaning()
+        self._cleaning()
 
-    def cleaning(self):
+    def disk_plan(self) -> DiskPlan:
+        corpora, mixing = self._corpora(), {}
+        if len(corpora) > 1 and self.temperature is not None:
+            mixing = {"temperature": float(self.temperature)}
+        elif len(corpora) > 1:
+            mixing = {"weights": [c.weight for c in corpora]}
+        return DiskPlan(corpora, self._cleaning(), mixing, self.cache_dir, self.seed)
+
+    def _cleaning(self):
         """The :class:`~attnlab.data.clean.CleaningOptions` of ``clean``."""
         from ..data.clean import CleaningOptions
 
@@ -117,7 +125,7 @@ class Files(TranslationTask):
         except (TypeError, ValueError) as e:
             raise ValueError(f"[task] clean: {e}") from None
 
-    def train_corpora(self) -> list[TrainCorpus]:
+    def _corpora(self) -> list[TrainCorpus]:
         src, tgt = self._pair("train")
         if self.corpora is None:
             if not (src and tgt):
@@ -159,19 +167,6 @@ class Files(TranslationTask):
         tables = [{"name": c.name, "src": c.src, "tgt": c.tgt, "weight": c.weight} for c in corpora]
         return dataclasses.replace(self, train_src=None, train_tgt=None, corpora=tables)
 
-    def shard_cache(self) -> str | None:
-        return self.cache_dir
-
-    def sample_seed(self) -> int:
-        return self.seed
-
-    def mixing(self, corpora: list[TrainCorpus]) -> dict[str, Any]:
-        if len(corpora) < 2:
-            return {}
-        if self.temperature is not None:
-            return {"temperature": float(self.temperature)}
-        return {"weights": [c.weight for c in corpora]}
-
     def load(self) -> Any:
         from ..data import corpora
 
@@ -185,7 +180,7 @@ class Files(TranslationTask):
     def describe(self, data: Any) -> str:
         from ..data.textfiles import count_lines
 
-        lines = sum(count_lines(c.src) for c in self.train_corpora())
+        lines = sum(count_lines(c.src) for c in self._corpora())
         splits = ", ".join(f"{k} {len(v):,}" for k, v in data.splits.items())
         return f"task files {self.src_lang}->{self.tgt_lang}: train {lines:,} (on disk), {splits}"
 

@@ -18,6 +18,7 @@ from .context import TaskContext
 __all__ = [
     "FINE_TUNABLE",
     "TRANSLATION_VALIDATION",
+    "DiskPlan",
     "TrainCorpus",
     "TranslationTask",
     "starting_config",
@@ -43,6 +44,63 @@ class TrainCorpus:
     tgt: str
     weight: float = 1.0
     option: str = "[task] train_src, train_tgt"
+
+
+@dataclass(frozen=True)
+class DiskPlan:
+    """A training split on disk (the files task's; an in-memory task has none): its
+    ``corpora``, trained on from token shards, their ``cleaning``
+    (:class:`~attnlab.data.clean.CleaningOptions`), how several mix (``mixing``: ``weights``
+    or ``temperature``; empty: each once), where they are prepared (``cache_dir``; None: the
+    default cache) and the ``seed`` of the tokenizers' sample of them."""
+
+    corpora: list[TrainCorpus]
+    cleaning: Any
+    mixing: dict[str, Any]
+    cache_dir: str | None
+    seed: int
+
+    def shards(self, corpus, src_tok, tgt_tok, *, rank: int, note, tell, found="ready"):
+        """One training corpus in token shards: prepared once into the cache (progress on
+        rank 0), else found there (another rank waits for rank 0 on the cache, saying why
+        through ``note``); ``tell`` gets the lines that say which, ``found`` naming a cached
+        one. Returns :func:`attnlab.data.prepare.cached_corpus`'s answer."""
+        from ..data.prepare import cached_corpus
+        from ..data.progress import progress_printer
+
+        progress = progress_printer(corpus.name, every_s=10.0, write=note)
+        prepared = cached_corpus(
+            corpus.src,
+            corpus.tgt,
+            src_tok,
+            tgt_tok,
+            cleaning=self.cleaning,
+            cache_dir=self.cache_dir,
+            progress=progress if rank == 0 else None,
+            name=corpus.option,
+            wait=None if rank == 0 else note,
+        )
+        where = found if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
+        tell(f"{corpus.name}: shards {where}: {prepared.directory}")
+        tell(f"{corpus.name}: {prepared.summary}")
+        return prepared
+
+    def examples(self, src_tok, tgt_tok, config, max_len: int, *, rank: int, note):
+        """The corpora as examples read from token shards: prepared once (cleaned, encoded on
+        every core, with progress) into the cache, reused after (``attnlab train`` prepares
+        them before the run starts: :meth:`TranslationTask.prepare`). In a distributed run
+        rank 0 prepares them; the other ranks wait for them on the cache (no collective, so
+        no timeout), then open them."""
+        from ..data.shards import ShardExamples
+
+        directories = [
+            self.shards(
+                c, src_tok, tgt_tok, rank=rank, note=note, tell=note, found="reused"
+            ).directory
+            for c in self.corpora
+        ]
+        framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
+        return ShardExamples(directories, max_len=max_len, **framing, **self.mixing)
 
 
 @dataclass
@@ -102,34 +160,11 @@ class TranslationTask(Task):
 
     # -- training --------------------------------------------------------------------------
 
-    def train_corpora(self) -> list[TrainCorpus] | None:
-        """The training corpora on disk, trained on from token shards (the tokenizers from a
-        sample of them); None: the training split is ``data["train"]``, in memory."""
+    def disk_plan(self) -> DiskPlan | None:
+        """The training split on disk (:class:`DiskPlan`), or None: it is ``data["train"]``,
+        in memory. A task that has one also gives ``with_corpora(corpora)``: itself training
+        on other corpora (a student's distilled ones, :mod:`attnlab.tasks.distill`)."""
         return None
-
-    def with_corpora(self, corpora: list[TrainCorpus]) -> TranslationTask:
-        """This task training on ``corpora`` on disk instead of its own (a student's distilled
-        corpora, :mod:`attnlab.tasks.distill`): a task whose training split is on disk says
-        how; the others keep theirs in memory."""
-        raise NotImplementedError(f"the {self.name} task trains on its training split in memory")
-
-    def cleaning(self):
-        """The cleaning of the corpora on disk (:class:`~attnlab.data.clean.CleaningOptions`)."""
-        from ..data.clean import CleaningOptions
-
-        return CleaningOptions.off()
-
-    def mixing(self, corpora: list[TrainCorpus]) -> dict[str, Any]:
-        """How several corpora mix (``weights`` or ``temperature``; none: each once)."""
-        return {}
-
-    def shard_cache(self) -> str | None:
-        """Where the corpora on disk are prepared (None: the default cache)."""
-        return None
-
-    def sample_seed(self) -> int:
-        """The seed of the tokenizers' sample of the corpora on disk."""
-        return 0
 
     def train_texts(self, data: Any) -> tuple[list[str], list[str]]:
         """The training split's sources and targets, for the tokenizers."""
@@ -143,22 +178,22 @@ class TranslationTask(Task):
         from ..data.tokenizer import Tokenizer
 
         options = ctx.tokenizer
-        corpora = self.train_corpora()
-        if corpora is not None:  # trained once per files and options, then cached
+        plan = self.disk_plan()
+        if plan is not None:  # trained once per files and options, then cached
             from ..data.tokenizer_sample import cached_tokenizers
 
             src, tgt, _ = cached_tokenizers(
-                [c.src for c in corpora],
-                [c.tgt for c in corpora],
+                [c.src for c in plan.corpora],
+                [c.tgt for c in plan.corpora],
                 options.vocab_size,
                 joint=options.joint,
                 sample_size=options.sample_size,
-                seed=self.sample_seed(),
+                seed=plan.seed,
                 min_frequency=options.min_frequency,
-                name=corpora[0].option,
-                cache_dir=self.shard_cache(),
+                name=plan.corpora[0].option,
+                cache_dir=plan.cache_dir,
                 wait=wait,
-                **self.mixing(corpora),
+                **plan.mixing,
             )
             return src, tgt
         kwargs = {"min_frequency": options.min_frequency}
@@ -192,7 +227,7 @@ class TranslationTask(Task):
         if ctx.distill is not None:  # a student: the teachers' translations, made first
             from .distill import student_task
 
-            data = self.load() if self.train_corpora() is None else None
+            data = self.load() if self.disk_plan() is None else None
             student, _, _ = student_task(
                 self, ctx.distill, ctx.eval.max_tokens, data, rank=rank, note=note
             )
@@ -201,11 +236,11 @@ class TranslationTask(Task):
         from ..data.shardformat import cache_root
         from ..data.textfiles import check_parallel
 
-        corpora = self.train_corpora()
-        if corpora is None:
+        plan = self.disk_plan()
+        if plan is None:
             return False
-        root = cache_root(self.shard_cache())
-        for corpus in corpora:
+        root = cache_root(plan.cache_dir)
+        for corpus in plan.corpora:
             check_parallel(
                 corpus.src, corpus.tgt, corpus.option, utf8=False, cache_dir=root, verify=verify
             )
@@ -220,34 +255,9 @@ class TranslationTask(Task):
         else:
             src_tok, tgt_tok = self.train_tokenizers(ctx, None, wait=wait)
         tell(f"tokenizers: {src_tok.vocab_size:,} subwords")
-        for corpus in corpora:
-            self.corpus_shards(corpus, src_tok, tgt_tok, rank=rank, note=note, tell=tell)
+        for corpus in plan.corpora:
+            plan.shards(corpus, src_tok, tgt_tok, rank=rank, note=note, tell=tell)
         return True
-
-    def corpus_shards(self, corpus, src_tok, tgt_tok, *, rank: int, note, tell, found="ready"):
-        """One training corpus in token shards: prepared once into the cache (progress on
-        rank 0), else found there (another rank waits for rank 0 on the cache, saying why
-        through ``note``); ``tell`` gets the lines that say which, ``found`` naming a cached
-        one. Returns :func:`attnlab.data.prepare.cached_corpus`'s answer."""
-        from ..data.prepare import cached_corpus
-        from ..data.progress import progress_printer
-
-        progress = progress_printer(corpus.name, every_s=10.0, write=note)
-        prepared = cached_corpus(
-            corpus.src,
-            corpus.tgt,
-            src_tok,
-            tgt_tok,
-            cleaning=self.cleaning(),
-            cache_dir=self.shard_cache(),
-            progress=progress if rank == 0 else None,
-            name=corpus.option,
-            wait=None if rank == 0 else note,
-        )
-        where = found if prepared.cached else f"prepared in {prepared.seconds:.0f} s"
-        tell(f"{corpus.name}: shards {where}: {prepared.directory}")
-        tell(f"{corpus.name}: {prepared.summary}")
-        return prepared
 
     def tokenizers(self, ctx: TaskContext, data: Any, directory: Path, *, resume: bool, rank: int):
         """Trained on the training split (a fine-tuning run keeps its starting model's)."""
@@ -291,11 +301,11 @@ class TranslationTask(Task):
             model = _starting_model(ctx.init_from, config, src_tok, tgt_tok)
         else:
             model = seeded(ctx.seed, lambda: Transformer(config))
-        c = model.config
-        if self.train_corpora() is None:
+        c, plan = model.config, self.disk_plan()
+        if plan is None:
             train = self.examples(data, "train", src_tok, tgt_tok, c)
         else:
-            train = self.shard_examples(src_tok, tgt_tok, c, rank=rank, note=note)
+            train = plan.examples(src_tok, tgt_tok, c, self.max_len, rank=rank, note=note)
         valid = self.examples(data, "valid", src_tok, tgt_tok, c)
         valid_pairs = data["valid"][: ctx.eval.bleu_sentences]
 
@@ -321,7 +331,7 @@ class TranslationTask(Task):
             )
             setup.extras["valid_before"] = before
             note(f"starting model ({ctx.init_from}): {_scores_text('valid', before)}")
-        names = [c.name for c in self.train_corpora() or []]
+        names = [c.name for c in plan.corpora] if plan is not None else []
         padding, setup.batcher = note_token_examples(
             ctx, model, train, self.max_len, note, corpora=names
         )
@@ -337,25 +347,6 @@ class TranslationTask(Task):
 
         bleu_metric(bleu_tokenizer(self.tgt_lang, ctx.eval.bleu_tokenize))
         return {"tgt_lang": self.tgt_lang, "bleu_tokenize": ctx.eval.bleu_tokenize}
-
-    def shard_examples(self, src_tok, tgt_tok, config, *, rank: int, note):
-        """The training corpora as examples read from token shards: prepared once (cleaned,
-        encoded on every core, with progress) into the cache, reused after (``attnlab train``
-        prepares them before the run starts: :meth:`prepare`). In a distributed run rank 0
-        prepares them; the other ranks wait for them on the cache (no collective, so no
-        timeout), then open them."""
-        from ..data.shards import ShardExamples
-
-        corpora = self.train_corpora()
-        assert corpora is not None
-        directories = []
-        for corpus in corpora:
-            prepared = self.corpus_shards(
-                corpus, src_tok, tgt_tok, rank=rank, note=note, tell=note, found="reused"
-            )
-            directories.append(prepared.directory)
-        framing = {"bos_id": config.bos_id, "eos_id": config.eos_id}
-        return ShardExamples(directories, max_len=self.max_len, **framing, **self.mixing(corpora))
 
     def after_training(
         self, ctx: TaskContext, model_dir: Path, data: Any, setup: Setup, note
