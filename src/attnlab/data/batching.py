@@ -269,11 +269,8 @@ class TokenBatcher:
         return _lexsort_after(_argsort_floats(rng.random(len(src))), (src, tgt, noisy))
 
     def global_batches(self, epoch: int) -> IndexBatches:
-        """Every replica's batches of ``epoch`` together: what one replica would get alone."""
-        return self._global_batches(epoch)
-
-    def _global_batches(self, epoch: int) -> IndexBatches:
-        """:meth:`global_batches`, computed once per epoch (the newest epoch is kept)."""
+        """Every replica's batches of ``epoch`` together: what one replica would get alone
+        (computed once per epoch; the newest epoch is kept)."""
         epoch = check_int(epoch, "epoch", 0)
         key = epoch if self.shuffle else 0
         if self._cached is not None and self._cached[0] == key:
@@ -301,7 +298,7 @@ class TokenBatcher:
     def batches(self, epoch: int) -> IndexBatches:
         """This replica's batches of ``epoch``: a sequence of index lists (shares of the global
         batches when ``num_replicas > 1``; possibly empty lists, see the class docstring)."""
-        batches = self._global_batches(epoch)
+        batches = self.global_batches(epoch)
         if self.num_replicas == 1:
             return batches
         size, extra = np.divmod(batches.sizes(), self.num_replicas)
@@ -309,13 +306,9 @@ class TokenBatcher:
         stops = starts + size + (self.rank < extra)
         return IndexBatches(batches.order, starts, stops)
 
-    def share(self, batch: Sequence[int]) -> list[int]:
-        """This rank's contiguous share of a global ``batch`` (``numpy.array_split``'s cut)."""
-        return share(batch, self.num_replicas, self.rank)
-
     def num_batches(self, epoch: int) -> int:
         """The number of (global) batches in ``epoch``."""
-        return len(self._global_batches(epoch))
+        return len(self.global_batches(epoch))
 
     def padding_fraction(self, epoch: int) -> float:
         """The fraction of pad positions in the tensors this replica collates in ``epoch``
