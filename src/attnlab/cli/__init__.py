@@ -192,6 +192,7 @@ EXTRAS = {
     "starlette": "serve",
     "PIL": "vision",
     "tensorboard": "tensorboard",
+    "ctranslate2": "ctranslate2",  # --engine ctranslate2
     "MeCab": "ja",  # BLEU's ja-mecab tokenizer
     "ipadic": "ja",
     "mecab_ko": "ko",  # BLEU's ko-mecab tokenizer

@@ -24,7 +24,11 @@ from .common import (
 if TYPE_CHECKING:
     from ..decode.options import DecodingOptions
 
-__all__ = ["QUANTIZATIONS", "to_ctranslate2"]
+__all__ = ["EXPORT_VERSION", "QUANTIZATIONS", "to_ctranslate2"]
+
+#: The version of what :func:`to_ctranslate2` writes: bump it when its output changes, so that
+#: models converted before (:mod:`attnlab.inference.engines`' cache) are converted again.
+EXPORT_VERSION = 1
 
 #: CTranslate2's weight types (``--quantization``); None keeps float32.
 QUANTIZATIONS = (

@@ -1,0 +1,252 @@
+"""The engines a :class:`~attnlab.inference.translator.Translator` decodes with: ``"torch"``
+(attnlab's own searches, every feature) or ``"ctranslate2"`` (CTranslate2, for speed on what it
+supports). An engine replaces only the search of one batch: tokenizing, bounds, batching and
+prefixes stay the Translator's, so both engines read and write text through the model's own
+tokenizers.
+
+:func:`check_engine` is the one rule for what an engine cannot do, refused in one line before
+any work (the CLI calls it on its flags before loading a model). :class:`CTranslate2Engine`
+converts the model once (:func:`~attnlab.formats.ctranslate2.to_ctranslate2`) into a cache entry
+keyed by its weights, and decodes source ids into a :class:`~attnlab.decode.search.Generation`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._checks import check_choice, is_number
+from ..decode.options import DecodingOptions
+from ..decode.search import Generation
+
+__all__ = ["ENGINES", "CTranslate2Engine", "carried_length_penalty", "check_engine"]
+
+#: The engines, the first the default.
+ENGINES = ("torch", "ctranslate2")
+_INSTALL = "pip install 'attnlab[ctranslate2]'"
+
+
+def check_engine(
+    engine: object, *, models: int = 1, constraints: bool = False, quantize: str | None = None
+) -> str:
+    """``engine`` if it is one of :data:`ENGINES` and can decode ``models`` models (several: an
+    ensemble), with lexical ``constraints`` or not, with ``quantize`` weights; else a
+    ValueError naming the engine and the option (ImportError where the ``ctranslate2`` package
+    is missing). Nothing is quietly done by the other engine."""
+    check_choice(engine, ENGINES, "engine")
+    if engine == "torch":
+        return engine
+    why = ""
+    if models > 1:
+        why = f"an ensemble ({models} models): it decodes one model"
+    elif constraints:
+        why = "constraints: it has no lexically constrained search"
+    elif quantize not in (None, "int8"):
+        why = f"quantize: expected int8 or None, got {quantize!r}"
+    if why:
+        raise ValueError(f"engine ctranslate2: {why}; the torch engine can")
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        message = f"engine ctranslate2: the ctranslate2 package is not installed; {_INSTALL}"
+        raise ImportError(message, name="ctranslate2") from None
+    return engine
+
+
+def carried_length_penalty(model_dir: str | os.PathLike[str]) -> float | None:
+    """The ``ct2_length_penalty`` of the model directory's ``job.json`` ``[eval]`` (a number
+    >= 0), else None (then the call's ``alpha``: see :class:`CTranslate2Engine`)."""
+    from .._rundir import read_job_file
+
+    try:
+        job: object = read_job_file(model_dir)
+    except (OSError, ValueError):
+        return None
+    section = job.get("eval") if isinstance(job, dict) else None
+    value = section.get("ct2_length_penalty") if isinstance(section, dict) else None
+    ok = is_number(value) and math.isfinite(value) and value >= 0  # type: ignore[arg-type]
+    return float(value) if ok else None  # type: ignore[arg-type]
+
+
+class CTranslate2Engine:
+    """A model decoded by CTranslate2 (``ctranslate2.Translator``) on the model's device (CUDA
+    or CPU, with torch's thread count, ``torch.get_num_threads()``, as ``intra_threads``).
+
+    The model is converted on first use into ``cache_dir`` (default ``ctranslate2/`` in
+    attnlab's cache, :func:`~attnlab.data.shardformat.cache_root`: ``$ATTNLAB_CACHE``), in an
+    entry named by the SHA-256 of its weights (every tensor), its config, its tokenizers, the
+    exporter's :data:`~attnlab.formats.ctranslate2.EXPORT_VERSION`, the installed CTranslate2
+    and the weight type; written atomically, so a later engine for the same model converts
+    nothing. ``quantize="int8"``: int8 weights and CTranslate2's ``compute_type="int8"``; None:
+    float32.
+
+    Beam search ranks by CTranslate2's ``log P / |Y| ** length_penalty`` (|Y| counts EOS), not
+    attnlab's ``((5 + |Y|) / 6) ** alpha``: :attr:`length_penalty` is the model's
+    ``ct2_length_penalty`` where its job carries one, else each call's ``alpha`` (0 ranks by
+    ``log P`` in both engines, so their beams agree; a positive alpha normalises somewhat more
+    strongly than GNMT's, whose exponent in ``|Y|`` is ``alpha * |Y| / (5 + |Y|)``, 0.5 to 0.9
+    times alpha over 5 to 40 tokens). Each output's token log-probabilities are the model's
+    (``score_batch``), and its score is ``log P / |Y| ** length_penalty``, for greedy search
+    and sampling too.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        src_tokenizer: Any,
+        tgt_tokenizer: Any,
+        *,
+        quantize: str | None = None,
+        seed: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        from ..formats.common import vocabulary
+
+        check_engine("ctranslate2", quantize=quantize)
+        c = model.config
+        self.src_tokens = vocabulary(src_tokenizer, c.vocab_size, "source")
+        self.tgt_tokens = vocabulary(tgt_tokenizer, c.target_vocab_size, "target")
+        self.tgt_ids = {token: i for i, token in enumerate(self.tgt_tokens)}
+        self.eos_id, self.pad_id = c.eos_id, c.pad_id
+        banned = sorted({c.pad_id, c.bos_id} - {c.eos_id})  # as attnlab: never generated
+        self.banned = [[self.tgt_tokens[i]] for i in banned] or None
+        self.compute_type = quantize or "float32"
+        self.path = convert(model, (src_tokenizer, tgt_tokenizer), self.compute_type, cache_dir)
+        self.device = next(model.parameters()).device
+        self.seed = seed
+        #: CTranslate2's length penalty (None: each call's alpha).
+        self.length_penalty: float | None = None
+        self.translator = self._load(seed)
+
+    def _load(self, seed: int | None) -> Any:
+        """A ``ctranslate2.Translator`` of the converted model; its random stream starts from
+        ``seed`` (CTranslate2 seeds a worker's generator when the worker starts)."""
+        import ctranslate2
+
+        if seed is not None:
+            ctranslate2.set_random_seed(int(seed) % 2**32)
+        cuda = self.device.type == "cuda"
+        return ctranslate2.Translator(
+            str(self.path),
+            device="cuda" if cuda else "cpu",
+            device_index=(self.device.index or 0) if cuda else 0,
+            compute_type=self.compute_type,
+            intra_threads=0 if cuda else torch.get_num_threads(),
+        )
+
+    def search(
+        self,
+        sources: list[list[int]],
+        prefixes: list[list[int]],
+        options: DecodingOptions,
+        limits: list[int],
+    ) -> Generation:
+        """``options.n_best`` outputs per source (rows ``i * n_best ...``; an empty row where
+        the beam finished fewer), the output of row ``i`` at most ``limits[i]`` tokens (the
+        prefix included). CTranslate2 takes one length limit a batch: greedy search and
+        sampling decode to the longest and cut each row to its own (exact: a row's tokens do not
+        depend on its limit), beam search decodes the rows of each limit together."""
+        n = options.n_best
+        # The translator's stream where the call keeps its seed (as the torch engine's
+        # generator), else a stream of the call's own seed.
+        fresh = options.seed is not None and options.seed != self.seed
+        translator = self._load(options.seed) if fresh else self.translator
+        penalty = options.alpha if self.length_penalty is None else self.length_penalty
+        settings: dict[str, Any] = dict(
+            beam_size=1 if options.sample else options.beam_size,
+            num_hypotheses=n,
+            length_penalty=penalty,
+            min_decoding_length=0,
+            max_input_length=0,
+            suppress_sequences=self.banned,
+            return_end_token=True,
+        )
+        if options.sample:
+            settings.update(
+                sampling_topk=options.top_k or 0,
+                sampling_topp=1.0 if options.top_p is None else options.top_p,
+                sampling_temperature=options.temperature,
+            )
+        groups: dict[int, list[int]] = {}
+        for i, limit in enumerate(limits):
+            groups.setdefault(max(limits) if settings["beam_size"] == 1 else limit, []).append(i)
+        found: list[list[int]] = [[] for _ in range(len(sources) * n)]
+        for longest, rows in groups.items():
+            results = translator.translate_batch(
+                [[self.src_tokens[t] for t in sources[i]] for i in rows],
+                [[self.tgt_tokens[t] for t in prefixes[i]] or None for i in rows],
+                max_decoding_length=longest,
+                **settings,
+            )
+            for i, result in zip(rows, results, strict=True):
+                for k, tokens in enumerate(result.hypotheses[:n]):
+                    found[i * n + k] = [self.tgt_ids[t] for t in tokens][: limits[i]]
+        return self._scored(sources, found, n, penalty)
+
+    def _scored(
+        self, sources: list[list[int]], found: list[list[int]], n: int, penalty: float
+    ) -> Generation:
+        """``found`` (rows of ids, EOS last where finished) as a Generation, each token's
+        log-probability from CTranslate2's ``score_batch`` (which appends EOS to a target)."""
+        done = [bool(ids) and ids[-1] == self.eos_id for ids in found]
+        kept = [r for r, ids in enumerate(found) if ids]
+        scored = self.translator.score_batch(
+            [[self.src_tokens[t] for t in sources[r // n]] for r in kept],
+            [[self.tgt_tokens[t] for t in found[r][: len(found[r]) - done[r]]] for r in kept],
+            max_input_length=0,
+        )
+        width = max(map(len, found), default=0)
+        sequences = torch.full((len(found), width), self.pad_id, dtype=torch.long)
+        token_log_probs = torch.zeros(len(found), width)
+        for r, result in zip(kept, scored, strict=True):
+            ids = found[r]
+            sequences[r, : len(ids)] = torch.tensor(ids)
+            token_log_probs[r, : len(ids)] = torch.tensor(result.log_probs[: len(ids)])
+        lengths = torch.tensor([len(ids) for ids in found])
+        log_probs = token_log_probs.sum(dim=1)
+        return Generation(
+            sequences=sequences,
+            lengths=lengths,
+            log_probs=log_probs,
+            scores=log_probs / lengths.clamp(min=1).float() ** penalty,
+            finished=torch.tensor(done),
+            eos_id=self.eos_id,
+            token_log_probs=token_log_probs,
+        )
+
+
+def convert(
+    model: Any, tokenizers: tuple[Any, Any], weights: str, cache_dir: str | os.PathLike[str] | None
+) -> Path:
+    """The cache entry of ``model`` converted with ``weights`` (see :class:`CTranslate2Engine`):
+    made once, atomically (a conversion cut short leaves no entry)."""
+    import ctranslate2
+
+    from ..data.shardformat import cache_root
+    from ..formats.ctranslate2 import EXPORT_VERSION, to_ctranslate2
+
+    digest = hashlib.sha256()
+    head = {
+        "exporter": EXPORT_VERSION,
+        "ctranslate2": ctranslate2.__version__,
+        "weights": weights,
+        "config": model.config.to_dict(),
+        "tokenizers": [tokenizer.fingerprint() for tokenizer in tokenizers],
+    }
+    digest.update(json.dumps(head, sort_keys=True).encode("utf-8"))
+    for name, tensor in sorted(model.state_dict().items()):
+        value = tensor.detach().to("cpu").contiguous()
+        digest.update(f"\n{name} {value.dtype} {tuple(value.shape)}\n".encode())
+        digest.update(value.reshape(-1).view(torch.uint8).numpy().data)
+    root = Path(cache_dir) if cache_dir is not None else cache_root() / "ctranslate2"
+    entry = root / digest.hexdigest()
+    if not (entry / "model.bin").is_file():  # an entry is whole or absent (atomic rename)
+        quantization = None if weights == "float32" else weights
+        to_ctranslate2(model, tokenizers, entry, quantization=quantization, force=True)
+    return entry
