@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab._io import write_json
+from attnlab.decode.options import DecodingOptions
 from attnlab.inference.modeldir import read_job_file
 from attnlab.jobs import Job, evaluate_model
 
@@ -45,8 +46,9 @@ def score_run(
             continue
         for beam in beams:
             for alpha in alphas:
+                decoding = DecodingOptions(beam_size=beam, alpha=alpha)
                 result = evaluate_model(
-                    run / name, split=split, corpus=corpus, job=job, beam_size=beam, alpha=alpha
+                    run / name, split=split, corpus=corpus, job=job, decoding=decoding
                 )
                 row = {
                     "run": str(run),

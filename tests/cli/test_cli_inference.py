@@ -271,9 +271,10 @@ def test_n_best_rows_are_distinct_ranked_and_scored_by_the_model(numbers_model_d
 
 def test_translate_n_best_prints_score_tab_text(numbers_model_dir, capsys):
     texts = ["seven", "", "ninety-one"]
-    expected = Translator.load(
-        numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=4)
-    ).n_best(texts, 3)
+    found = Translator.load(
+        numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=4, n_best=3)
+    ).hypotheses(texts)
+    expected = [[(h.score, h.text) for h in row] for row in found]
     argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "4", "--n-best", "3"]
     argv += texts
     status, out, _ = _run(argv, capsys)

@@ -54,7 +54,8 @@ def test_every_phrase_is_in_its_translation(translator):
 
 def test_scores_are_the_models_teacher_forced_log_probabilities(translator):
     for n, constraints in ((1, None), (3, [["neun"], [], ["drei"], []])):
-        rows = translator.hypotheses(TEXTS, n, constraints=constraints)
+        asked = translator.decoding.updated(n_best=n)
+        rows = translator.hypotheses(TEXTS, decoding=asked, constraints=constraints)
         for text, row in zip(TEXTS, rows, strict=True):
             assert 1 <= len(row) <= n
             for h in row:
@@ -151,7 +152,7 @@ def test_cli_constraints_prefix_and_scores(numbers_model_dir, translator, tmp_pa
 
     status, out, _ = _translate(numbers_model_dir, capsys, "--json", "--n-best", "2")
     objects = [json.loads(line) for line in out.splitlines()]
-    best = translator.hypotheses(TEXTS, 2)
+    best = translator.hypotheses(TEXTS, decoding=translator.decoding.updated(n_best=2))
     for k, (obj, row) in enumerate(zip(objects, best, strict=True)):
         assert obj["line"] == k + 1 and obj["source"] == TEXTS[k]
         assert obj["translation"] == row[0].text
@@ -180,7 +181,7 @@ def test_cli_refuses_one_line_and_translates_the_others(numbers_model_dir, tmp_p
     ("flags", "lines", "message"),
     [
         ([], "neun\n", "--constraints: {path} has 1 lines, but TEXT has 4"),
-        (["--sample"], "neun\n" * 4, "--constraints: constrained decoding is a beam search"),
+        (["--sample"], "neun\n" * 4, "--constraints: lexically constrained decoding is a beam search"),
         ([], None, "--constraints: {path}: no such file"),
     ],
 )
@@ -211,7 +212,11 @@ def test_cli_constraints_follow_standard_input(numbers_model_dir, tmp_path, caps
 
 @pytest.fixture(scope="module")
 def client(numbers_model_dir):
-    app = create_app(numbers_model_dir, beam_size=4, device="cpu")
+    app = create_app(
+        numbers_model_dir,
+        decoding=DecodingOptions.for_model(numbers_model_dir, beam_size=4),
+        device="cpu",
+    )
     with TestClient(app, base_url="http://localhost") as c:
         yield c
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.decode.options import DecodingOptions
 from attnlab.jobs import evaluate_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,9 @@ def test_rows_are_the_librarys_evaluations_and_the_best_comes_first(
     assert report["split"] == "valid" and len(report["rows"]) == 4
     for row in report["rows"]:
         expected = evaluate_model(
-            numbers_model_dir, split="valid", beam_size=row["beam_size"], alpha=row["alpha"]
+            numbers_model_dir,
+            split="valid",
+            decoding=DecodingOptions(beam_size=row["beam_size"], alpha=row["alpha"]),
         )
         assert (row["bleu"], row["chrf"]) == (expected["bleu"], expected["chrf"]), row
     means = [s["mean_bleu"] for s in report["settings"]]

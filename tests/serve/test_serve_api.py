@@ -57,7 +57,8 @@ SENTENCES = [
 def app(numbers_model_dir):
     # beam 4 (the paper's), not the numbers recipe's greedy search, which the model carries
     # (test_the_server_decodes_as_the_models_recipe_chose)
-    return create_app(numbers_model_dir, beam_size=4, device="cpu")
+    beam = DecodingOptions.for_model(numbers_model_dir, beam_size=4)
+    return create_app(numbers_model_dir, decoding=beam, device="cpu")
 
 
 def local_client(app) -> TestClient:
@@ -302,8 +303,6 @@ def test_a_model_dir_without_a_translation_model(tmp_path, numbers_model_dir):
         create_app(lm)
     with pytest.raises(FileNotFoundError, match="nowhere"):
         create_app(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="beam_size"):
-        create_app(numbers_model_dir, beam_size=17)
     with pytest.raises(ValueError, match=r"^beam_size: expected 1 to 16, got 17$"):
         create_app(numbers_model_dir, decoding=DecodingOptions(beam_size=17))  # before loading
 
@@ -685,5 +684,6 @@ def test_the_server_decodes_as_the_models_recipe_chose(numbers_model_dir):
         answer = post(carried, "/api/translate", {"text": SENTENCES[0]})
     greedy = Translator.load(numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=1))
     assert answer["translation"] == greedy.translate([SENTENCES[0]])[0]
-    explorer = Explorer(numbers_model_dir, beam_size=3, alpha=1.0, device="cpu")
-    assert (explorer.beam_size, explorer.alpha) == (3, 1.0)
+    given = DecodingOptions(beam_size=3, alpha=1.0)
+    explorer = Explorer.load(numbers_model_dir, decoding=given, device="cpu")
+    assert explorer.decoding == given and explorer.translator.decoding == given

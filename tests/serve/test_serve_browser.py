@@ -107,7 +107,7 @@ def _weights_cap(model_dir: Path) -> int:
     page has heads and layers to fetch as it shows them."""
     from attnlab.serve import Explorer
 
-    answer = Explorer(model_dir, device="cpu").translate(SENTENCE)
+    answer = Explorer.load(model_dir, device="cpu").translate(SENTENCE)
     s, t = len(answer["source_tokens"]), len(answer["output_tokens"])
     return int(2.5 * (s * s + t * t + t * s))  # one head of one layer: s^2 + t^2 + t s
 

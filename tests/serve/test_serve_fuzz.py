@@ -26,6 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from attnlab.decode.options import DecodingOptions
 from attnlab.models.transformer import Transformer, TransformerConfig, load_pretrained
 from attnlab.serve import create_app
 
@@ -66,7 +67,9 @@ def app(tmp_path_factory, numbers_model_dir):
     Transformer(config).save_pretrained(model_dir)
     for tokenizer in numbers_model_dir.glob("*tokenizer*.json"):
         shutil.copy(tokenizer, model_dir)
-    app = create_app(model_dir, device="cpu", beam_size=2)
+    app = create_app(
+        model_dir, device="cpu", decoding=DecodingOptions.for_model(model_dir, beam_size=2)
+    )
     assert app.state.service.ready.wait(120), "the warm-up did not end within 120 s"
     return app
 

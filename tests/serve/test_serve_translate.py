@@ -29,9 +29,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _helpers import default_sigint
+from attnlab.decode.options import DecodingOptions as Options
 from attnlab.serve import create_app
 from attnlab.serve.app import make_server, url_of
-from attnlab.serve.batcher import Batcher, Options
+from attnlab.serve.batcher import Batcher
 from attnlab.serve.libre import MAX_ALTERNATIVES, MAX_CHARACTERS, MAX_SENTENCES
 from attnlab.serve.limits import MAX_BEAM, Busy, ClientGone
 
@@ -115,7 +116,7 @@ def test_requests_that_wait_are_decoded_together_and_each_gets_its_own_answer():
 def test_requests_with_other_options_are_batched_apart():
     model = FakeModel()
     batcher = Batcher(model, max_tokens=1000, timeout=WAIT)
-    greedy, beam, two_best = Options(1), Options(4), Options(4, 2)
+    greedy, beam, two_best = Options(1), Options(4), Options(4, n_best=2)
     kinds = [greedy, beam, greedy, two_best, beam, greedy, two_best]
     requests = [([f"t{i}"], kind, 2) for i, kind in enumerate(kinds)]
     results = run_requests(batcher, model, requests)
@@ -246,6 +247,52 @@ def test_decode_errors_reach_every_request_of_the_batch_and_the_batcher_goes_on(
     batcher.close(wait=WAIT)
 
 
+def test_failing_metrics_callbacks_are_logged_and_the_batcher_goes_on(caplog):
+    """Issue 59: an on_batch that raised ended the worker (every later request waited to its
+    503), and an on_drop that raised replaced the request's own answer."""
+    release = threading.Event()
+
+    def decode(options: Options, texts: list[str]) -> list[str]:
+        assert "hold" not in texts or release.wait(WAIT), "the test never released the model"
+        return [text.upper() for text in texts]
+
+    def boom(*args) -> None:
+        raise RuntimeError("the metrics are broken")
+
+    batcher = Batcher(decode, timeout=10.0, on_batch=boom, on_drop=boom)
+
+    async def gone() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def scenario():
+        answers = [await batcher.run([f"s{i}"], Options(1), 1) for i in range(3)]
+        held = asyncio.ensure_future(batcher.run(["hold"], Options(1), 1))
+        while batcher.sentences_waiting or batcher.counts["admitted"] < 4:
+            await asyncio.sleep(0.01)
+        with pytest.raises(ClientGone):  # dropped before its batch: on_drop is told
+            await batcher.run(["gone"], Options(1), 1, gone)
+        release.set()
+        return [*answers, await held]
+
+    assert asyncio.run(scenario()) == [["S0"], ["S1"], ["S2"], ["HOLD"]]
+    batcher.close(wait=WAIT)
+    failed = [r for r in caplog.records if r.name == "attnlab.serve" and r.exc_info]
+    assert len(failed) == 5, caplog.text  # four batches, one drop
+
+
+def test_retry_after_reads_the_line_under_the_lock():
+    """Issue 59: retry_after walked the line while the worker could change it (a 500 where the
+    503 belonged); it now waits for the lock the line's changes hold."""
+    batcher = Batcher(FakeModel(), timeout=WAIT)
+    with ThreadPoolExecutor(1) as pool:
+        with batcher._cond:  # as the worker holds it while it takes a batch off the line
+            asked = pool.submit(batcher.retry_after)
+            with pytest.raises(TimeoutError):
+                asked.result(timeout=0.2)
+        assert asked.result(timeout=WAIT) >= 1
+    batcher.close(wait=WAIT)
+
+
 # -- the service through a real server ---------------------------------------------------------
 
 
@@ -288,6 +335,7 @@ def test_concurrent_requests_are_decoded_in_fewer_model_calls_each_as_alone(app,
     translator = app.state.explorer.translator
     assert translator.decoding.beam_size == 1
     alone = {text: translator.translate([text])[0] for text in SENTENCES}
+    four = translator.decoding.updated(beam_size=4)
     for beam in (1, 4):
         calls = service.calls
         expected_admitted = service.batcher.counts["admitted"] + len(SENTENCES)
@@ -305,7 +353,7 @@ def test_concurrent_requests_are_decoded_in_fewer_model_calls_each_as_alone(app,
         made = service.calls - calls
         assert 1 <= made <= 2 < len(SENTENCES), made  # one batch, or one and the rest
         expected = alone if beam == 1 else {
-            t: service.translator_for(4).translate([t])[0] for t in SENTENCES
+            t: service.translator.translate([t], decoding=four)[0] for t in SENTENCES
         }  # fmt: skip
         assert [a.json()["translatedText"] for a in answers] == [expected[t] for t in SENTENCES]
 
@@ -325,7 +373,9 @@ def test_the_libretranslate_shapes(app, url):
     one = translate(url, {"q": "seven", "source": "en", "target": "de", "format": "text"})
     assert one.headers["content-type"] == "application/json"
     assert set(one.json()) == {"translatedText"} and isinstance(one.json()["translatedText"], str)
-    best = app.state.service.translator_for(3).n_best(["seven", "forty-two"], 3)
+    served = app.state.service.translator
+    found = served.hypotheses(["seven", "forty-two"], decoding=served.decoding.widened(3))
+    best = [[(h.score, h.text) for h in row] for row in found]
     many = translate(url, {"q": ["seven", "forty-two"], "source": "auto", "target": "de",
                            "alternatives": 2, "api_key": "ignored"})  # fmt: skip
     assert many.status_code == 200
@@ -405,6 +455,35 @@ def test_body_errors_of_the_translate_route(url):
     twice = post(b"q=a&q=b&source=en&target=de", "application/x-www-form-urlencoded")
     assert twice.status_code == 400 and twice.json()["error"].startswith("q: given 2 times")
     assert post(b"q=%FF&source=en", "application/x-www-form-urlencoded").status_code == 400
+
+
+FORM = "application/x-www-form-urlencoded"
+PAIR = '"q": "seven", "source": "en", "target": "de"'
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "message"),
+    [
+        ('{%s, "alternatives": "²"}' % PAIR, "application/json", "alternatives: expected"),
+        ('{%s, "beam_size": "٣"}' % PAIR, "application/json", "beam_size: expected"),
+        ('{%s, "beam_size": "%s"}' % (PAIR, "9" * 5000), "application/json", "beam_size: exp"),
+        ("q=seven&source=en&target=de&alternatives=%C2%B2", FORM, "alternatives: expected"),
+        ("q=seven&source=en&target=de&beam_size=" + "9" * 5000, FORM, "beam_size: expected"),
+        ('{"q": "seven", "source": "\\ud800", "target": "de"}', "application/json", "source: "),
+        ('{"q": "seven", "source": "en", "target": "d\\udfffe"}', "application/json", "target: "),
+        ("q=%FF&source=en&target=de", FORM, "q: "),
+        ("q=seven&source=%C3&target=de", FORM, "source: "),
+        ("q=seven&source=en&target=de&api%FF=x", FORM, "api?: "),
+    ],
+)
+def test_unicode_digits_huge_numbers_surrogates_and_bad_escapes_are_400(url, content, kind, message):
+    """Issue 59: each of these was a 500 (or, for q=%FF, translated as U+FFFD)."""
+    answer = httpx.post(
+        url + "translate", content=content.encode(), headers={"content-type": kind}, timeout=WAIT
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error.startswith(message) and "\n" not in error, error
 
 
 def test_metrics_parse_and_count(app, url):
@@ -502,7 +581,8 @@ def test_api_only_serves_the_routes_without_the_page(numbers_model_dir):
             answer = client.get(path)
             assert answer.status_code == 404
             assert "GET /static/<file>" not in answer.json()["error"]
-        assert client.get("/api/model").status_code == 200
+        assert app.state.explorer is None  # no explorer is built: its routes are 404s
+        assert client.get("/api/model").status_code == 404
         assert client.get("/languages").status_code == 200
         answer = client.post("/translate", json={"q": "seven", "source": "en", "target": "de"})
         assert answer.status_code == 200

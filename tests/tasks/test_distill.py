@@ -155,7 +155,9 @@ def test_check_names_a_missing_teacher_a_foreign_task_and_changed_weights(tmp_pa
     job = Job.from_dict(tables(distill={"teachers": [teacher]}))
     job.check()
     assert job.to_dict()["distill"]["digests"] == [hashlib.sha256(b"weights").hexdigest()]
-    assert job.distill is not None and job.distill.alpha == 0.6  # no job.json: the defaults
+    assert (
+        job.distill is not None and job.distill.decoding.alpha == 0.6
+    )  # no job.json: the defaults
     pinned = Job.from_dict(job.to_dict())
     pinned.check()
     other = fake_teacher(tmp_path / "t1", b"other weights")
@@ -176,10 +178,15 @@ def test_set_makes_a_job_a_student_and_a_missing_teacher_stops_it_before_any_wor
 
 
 def test_n_best_defaults_to_the_beam_and_is_one_for_the_best():
-    assert DistillOptions(["t"]).n == 8
-    assert DistillOptions(["t"], beam_size=4).n == 4
-    assert DistillOptions(["t"], beam_size=4, n_best=2).n == 2
-    assert DistillOptions(["t"], select="best").n == 1
+    def n(**table):
+        return DistillOptions.from_table({"teachers": ["t"], **table}).decoding.n_best
+
+    assert n() == 8
+    assert n(beam_size=4) == 4
+    assert n(beam_size=4, n_best=2) == 2
+    assert n(select="best") == 1
+    with pytest.raises(ValueError, match=r"^\[distill\] n_best: expected at most beam_size \(4\)"):
+        n(beam_size=4, n_best=5)
 
 
 # -- the corpus maker ------------------------------------------------------------------------------
@@ -365,10 +372,10 @@ def test_a_student_of_two_teachers_trains_end_to_end_and_the_corpus_is_reused(
     job = Job.from_dict(tables())
     pairs = job.task.load()["train"]
     assert sources == [s for s, _ in pairs]
-    ensemble = Translator.load(teachers, decoding=DecodingOptions(beam_size=3, alpha=0.6))
+    ensemble = Translator.load(teachers, decoding=DecodingOptions(3, 0.6, n_best=3))
     chrf = CHRF()
     for (source, reference), target, found in zip(
-        pairs[:8], targets, ensemble.hypotheses(sources[:8], 3), strict=False
+        pairs[:8], targets, ensemble.hypotheses(sources[:8]), strict=False
     ):
         texts = [h.text for h in found]
         assert target in texts, source

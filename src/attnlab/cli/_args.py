@@ -110,6 +110,22 @@ MAX_NEW_TOKENS_HELP = (
 #: ``--quantize``'s help prefix (each command's engine takes its own weight types).
 QUANTIZE_METAVAR = "TYPE"
 
+#: ``--engine``'s choices: attnlab.inference.engines.ENGINES (tested equal), the first the default.
+ENGINE_CHOICES = ("torch", "ctranslate2")
+
+
+def add_engine_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the shared ``--engine`` flag: which engine decodes (default torch)."""
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        default="torch",
+        help="torch (default): attnlab's searches, every option; ctranslate2: CTranslate2 (pip "
+        "install 'attnlab[ctranslate2]'; the model is converted once into attnlab's cache), "
+        "without ensembles, constraints or attention; beam search ranks by its length penalty "
+        "(ct2_length_penalty in the model's [eval], else --alpha)",
+    )
+
 
 def add_model_flag(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
     """Give ``parser`` the shared, required ``--model DIR`` (dest ``model``). ``many``: the
@@ -197,28 +213,58 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def decoding_of(
-    args: argparse.Namespace, command: str, least_beam: tuple[int, str] | None = None
+    args: argparse.Namespace, command: str, n_best: int = 1, constrained: bool = False
 ) -> tuple[DecodingOptions, str | None]:
     """The :class:`~attnlab.decode.options.DecodingOptions` for ``command`` on ``args.model``:
     ``--beam-size`` and ``--alpha`` where given, else what the model directory carries
-    (:meth:`~attnlab.decode.options.DecodingOptions.carried_by`), a carried beam raised to
-    ``least_beam`` = ``(beam, the flag that needs it)``. With them, the line for stderr that
-    says which were used and where they came from (to print once the model has loaded), where
-    a carried value decides the search: None when both were given, or for an alpha under a
-    given beam of 1 (greedy search has no length penalty)."""
+    (:meth:`~attnlab.decode.options.DecodingOptions.carried_by`), asked for ``n_best``
+    hypotheses (and constraints where ``constrained``): a carried beam is widened to hold them
+    (:meth:`~attnlab.decode.options.DecodingOptions.widened`), a given one must. With them, the
+    line for stderr that says which were used and where they came from (to print once the
+    model has loaded), where a carried value decides the search: None when both were given, or
+    for an alpha under a given beam of 1 (greedy search has no length penalty)."""
     from ..decode.options import DecodingOptions
 
     carried, source = DecodingOptions.carried_by(args.model)
     given = {k: getattr(args, k, None) for k in ("beam_size", "alpha")}
     chosen = carried.updated(**given)
-    if given["beam_size"] is None and least_beam and least_beam[0] > chosen.beam_size:
-        chosen = chosen.updated(beam_size=least_beam[0])
-        source += f", the beam raised to {least_beam[0]} for {least_beam[1]}"
+    try:
+        if given["beam_size"] is None:
+            wide = chosen.widened(n_best, constrained=constrained)
+            if wide.beam_size != chosen.beam_size:
+                why = "--n-best" if n_best == wide.beam_size else "--constraints"
+                source += f", the beam raised to {wide.beam_size} for {why}"
+            chosen = wide
+        else:
+            chosen.check_constraints(constrained)
+            chosen = chosen.updated(n_best=n_best)
+    except ValueError as e:  # the options' own message, in the flags' names
+        raise ValueError(as_flags(str(e))) from None
     beam = given["beam_size"]
     if beam is not None and (given["alpha"] is not None or beam == 1):
         return chosen, None
     origin = source if all(v is None for v in given.values()) else "the flags and " + source
     return chosen, f"attnlab {command}: beam {chosen.beam_size}, alpha {chosen.alpha:g}: {origin}"
+
+
+def as_flags(message: str) -> str:
+    """A :class:`~attnlab.decode.options.DecodingOptions` error in the flags' names."""
+    for field, flag in (("n_best", "--n-best"), ("beam_size", "--beam-size")):
+        message = message.replace(field, flag)
+    return message.replace("constraints:", "--constraints:").replace("sample=True", "--sample")
+
+
+def engine_of(args: argparse.Namespace, models: int) -> str:
+    """``--engine``, checked against the command's other flags before any model is loaded
+    (the engine's refusals, attnlab.inference.engines, in the flags' names)."""
+    from ..inference.engines import check_engine
+
+    constrained = bool(getattr(args, "constraints", None))
+    quantize = getattr(args, "quantize", None)
+    try:
+        return check_engine(args.engine, models=models, constraints=constrained, quantize=quantize)
+    except ValueError as e:
+        raise ValueError("--" + as_flags(str(e)).replace("quantize:", "--quantize:")) from None
 
 
 def add_guide_flags(parser: argparse.ArgumentParser) -> None:

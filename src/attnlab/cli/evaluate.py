@@ -176,12 +176,12 @@ def _evaluate_split(args: argparse.Namespace) -> int:
 
     models = model_dirs(args)
     job = read_job(args.model)
+    flags = job.eval.decoding.updated(beam_size=args.beam_size, alpha=args.alpha)
     result = evaluate_model(
         models if len(models) > 1 else args.model,
         job=job,
         split=args.split,
-        beam_size=args.beam_size,
-        alpha=args.alpha,
+        decoding=flags if job.task.decodes else None,  # the others refuse --beam-size
         limit=args.limit,
         device=device_of(args.device),
     )  # split None: the task's own (test, or valid for a language model)

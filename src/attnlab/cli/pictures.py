@@ -89,7 +89,7 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
     import torch
 
     from ..decode.search import greedy_search
-    from ..decode.session import EXTRA_LENGTH
+    from ..decode.session import output_limit
     from ..instruments import viz
     from ..models.transformer import Transformer, TransformerEncoder, TransformerLM, load_pretrained
     from ..models.vision import VisionTransformer
@@ -109,8 +109,7 @@ def _viz_attention(args: argparse.Namespace) -> list[Path]:
         src = torch.tensor([src_ids], device=device)
         if tgt_ids is None:  # show what the model itself produces
             # BOS and the output fit the model's max_len positions, whatever is asked.
-            budget = args.max_new_tokens or len(src_ids) + EXTRA_LENGTH
-            budget = max(1, min(budget, config.max_len - 1))
+            budget = max(1, output_limit(len(src_ids), args.max_new_tokens, config.max_len - 1))
             out = greedy_search(model, src, max_new_tokens=budget)
             tgt_ids = [config.bos_id, *out.tolist()[0]]
         tgt = torch.tensor([tgt_ids], device=device)

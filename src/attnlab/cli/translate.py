@@ -14,6 +14,7 @@ from ..inference.bounds import MAX_TOKENS
 from ._args import (
     QUANTIZE_METAVAR,
     add_device_flag,
+    add_engine_flag,
     add_guide_flags,
     add_input_bound_flags,
     add_json_flag,
@@ -21,8 +22,10 @@ from ._args import (
     add_model_flag,
     add_out_flag,
     add_sampling_flags,
+    as_flags,
     decoding_of,
     device_of,
+    engine_of,
     non_negative,
     positive_int,
 )
@@ -65,6 +68,7 @@ def add_parsers(sub) -> None:
         "--batch-lines", type=positive_int, default=64, help="stdin lines per batch (64)"
     )
     add_device_flag(translate)
+    add_engine_flag(translate)
     translate.add_argument(
         "--quantize",
         choices=["int8"],
@@ -119,10 +123,6 @@ def _check_translate_flags(args: argparse.Namespace) -> None:
             n for n, v in zip(names, sampling, strict=True) if v is not None and v is not False
         ]
         raise ValueError(f"{', '.join(given)}: only with --sample")
-    if args.n_best is not None and args.sample:
-        raise ValueError("--n-best: n-best lists come from beam search; not with --sample")
-    if args.constraints is not None and args.sample:
-        raise ValueError("--constraints: constrained decoding is a beam search; not with --sample")
     if args.input and args.text:
         raise ValueError("--input: give either a FILE or TEXT arguments, not both")
     for flag, path in (("--input", args.input), ("--constraints", args.constraints)):
@@ -189,40 +189,35 @@ def _scored_line(best, n_best: bool) -> str:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from ..decode.options import BEAM_SIZE, DecodingOptions
+    from ..decode.options import DecodingOptions
     from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
 
     models = model_dirs(args)  # several: an ensemble
     args.model = models[0]
     _check_translate_flags(args)
+    engine = engine_of(args, len(models))  # its refusals before any model work
     if args.input and args.errors == "strict":
         check_utf8(args.input, "--input")  # every line, before any model work
     device = device_of(args.device)
     for model in models:
         check_kind(model, {"transformer"}, "translate", "--model")
     notice = None
+    drawing = {"sample": args.sample, "temperature": args.temperature, "top_k": args.top_k}
+    drawing.update(top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens)
     if args.sample:  # no search: the flags' length penalty (else the default) scores the draws
-        decoding = DecodingOptions().updated(beam_size=args.beam_size, alpha=args.alpha)
-    else:  # the beam and its length penalty: given, or the model's own
-        # --n-best N needs a beam of N; constraints a beam at all (the paper's 4 at least,
-        # where the model's recipe chose greedy search for plain translation).
-        least = max(args.n_best or 1, BEAM_SIZE if args.constraints else 1)
-        reason = "--constraints" if args.constraints and least == BEAM_SIZE else "--n-best"
-        decoding, notice = decoding_of(args, "translate", (least, reason))
-    if args.n_best is not None and args.n_best > decoding.beam_size:
-        raise ValueError(
-            f"--n-best: expected at most --beam-size ({decoding.beam_size}), got {args.n_best}"
-        )
-    decoding = decoding.updated(
-        max_new_tokens=args.max_new_tokens,
-        sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
-    options = {"max_tokens": args.max_tokens, "too_long": args.too_long}
+        try:
+            decoding = DecodingOptions().updated(
+                beam_size=args.beam_size, alpha=args.alpha, n_best=args.n_best, **drawing
+            )
+            decoding.check_constraints(bool(args.constraints))
+        except ValueError as e:
+            raise ValueError(as_flags(str(e))) from None
+    else:  # the beam and its length penalty: given, or the model's own, wide enough
+        constrained = bool(args.constraints)
+        decoding, notice = decoding_of(args, "translate", args.n_best or 1, constrained)
+        decoding = decoding.updated(**drawing)
+    options = {"max_tokens": args.max_tokens, "too_long": args.too_long, "engine": engine}
     if getattr(args, "quantize", None):
         options["quantize"] = args.quantize
     from_text = bool(args.text) and args.text != ["-"]
@@ -236,13 +231,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if notice:
         print(notice, file=sys.stderr, flush=True)
     too_long = TooLongLines("translate", source or "standard input line")
-    n = args.n_best or 1
 
     def translate(batch: list[str], first: int) -> list[str]:
         phrases = constraints.take(len(batch)) if constraints is not None else None
         found = loaded.hypotheses(
             batch,
-            n,
             constraints=phrases,
             prefixes=args.prefix,
             on_too_long=too_long.at(first),

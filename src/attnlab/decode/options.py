@@ -32,7 +32,7 @@ from .._checks import (
     is_number,
 )
 from .._rundir import JOB_FILE, read_job_file
-from .session import EXTRA_LENGTH
+from .session import output_limit
 
 if TYPE_CHECKING:
     import torch
@@ -62,8 +62,11 @@ class DecodingOptions:
             ``temperature`` (> 0), ``top_k`` (the k most probable tokens, None: all) and
             ``top_p`` (nucleus, in (0, 1], None: no filter) shape the distribution, ``seed``
             makes the draws reproducible (None: unseeded).
+        n_best: the hypotheses returned per source, best first (1 to ``beam_size``; more than
+            one only from beam search, not from sampling).
 
-    Every value is checked when the options are made: ValueError naming the field.
+    Every value is checked when the options are made: ValueError naming the field. The
+    options are hashable: a service groups requests that decode alike by them.
     """
 
     beam_size: int = BEAM_SIZE
@@ -74,6 +77,7 @@ class DecodingOptions:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    n_best: int = 1
 
     def __post_init__(self) -> None:
         check_int(self.beam_size, "beam_size")
@@ -92,6 +96,13 @@ class DecodingOptions:
             raise ValueError(f"top_p: expected a number in (0, 1] or None, got {top_p!r}")
         if self.seed is not None and not is_int(self.seed):
             raise ValueError(f"seed: expected an int or None, got {self.seed!r}")
+        check_int(self.n_best, "n_best")
+        if self.n_best > 1 and self.sample:
+            raise ValueError("n_best: n-best lists come from beam search, not from sampling")
+        if self.n_best > self.beam_size:
+            raise ValueError(
+                f"n_best: expected at most beam_size ({self.beam_size}), got {self.n_best}"
+            )
 
     # -- making them ---------------------------------------------------------------------------
 
@@ -104,6 +115,26 @@ class DecodingOptions:
             raise TypeError(f"unexpected decoding options {unknown}; known: {sorted(fields)}")
         changes = {k: v for k, v in given.items() if v is not None}
         return dataclasses.replace(self, **changes) if changes else self
+
+    def widened(self, n_best: int = 1, *, constrained: bool = False) -> DecodingOptions:
+        """These options asked for ``n_best`` hypotheses a source (and, where ``constrained``,
+        for lexical constraints), the one rule for what that needs: the beam raised to at least
+        ``n_best``, and to the paper's :data:`BEAM_SIZE` for constraints (a constrained decoding
+        is a beam search, also where greedy search was carried); a beam already wide enough is
+        kept. ValueError naming ``n_best`` or ``constraints`` when sampling: neither is a draw.
+        For a beam the caller chose itself, pass it with ``updated(beam_size=..., n_best=...)``,
+        which refuses an ``n_best`` over it instead."""
+        self.check_constraints(constrained)
+        least = max(n_best, BEAM_SIZE if constrained else 1)
+        beam = self.beam_size if self.sample else max(self.beam_size, least)
+        return dataclasses.replace(self, beam_size=beam, n_best=n_best)
+
+    def check_constraints(self, constrained: bool) -> None:
+        """ValueError naming ``constraints`` when ``constrained`` and these options sample."""
+        if constrained and self.sample:
+            raise ValueError(
+                "constraints: lexically constrained decoding is a beam search; not with sample=True"
+            )
 
     @classmethod
     def from_eval(cls, section: object) -> DecodingOptions | None:
@@ -147,8 +178,9 @@ class DecodingOptions:
 
     def output_limit(self, source_length: int, max_len: int) -> int:
         """The longest output for a source of ``source_length`` tokens: ``max_new_tokens``, or
-        the source's length + 50, at most the model's ``max_len``."""
-        return min(self.max_new_tokens or source_length + EXTRA_LENGTH, max_len)
+        the source's length + 50, at most the model's ``max_len``
+        (:func:`~attnlab.decode.session.output_limit`)."""
+        return output_limit(source_length, self.max_new_tokens, max_len)
 
     def generator(self, device: str | torch.device) -> torch.Generator | None:
         """A random generator on ``device`` seeded with ``seed`` (None without a seed)."""

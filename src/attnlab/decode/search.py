@@ -616,7 +616,6 @@ def decode(
     inputs: Tensor | Sequence[Sequence[int]],
     options: DecodingOptions | None = None,
     *,
-    n_best: int = 1,
     max_new_tokens: int | None = None,
     prefixes: Sequence[Sequence[int]] | None = None,
     constraints: Sequence[Sequence[object]] | None = None,
@@ -627,13 +626,13 @@ def decode(
 ) -> Generation:
     """Decode ``inputs`` as ``options`` say (:class:`~attnlab.decode.options.DecodingOptions`,
     default its defaults): :func:`sample` when ``options.sample``, else :func:`greedy_search`
-    for a beam of 1 (one best, unconstrained), else :func:`beam_search`. The Translator, the
+    for a beam of 1 (one best, unconstrained), else :func:`beam_search`, with ``options.n_best``
+    hypotheses per input. The Translator, the
     explorer and training's validation all decode through here.
 
     Args:
         model: a model, an :class:`~attnlab.decode.ensemble.Ensemble` or a list of models.
         inputs: as the searches'.
-        n_best: hypotheses per input (beam search only; at most the beam).
         max_new_tokens: the longest output for every row (None: ``options.max_new_tokens``,
             and where that is None each row's source length + 50).
         prefixes, constraints, continuations, quantize, fast: as :func:`beam_search`'s
@@ -646,13 +645,8 @@ def decode(
         raise TypeError(f"options: expected a DecodingOptions, got {type(options).__name__}")
     limit = options.max_new_tokens if max_new_tokens is None else max_new_tokens
     guided = prefixes if prefixes is not None and any(prefixes) else None
+    options.check_constraints(constraints is not None)
     if options.sample:
-        if n_best != 1:
-            raise ValueError("n_best: n-best lists come from beam search, not from sampling")
-        if constraints is not None:
-            raise ValueError(
-                "constraints: lexically constrained decoding is a beam search; not with sample=True"
-            )
         scorer = as_scorer(model)
         if generator is None:
             device = next(scorer.parameters()).device
@@ -669,7 +663,7 @@ def decode(
             quantize=quantize,
             prefixes=guided,
         )
-    if options.beam_size == 1 and constraints is None and n_best == 1:
+    if options.beam_size == 1 and constraints is None:
         return greedy_search(
             model, inputs, max_new_tokens=limit, fast=fast, quantize=quantize, prefixes=guided
         )
@@ -681,7 +675,7 @@ def decode(
         max_new_tokens=limit,
         fast=fast,
         quantize=quantize,
-        n_best=n_best,
+        n_best=options.n_best,
         prefixes=guided,
         constraints=constraints,
         continuations=continuations,

@@ -35,6 +35,13 @@ EXTRA_LENGTH = 50
 LM_MAX_NEW_TOKENS = 50
 
 
+def output_limit(source_length: int, max_new_tokens: int | None, max_len: int) -> int:
+    """The longest output of a translation, in tokens, the one rule every decoder keeps:
+    ``max_new_tokens``, or the source's length + :data:`EXTRA_LENGTH` (sec. 6.1), at most
+    ``max_len``."""
+    return min(source_length + EXTRA_LENGTH if max_new_tokens is None else max_new_tokens, max_len)
+
+
 # -- argument checks ---------------------------------------------------------------------------
 
 
@@ -176,7 +183,9 @@ class Session:
         if requested is not None:
             limit = torch.full_like(self.input_lengths, requested)
         elif isinstance(self.model, Transformer):
-            limit = self.input_lengths + EXTRA_LENGTH
+            most = int(self.input_lengths.max()) + EXTRA_LENGTH  # no cap here but the positions'
+            lengths = self.input_lengths.tolist()
+            limit = self.input_lengths.new_tensor([output_limit(n, None, most) for n in lengths])
         else:
             limit = torch.full_like(self.input_lengths, LM_MAX_NEW_TOKENS)
         if self.position_limit is not None:

@@ -33,8 +33,8 @@ from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.ensemble import Ensemble, incompatible
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, decode, length_penalty
-from ..decode.session import EXTRA_LENGTH
 from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong, bound_sources
+from .engines import CTranslate2Engine, carried_length_penalty, check_engine
 
 __all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
 
@@ -47,9 +47,10 @@ class Hypothesis:
     (EOS included where it ended); ``token_log_probs``: each token's log-probability under the
     model, in order;
     ``log_prob``: their sum, ``log P(translation | source)``; ``score``: ``log_prob / lp``,
-    with beam search's length penalty ``lp = ((5 + len(tokens)) / 6) ** alpha`` (what the beam
-    ranks by, for greedy search and sampling too); ``finished``: it ended with EOS (False: it
-    reached its length limit)."""
+    what the engine's beam ranks by (for greedy search and sampling too): torch's length penalty
+    ``lp = ((5 + len(tokens)) / 6) ** alpha``, CTranslate2's ``len(tokens) ** length_penalty``
+    (:class:`~attnlab.inference.engines.CTranslate2Engine`); ``finished``: it ended with EOS
+    (False: it reached its length limit)."""
 
     text: str
     ids: list[int]
@@ -104,7 +105,12 @@ class Translator:
             translates its first ``max_len`` tokens, ``"refuse"`` leaves it untranslated.
             Either way :meth:`translate` reports it (see there).
         quantize: ``"int8"`` decodes with int8 weights in the decoder and output projection
-            (:mod:`attnlab.decode.fast`; the encoder stays float32); None keeps the model's.
+            (:mod:`attnlab.decode.fast`; the encoder stays float32; CTranslate2's int8 on that
+            engine); None keeps the model's.
+        engine: ``"torch"`` (default: attnlab's searches) or ``"ctranslate2"``
+            (:class:`~attnlab.inference.engines.CTranslate2Engine`, held as :attr:`ct2`: the
+            model converted once, decoded by CTranslate2; no ensemble, constraints or attention;
+            :func:`~attnlab.inference.engines.check_engine` refuses those in one line).
 
     A Translator is callable: ``translator("text")`` is one translation, ``translator([...])``
     a list of them; ``constraints=`` and ``prefix=`` guide them (see :meth:`__call__`).
@@ -120,6 +126,7 @@ class Translator:
         max_tokens: int = MAX_TOKENS,
         quantize: str | None = None,
         too_long: str = "cut",
+        engine: str = "torch",
     ) -> None:
         from ..decode.fast import check_quantize, why_not_fast_path
         from ..models.transformer import Transformer
@@ -141,7 +148,8 @@ class Translator:
         #: How this translator decodes (its beam, length penalty, length limit, sampling).
         self.decoding: DecodingOptions = decoding or DecodingOptions()
         check_positive_int(max_tokens, "max_tokens")
-        if check_quantize(quantize) is not None:
+        self.engine = check_engine(engine, models=len(members), quantize=quantize)
+        if engine == "torch" and check_quantize(quantize) is not None:
             for member in members:
                 if why_not_fast_path(member, quantize):
                     raise ValueError(why_not_fast_path(member, quantize))
@@ -149,7 +157,8 @@ class Translator:
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.max_tokens = max_tokens
-        self.generator = self.decoding.generator(next(model.parameters()).device)
+        self.generator_device = next(model.parameters()).device
+        self.generator = self.decoding.generator(self.generator_device)
         if too_long not in TOO_LONG_CHOICES:
             raise ValueError(
                 f"too_long: expected one of {', '.join(TOO_LONG_CHOICES)}, got {too_long!r}"
@@ -160,6 +169,12 @@ class Translator:
         #: at a cost that grows with the input, so a hostile line could take the machine).
         self.max_len: int = min(member.config.max_len for member in members)
         self._continuations: torch.Tensor | None = None
+        #: The CTranslate2 engine (None: torch's).
+        self.ct2: CTranslate2Engine | None = None
+        if engine == "ctranslate2":
+            self.ct2 = CTranslate2Engine(
+                model, src_tokenizer, tgt_tokenizer, quantize=quantize, seed=self.decoding.seed
+            )
 
     @classmethod
     def load(
@@ -189,6 +204,8 @@ class Translator:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dirs = _model_dirs(model_dir)
+        engine, quantize = options.get("engine", "torch"), options.get("quantize")
+        check_engine(engine, models=len(dirs), quantize=quantize)
         names = ["model_dir"] if len(dirs) == 1 else [f"model_dir[{i}]" for i in range(len(dirs))]
         dirs = [resolve_model_dir(d, name=name) for d, name in zip(dirs, names, strict=True)]
         loaded = [load_with_tokenizers(d, device=device) for d in dirs]
@@ -204,7 +221,10 @@ class Translator:
         if decoding is None:
             decoding = DecodingOptions.carried_by(dirs[0])[0]
         try:
-            return cls(models, src, tgt, decoding=decoding, **options)
+            translator = cls(models, src, tgt, decoding=decoding, **options)
+            if translator.ct2 is not None:
+                translator.ct2.length_penalty = carried_length_penalty(dirs[0])
+            return translator
         except TypeError as e:
             raise ValueError(f"{names[0]}: {dirs[0]}: {e}") from None
         except ValueError as e:
@@ -254,12 +274,15 @@ class Translator:
         self,
         texts: Sequence[str],
         *,
+        decoding: DecodingOptions | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
         prefixes: str | Sequence[str | None] | None = None,
         on_too_long: Callable[[TooLong], object] | None = None,
         on_refused: Callable[[Refused], object] | None = None,
     ) -> list[str]:
         """Translations of ``texts``, in order. An empty line translates to an empty line.
+        ``decoding``: how to decode this call (None: :attr:`decoding`); its ``n_best`` does not
+        matter here, the best is returned.
 
         A source over the model's ``max_len`` tokens (or over ``CHARS_PER_TOKEN * max_len``
         characters, checked before tokenizing) is cut to its first ``max_len`` tokens, or with
@@ -277,6 +300,7 @@ class Translator:
         """
         found = self.hypotheses(
             texts,
+            decoding=decoding,
             constraints=constraints,
             prefixes=prefixes,
             on_too_long=on_too_long,
@@ -284,60 +308,35 @@ class Translator:
         )
         return [best[0].text if best else "" for best in found]
 
-    def n_best(
-        self,
-        texts: Sequence[str],
-        n: int,
-        *,
-        constraints: Sequence[Sequence[str]] | None = None,
-        prefixes: str | Sequence[str | None] | None = None,
-        on_too_long: Callable[[TooLong], object] | None = None,
-        on_refused: Callable[[Refused], object] | None = None,
-    ) -> list[list[tuple[float, str]]]:
-        """The ``n`` best beam-search translations of each of ``texts``, best first, as
-        ``(score, text)`` with score ``log P / lp(length)`` (what the beam ranks by; sec. 6.1).
-        ``n`` is at most ``beam_size``; a sentence with fewer finished hypotheses has fewer.
-        An empty text has one translation, ``(0.0, "")``; a refused one none. The other
-        arguments: as :meth:`translate`'s (:meth:`hypotheses` gives the token scores too)."""
-        found = self.hypotheses(
-            texts,
-            n,
-            constraints=constraints,
-            prefixes=prefixes,
-            on_too_long=on_too_long,
-            on_refused=on_refused,
-        )
-        return [[(h.score, h.text) for h in row] for row in found]
-
     def hypotheses(
         self,
         texts: Sequence[str],
-        n: int = 1,
         *,
+        decoding: DecodingOptions | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
         prefixes: str | Sequence[str | None] | None = None,
         on_too_long: Callable[[TooLong], object] | None = None,
         on_refused: Callable[[Refused], object] | None = None,
     ) -> list[list[Hypothesis]]:
-        """The ``n`` best translations of each of ``texts`` with their scores
+        """The ``decoding.n_best`` best translations of each of ``texts`` with their scores
         (:class:`Hypothesis`: per-token log-probabilities, ``log P``, the length-normalised
-        score), best first. ``n > 1`` needs beam search (``n <= beam_size``). An empty text
-        has one empty translation (scores 0); a refused one none. The other arguments: as
-        :meth:`translate`'s."""
-        check_positive_int(n, "n")
-        if n > self.decoding.beam_size:
-            beam = self.decoding.beam_size
-            raise ValueError(f"n: expected at most beam_size ({beam}), got {n}")
-        if n > 1 and self.decoding.sample:
-            raise ValueError("n: n-best lists come from beam search, not from sampling")
+        score), best first; a sentence whose beam finished fewer has fewer. ``decoding``: how
+        to decode this call (None: :attr:`decoding`; ``decoding.widened(n)`` asks ``n`` of the
+        translator's, the beam raised to hold them). An empty text has one empty translation
+        (scores 0); a refused one none. The other arguments: as :meth:`translate`'s."""
+        options = self._call_options(decoding)
+        n = options.n_best
         encoded, order, refused = encode_sources(
             self.src_tokenizer, texts, self.max_len, self.too_long, on_too_long
         )
-        if self.decoding.sample and constraints is not None and any(constraints):
-            raise ValueError(
-                "constraints: lexically constrained decoding is a beam search; not with sample=True"
-            )
+        options.check_constraints(constraints is not None and any(constraints))
+        if self.ct2 is not None:
+            check_engine(self.engine, constraints=constraints is not None and any(constraints))
         config = self.model.config
+
+        def limit(source: list[int]) -> int:
+            return options.output_limit(len(source), self.max_len)
+
         prefix_ids, phrases, unmet = guide_requests(
             encoded,
             order,
@@ -345,8 +344,8 @@ class Translator:
             prefixes,
             phrase=self.phrase,
             target=self.target,
-            limit=self._limit,
-            beam=self.decoding.beam_size,
+            limit=limit,
+            beam=options.beam_size,
             forbidden={config.eos_id, config.pad_id, config.bos_id},
             on_refused=on_refused,
         )
@@ -358,17 +357,20 @@ class Translator:
         def kind(i: int) -> tuple[bool, bool]:
             # A batch is all below the output cap or all over it (every row gets the budget it
             # would get alone), and all constrained or none (plain lines decode as today).
-            return self._capped(encoded[i]), bool(phrases[i])
+            return self._capped(encoded[i], options), bool(phrases[i])
 
         for batch in length_batches(order, encoded, kind, self.max_tokens):
+            sources = [encoded[i] for i in batch]
             generated = search(
                 self,
-                [encoded[i] for i in batch],
-                n,
+                sources,
                 [prefix_ids[i] for i in batch],
                 [phrases[i] for i in batch] if phrases[batch[0]] else None,
+                options,
+                limit(sources[0]) if kind(batch[0])[0] else None,
             )
-            rows = as_hypotheses(generated, self.tgt_tokenizer, self.decoding.alpha)
+            alpha = options.alpha if self.ct2 is None else None  # None: the engine's score
+            rows = as_hypotheses(generated, self.tgt_tokenizer, alpha)
             for j, i in enumerate(batch):
                 out[i] = [h for h in rows[j * n : (j + 1) * n] if h is not None]
                 if not out[i] and phrases[i]:  # not expected: check_request bounds the search
@@ -378,21 +380,20 @@ class Translator:
                     on_refused(report)
         return out
 
-    def _limit(self, source: list[int]) -> int:
-        """The longest translation of ``source``, in tokens: ``max_new_tokens`` or the source
-        + 50, at most ``max_len`` (:meth:`~attnlab.decode.options.DecodingOptions.
-        output_limit`)."""
-        return self.decoding.output_limit(len(source), self.max_len)
+    def _call_options(self, decoding: DecodingOptions | None) -> DecodingOptions:
+        """The options of one call: ``decoding``, else the translator's."""
+        if decoding is not None and not isinstance(decoding, DecodingOptions):
+            raise TypeError(
+                f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
+            )
+        return self.decoding if decoding is None else decoding
 
-    def _capped(self, source: list[int]) -> bool:
-        """Whether the default output budget (source + 50) of ``source`` is over ``max_len``."""
-        return self.decoding.max_new_tokens is None and len(source) + EXTRA_LENGTH > self.max_len
-
-    def _output_limit(self, sources: list[list[int]]) -> int | None:
-        """``max_new_tokens`` for one batch: by default None (each row's own source + 50)
-        unless the batch is over the cap (:meth:`_limit` of its first row then)."""
-        capped = self.decoding.max_new_tokens is not None or self._capped(sources[0])
-        return self._limit(sources[0]) if capped else None
+    def _capped(self, source: list[int], options: DecodingOptions) -> bool:
+        """Whether ``source``'s output length limit is one number for its batch: a given
+        ``max_new_tokens``, or a default budget (source + 50) over ``max_len``; else each row
+        of a batch keeps its own source + 50."""
+        unbounded = options.output_limit(len(source), self.max_len + 1)
+        return options.max_new_tokens is not None or unbounded > self.max_len
 
 
 # -- what the Translator is made of ------------------------------------------------------------
@@ -401,29 +402,29 @@ class Translator:
 def search(
     t: Translator,
     sources: list[list[int]],
-    n: int,
     prefixes: list[list[int]],
     constraints: list[list[Phrase]] | None,
-    *,
-    beam_size: int | None = None,
-    limit: int | None = None,
+    options: DecodingOptions,
+    limit: int | None,
 ) -> Generation:
-    """One batch of :meth:`Translator.hypotheses`: ``n`` hypotheses per source, with the
-    translator's decoding through :func:`attnlab.decode.search.decode` (constrained where
-    ``constraints`` is given). ``beam_size`` and ``limit`` (the longest output) replace the
-    translator's for this batch (the explorer's per-request beam)."""
-    options = t.decoding if beam_size is None else t.decoding.updated(beam_size=beam_size)
+    """One batch of :meth:`Translator.hypotheses`: ``options.n_best`` hypotheses per source
+    through :func:`attnlab.decode.search.decode` (constrained where ``constraints`` is given),
+    at most ``limit`` tokens long (None: each row's source + 50); or through the CTranslate2
+    engine (:attr:`Translator.ct2`)."""
+    if t.ct2 is not None:
+        limits = [limit or options.output_limit(len(s), t.max_len) for s in sources]
+        return t.ct2.search(sources, prefixes, options, limits)
+    seeded = options.seed == t.decoding.seed
     return decode(
         t.model,
         sources,
         options,
-        n_best=n,
-        max_new_tokens=t._output_limit(sources) if limit is None else limit,
+        max_new_tokens=limit,
         prefixes=prefixes,
         constraints=constraints,
         continuations=t.continuations() if constraints is not None else None,
         quantize=t.quantize,
-        generator=t.generator,
+        generator=t.generator if seeded else options.generator(t.generator_device),
     )
 
 
@@ -571,15 +572,17 @@ def guide_requests(
     return prefix_ids, phrases, refused
 
 
-def as_hypotheses(generated: Generation, tokenizer, alpha: float) -> list[Hypothesis | None]:
+def as_hypotheses(generated: Generation, tokenizer, alpha: float | None) -> list[Hypothesis | None]:
     """The rows of ``generated`` as :class:`Hypothesis` (None for a row that found nothing:
-    an n-best row past what the beam finished), texts and labels from ``tokenizer``."""
+    an n-best row past what the beam finished), texts and labels from ``tokenizer``; scored
+    ``log P / lp(alpha)``, or with ``alpha`` None ``generated.scores`` (an engine's own)."""
     out: list[Hypothesis | None] = []
     eos = generated.eos_id
-    for ids, row_scores, log_prob, done in zip(
+    for ids, row_scores, log_prob, score, done in zip(
         generated.tolist(keep_eos=True),
         generated.token_scores(),
         generated.log_probs.tolist(),
+        generated.scores.tolist(),
         generated.finished.tolist(),
         strict=True,
     ):
@@ -594,7 +597,7 @@ def as_hypotheses(generated: Generation, tokenizer, alpha: float) -> list[Hypoth
                 tokens=tokenizer.labels(ids),
                 token_log_probs=row_scores,
                 log_prob=log_prob,
-                score=log_prob / float(length_penalty(len(ids), alpha)),
+                score=score if alpha is None else log_prob / float(length_penalty(len(ids), alpha)),
                 finished=bool(done),
             )
         )
@@ -629,5 +632,5 @@ def load_translator(model_dir: str | os.PathLike, **options) -> Translator:
     ``OUT/model``, a checkpoint ``OUT/checkpoints/step-N`` or a run ``OUT``; ``options``:
     ``device`` and the :class:`Translator` constructor's (``decoding``, by default what the
     directory carries, see :meth:`Translator.load`; ``max_tokens``, ``quantize``,
-    ``too_long``)."""
+    ``too_long``, ``engine``)."""
     return Translator.load(model_dir, **options)

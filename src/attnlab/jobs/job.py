@@ -114,7 +114,7 @@ class Job:
         check_keys(train, [f for f in _field_names(TrainConfig) if f != "out"], "[train]")
         distill = None
         if "distill" in data or "distill" in defaults:  # a student: its teachers' translations
-            distill = dataclass_from(DistillOptions, table("distill"), "[distill]")
+            distill = DistillOptions.from_table(table("distill"))
         return cls(
             task=task_options,
             tokenizer=dataclass_from(TokenizerOptions, table("tokenizer"), "[tokenizer]"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._io import write_json
 from .._lazy import importing_meanwhile
+from ..decode.options import DecodingOptions
 from ..tasks import TaskContext
 from .job import JOB_FILE, Job
 
@@ -132,8 +133,7 @@ def evaluate_model(
     split: str | None = None,
     corpus=None,
     job: Job | None = None,
-    beam_size: int | None = None,
-    alpha: float | None = None,
+    decoding: DecodingOptions | None = None,
     limit: int | None = None,
     examples: int = 10,
     device: str | None = None,
@@ -142,11 +142,11 @@ def evaluate_model(
     first one's job is read) on ``split`` of its task (from its ``job.json``; by
     default the split ``attnlab train`` scores at the end: ``test``, ``valid`` for a language
     model), on ``device`` (``cpu`` or ``cuda``; default CUDA when available, CPU for a
-    language model). A translation model: beam search (``beam_size`` and length penalty
-    ``alpha``, by default the job's ``[eval]`` ones), ``{"bleu", "chrf", "exact_match",
+    language model). A translation model: decoded with ``decoding`` (None: the job's
+    ``[eval]``), ``{"bleu", "chrf", "exact_match",
     "sentences", signatures, "split", "examples": a few (source, reference, hypothesis)}``. A
     language model (the ``text`` task): its perplexity; an image classifier: its accuracy
-    (these take no ``beam_size`` or ``alpha``)."""
+    (these take no ``decoding``)."""
     several = not isinstance(model_dir, (str, os.PathLike))
     dirs = [Path(d) for d in model_dir] if several else [Path(model_dir)]  # type: ignore[union-attr]
     if not dirs:
@@ -172,6 +172,5 @@ def evaluate_model(
         limit=limit,
         examples=examples,
         device=device,
-        beam_size=beam_size,
-        alpha=alpha,
+        decoding=decoding,
     )

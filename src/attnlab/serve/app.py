@@ -19,6 +19,8 @@ for the model. The limits and the HTTP guards are in :mod:`attnlab.serve.limits`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
@@ -28,7 +30,8 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -88,6 +91,10 @@ class TranslateRequest(_Strict):
     prefix: str | None = Field(
         None, description="target text the translation must start with (null or blank: none)"
     )
+
+    def decoding(self, served: DecodingOptions) -> DecodingOptions:
+        """The request's decoding: the server's (``served``) with the beam it asks."""
+        return served.updated(beam_size=self.beam_size)
 
 
 class AttentionRequest(TranslateRequest):
@@ -241,14 +248,14 @@ BODIES: dict[str, type[BaseModel] | None] = {
     "/api/masks": MasksRequest,
     "/translate": None,
 }
-#: The API's routes, as an unknown route's 404 lists them (the page's follow, unless
-#: ``--api-only``).
-API_ROUTES = (
+#: The translation service's routes, as an unknown route's 404 lists them (the explorer's
+#: come first, unless ``--api-only``).
+API_ROUTES = "POST /translate, GET /languages, GET /health, GET /metrics"
+EXPLORER_ROUTES = (
     "GET /api/model, POST /api/translate, POST /api/attention, GET /api/positional, "
-    "POST /api/masks, POST /translate, GET /languages, GET /health, GET /metrics"
+    "POST /api/masks, GET /, GET /static/<file>"
 )
-PAGE_ROUTES = "GET /, GET /static/<file>"
-ROUTES = f"{API_ROUTES}, {PAGE_ROUTES}"
+ROUTES = f"{EXPLORER_ROUTES}, {API_ROUTES}"
 #: Paths counted by name in /metrics.
 METRIC_ROUTES = (
     "/api/model", "/api/translate", "/api/attention", "/api/positional", "/api/masks",
@@ -270,10 +277,8 @@ _MEDIA_TYPES = {
 
 
 def create_app(
-    model_dir: str | os.PathLike,
+    model_dir: str | os.PathLike | Sequence[str | os.PathLike],
     *,
-    beam_size: int | None = None,
-    alpha: float | None = None,
     device: str | torch.device | None = None,
     static_dir: str | os.PathLike | None = None,
     limits: Limits | None = None,
@@ -282,45 +287,57 @@ def create_app(
     api_only: bool = False,
     languages_served: tuple[str, str] | None = None,
     warm_up: bool = True,
+    engine: str = "torch",
+    quantize: str | None = None,
 ) -> FastAPI:
     """The server's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
-    once): the explorer's page and API, and the translation service. ``decoding``: how it
-    decodes (default: what the model directory carries,
-    :meth:`~attnlab.decode.options.DecodingOptions.carried_by`); ``beam_size``, the default
-    beam (1-16), and ``alpha``, the length penalty, replace its fields where not None;
-    ``device``: default CUDA when available;
+    once, into the model host, :class:`~attnlab.serve.service.TranslationService`; a list of
+    directories: their ensemble): the translation service and, unless ``api_only``, the
+    explorer's page and API over the same loaded model. ``decoding``: how it decodes (default:
+    what the model directory carries,
+    :meth:`~attnlab.decode.options.DecodingOptions.carried_by`; its beam 1 to 16);
+    ``engine``, ``quantize``: as :meth:`~attnlab.inference.translator.Translator.load`'s (the
+    explorer needs one model on the torch engine); ``device``: default CUDA when available;
     ``static_dir``: the page's files (default the package's ``static/``); ``limits``: queue,
     timeouts, connection and answer sizes (:class:`Limits`' defaults); ``allowed_hosts``: the
     names the Host header may carry (default the loopback names; ``"*"``: any);
-    ``api_only``: no page (``/`` and ``/static/`` are 404s); ``languages_served``: the model's
-    ``(source, target)`` codes for ``/translate`` (default: its job.json's task, else
-    ``("src", "tgt")``); ``warm_up``: start the warm-up now, in a thread (else ``/health``
-    says not ready until ``app.state.service.warm_up()`` has run).
+    ``api_only``: no explorer (its page and ``/api/`` routes are 404s); ``languages_served``:
+    the model's ``(source, target)`` codes for ``/translate`` (default: its job.json's task,
+    else ``("src", "tgt")``); ``warm_up``: start the warm-up now, in a thread (else
+    ``/health`` says not ready until ``app.state.service.warm_up()`` has run). The app's
+    lifespan drains the host when the server stops (the admitted requests are answered).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not a directory.
-        ValueError: it holds no encoder-decoder Transformer; ``beam_size`` out of range.
+        ValueError: it holds no encoder-decoder Transformer; a beam out of range; what the
+            engine or the explorer cannot do.
     """
-    if beam_size is not None and not is_int(beam_size):
-        raise TypeError(f"beam_size: expected an int, got {type(beam_size).__name__}")
-    asked = beam_size if beam_size is not None or decoding is None else decoding.beam_size
-    if asked is not None and not 1 <= asked <= MAX_BEAM:  # before the model loads
-        raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {asked}")
+    from ..inference.translator import Translator
+
+    if decoding is not None and decoding.beam_size > MAX_BEAM:  # before the model loads
+        raise ValueError(f"beam_size: expected 1 to {MAX_BEAM}, got {decoding.beam_size}")
+    dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"model_dir: {d}: no such directory")
     limits = limits if limits is not None else Limits()
-    explorer = Explorer(
-        model_dir, beam_size=beam_size, alpha=alpha, device=device, decoding=decoding
+    translator = Translator.load(
+        dirs if len(dirs) > 1 else dirs[0],
+        device=device,
+        decoding=decoding,
+        engine=engine,
+        quantize=quantize,
     )
-    if explorer.beam_size > MAX_BEAM:
+    if translator.decoding.beam_size > MAX_BEAM:
         raise ValueError(
-            f"beam_size: the model carries {explorer.beam_size}; the explorer takes 1 to "
-            f"{MAX_BEAM}: pass one"
+            f"beam_size: the model carries {translator.decoding.beam_size}; the server takes "
+            f"1 to {MAX_BEAM}: pass one"
         )
-    queue = ModelQueue(waiting=limits.queue, timeout=limits.request_timeout)
     draining = threading.Event()
-    pair = languages_served if languages_served is not None else model_languages(model_dir)
+    pair = languages_served if languages_served is not None else model_languages(dirs[0])
     metrics = ServeMetrics()
     service = TranslationService(
-        explorer,
+        translator,
         pair,
         metrics,
         max_tokens=limits.batch_tokens,
@@ -328,10 +345,24 @@ def create_app(
         waiting=limits.translate_waiting,
         timeout=limits.request_timeout,
     )
+    explorer = None if api_only else Explorer(translator, dirs[0], service.lock)
+    queue = ModelQueue(waiting=limits.queue, timeout=limits.request_timeout)
     metrics.queue_depth.read = lambda: service.batcher.sentences_waiting
     metrics.explorer_depth.read = lambda: queue.pending
     metrics.ready.read = lambda: float(service.ready.is_set())
-    static = Path(static_dir) if static_dir is not None else STATIC_DIR
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        draining.clear()  # (an app served again after a drain)
+        yield
+        # Under any ASGI server: from here /health says draining and a new request gets a
+        # 503, and the shutdown waits (at most the request timeout) for the requests the
+        # batcher admitted. The threads stay: run() closes them once its server has stopped.
+        draining.set()
+        deadline = time.monotonic() + limits.request_timeout
+        while service.batcher.sentences_waiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
     app = FastAPI(
         title="attnlab attention explorer and translation service",
         description="Attention, positional information and masks of an attnlab Transformer, "
@@ -341,6 +372,7 @@ def create_app(
         openapi_url="/api/openapi.json",
         redirect_slashes=False,  # "/api/model/" is an unknown route (404), not a redirect
         responses={"4XX": {"model": ErrorResponse, "description": "a client error"}},
+        lifespan=lifespan,
     )
     app.state.explorer = explorer
     app.state.queue = queue
@@ -360,6 +392,56 @@ def create_app(
     install_error_handlers(app, BODIES, API_ROUTES if api_only else ROUTES)
     busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
+    @app.post(
+        "/translate",
+        responses={200: {"model": LibreTranslateAnswer}, **busy},
+        openapi_extra={"requestBody": libre_body(pair)},
+    )
+    async def libre_translate(request: Request) -> dict:
+        """LibreTranslate's translate: ``q`` (a string or a list), ``source``, ``target``,
+        ``format`` (text), ``alternatives``; as JSON or a URL-encoded form (docs/serve.md)."""
+        fields = _fields(await request.body(), request.headers.get("content-type"))
+        call = parse_translate(
+            fields, service.languages, service.translator.decoding, max_beam=MAX_BEAM
+        )
+        return await service.translate(call, request.receive)
+
+    @app.get("/languages", response_model=list[Language])
+    def libre_languages() -> list[dict]:
+        """LibreTranslate's languages: the model's pair."""
+        return languages(*service.languages)
+
+    @app.get(
+        "/health",
+        responses={200: {"model": Health}, 503: {"model": Health, "description": "not ready"}},
+    )
+    def health() -> JSONResponse:
+        """Live (it answers) and ready (the model is loaded and warmed up, and the server is
+        not shutting down): 200 when ready, else 503."""
+        ready = service.ready.is_set() and not draining.is_set()
+        answer = {"live": True, "ready": ready, "draining": draining.is_set()}
+        return JSONResponse(answer, status_code=200 if ready else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics_text() -> Response:
+        """Prometheus' text format: requests, batches, queue depth, latency."""
+        return Response(metrics.exposition(), media_type=ServeMetrics.CONTENT_TYPE)
+
+    if explorer is not None:
+        static = Path(static_dir) if static_dir is not None else STATIC_DIR
+        explorer_routes(app, explorer, queue, limits, static)
+    if warm_up:
+        service.start_warm_up()
+    return app
+
+
+def explorer_routes(
+    app: FastAPI, explorer: Explorer, queue: ModelQueue, limits: Limits, static: Path
+) -> None:
+    """The explorer's page (``/``, ``/static/``) and API (``/api/``) on ``app``: its model
+    routes wait in ``queue``, the model's bounded line."""
+    busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
+
     @app.get("/api/model", response_model=ModelInfo)
     async def model_info() -> dict:
         """What the page needs to know about the model."""
@@ -369,7 +451,11 @@ def create_app(
     async def translate(body: TranslateRequest, request: Request) -> dict:
         """Translate one sentence (beam search; beam_size 1 is greedy)."""
         job = await run_in_threadpool(
-            explorer.prepare_translate, body.text, body.beam_size, body.constraints, body.prefix
+            explorer.prepare_translate,
+            body.text,
+            body.decoding(explorer.decoding),
+            body.constraints,
+            body.prefix,
         )
         return await queue.run(lambda: explorer.run_translate(job), request.receive)
 
@@ -380,7 +466,7 @@ def create_app(
         job = await run_in_threadpool(
             explorer.prepare_attention,
             body.text,
-            body.beam_size,
+            body.decoding(explorer.decoding),
             body.target,
             body.layers,
             body.heads,
@@ -409,66 +495,36 @@ def create_app(
         """Padding, look-ahead and combined masks of a batch of sentences."""
         return explorer.masks(request.texts)
 
-    @app.post(
-        "/translate",
-        responses={200: {"model": LibreTranslateAnswer}, **busy},
-        openapi_extra={"requestBody": libre_body(pair)},
-    )
-    async def libre_translate(request: Request) -> dict:
-        """LibreTranslate's translate: ``q`` (a string or a list), ``source``, ``target``,
-        ``format`` (text), ``alternatives``; as JSON or a URL-encoded form (docs/serve.md)."""
-        fields = _fields(await request.body(), request.headers.get("content-type"))
-        call = parse_translate(fields, service.languages, max_beam=MAX_BEAM)
-        return await service.translate(call, request.receive)
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return _static_file(static, "index.html")
 
-    @app.get("/languages", response_model=list[Language])
-    def libre_languages() -> list[dict]:
-        """LibreTranslate's languages: the model's pair."""
-        return languages(*service.languages)
-
-    @app.get(
-        "/health",
-        responses={200: {"model": Health}, 503: {"model": Health, "description": "not ready"}},
-    )
-    def health() -> JSONResponse:
-        """Live (it answers) and ready (the model is loaded and warmed up, and the server is
-        not shutting down): 200 when ready, else 503."""
-        ready = service.ready.is_set() and not draining.is_set()
-        answer = {"live": True, "ready": ready, "draining": draining.is_set()}
-        return JSONResponse(answer, status_code=200 if ready else 503)
-
-    @app.get("/metrics", include_in_schema=False)
-    def metrics_text() -> Response:
-        """Prometheus' text format: requests, batches, queue depth, latency."""
-        return Response(metrics.exposition(), media_type=ServeMetrics.CONTENT_TYPE)
-
-    if not api_only:
-
-        @app.get("/", include_in_schema=False)
-        def page() -> FileResponse:
-            return _static_file(static, "index.html")
-
-        @app.get("/static/{name}", include_in_schema=False)
-        def static_file(name: str) -> FileResponse:
-            return _static_file(static, name)
-
-    if warm_up:
-        service.start_warm_up()
-    return app
+    @app.get("/static/{name}", include_in_schema=False)
+    def static_file(name: str) -> FileResponse:
+        return _static_file(static, name)
 
 
 def _fields(body: bytes, content_type: str | None) -> dict[str, object]:
     """A ``/translate`` body's fields: a JSON object, or a URL-encoded form (each field once;
-    the guard has checked the type, the size and the encoding)."""
+    the guard has checked the type, the size and the encoding; a percent-escape's bytes that
+    are not UTF-8 are refused, not replaced)."""
     if media_type(content_type) == FORM_TYPE:
-        try:
-            pairs = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=64)
+        try:  # a percent-escaped byte that is not UTF-8 comes back as a lone surrogate
+            pairs = parse_qs(
+                body.decode(), keep_blank_values=True, max_num_fields=64, errors="surrogateescape"
+            )
         except ValueError as error:  # more fields than that
             raise BadRequest(f"body: {error}") from None
         for name, values in pairs.items():
+            shown = clip(name.encode("utf-8", "replace").decode(), 40)  # "?" for a bad byte
+            try:
+                "".join([name, *values]).encode("utf-8")
+            except UnicodeEncodeError:
+                message = "percent-escapes of bytes that are not UTF-8; expected UTF-8 text"
+                raise BadRequest(f"{shown}: {message}") from None
             if len(values) > 1:
                 raise BadRequest(
-                    f"{clip(name, 40)}: given {len(values)} times in the form; expected once "
+                    f"{shown}: given {len(values)} times in the form; expected once "
                     f"(send a list of sentences as JSON)"
                 )
         return {name: values[0] for name, values in pairs.items()}
@@ -577,12 +633,10 @@ def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> list[str]:
 
 
 def run(
-    model_dir: str | os.PathLike,
+    model_dir: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    beam_size: int | None = None,
-    alpha: float | None = None,
     log_level: str = "warning",
     limits: Limits | None = None,
     allow_hosts: Sequence[str] = (),
@@ -591,11 +645,13 @@ def run(
     decoding: DecodingOptions | None = None,
     api_only: bool = False,
     languages_served: tuple[str, str] | None = None,
+    engine: str = "torch",
+    quantize: str | None = None,
 ) -> None:
     """Serve the explorer and the translation service of ``model_dir`` until Ctrl-C or
     SIGTERM; prints its URL. ``port`` 0 picks a free port (the printed URL has the real one).
     The Host header must be a loopback name, ``host``, or one of ``allow_hosts`` (``"*"``:
-    any). ``decoding``, ``beam_size``, ``alpha``, ``device``, ``api_only``,
+    any). ``decoding``, ``device``, ``api_only``, ``engine``, ``quantize``,
     ``languages_served``: as :func:`create_app`'s. ``notice``: a line for stderr once the
     model has loaded (the decoding it uses, say).
 
@@ -607,14 +663,14 @@ def run(
     try:
         app = create_app(
             model_dir,
-            beam_size=beam_size,
-            alpha=alpha,
             device=device,
             limits=limits,
             allowed_hosts=allowed,
             decoding=decoding,
             api_only=api_only,
             languages_served=languages_served,
+            engine=engine,
+            quantize=quantize,
         )
     except BaseException:
         sock.close()

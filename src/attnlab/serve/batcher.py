@@ -2,11 +2,11 @@
 together (docs/serve.md, "Batching").
 
 Requests wait in one first-come-first-served line. One worker thread takes the oldest request
-and, behind it, the later ones with the same decoding options (:class:`Options`: the beam and
-the number of hypotheses), up to a budget of source tokens, and hands their sentences to one
-``decode`` call (the app's: one call to the Translator, which sorts them by length into its own
-batches); each request then gets its own sentences' results. Requests with other options wait
-for a batch of their own.
+and, behind it, the later ones with the same decoding options (one
+:class:`~attnlab.decode.options.DecodingOptions`), up to a budget of source tokens, and hands
+their sentences to one ``decode`` call (the app's: one call to the Translator, which sorts
+them by length into its own batches); each request then gets its own sentences' results.
+Requests with other options wait for a batch of their own.
 
 * **No wait when idle**: a request that finds the model idle starts at once. Only right after a
   batch (within ``max_delay`` seconds of its end) does the worker wait, at most until then, for
@@ -36,25 +36,17 @@ from typing import Any
 
 from starlette.types import Receive
 
+from ..decode.options import DecodingOptions
 from ..inference.bounds import MAX_TOKENS
 from .limits import ANSWERED, LEFT, Busy, ClientGone, answer_or_leave
 
-__all__ = ["Batcher", "Options"]
-
-
-@dataclass(frozen=True)
-class Options:
-    """What a batch's sentences share: ``beam_size`` (1: greedy) and ``n``, the hypotheses
-    asked for each sentence (1 + LibreTranslate's ``alternatives``)."""
-
-    beam_size: int
-    n: int = 1
+__all__ = ["Batcher"]
 
 
 @dataclass(eq=False)
 class _Request:
     texts: list[str]
-    options: Options
+    options: DecodingOptions  # what a batch's requests share
     tokens: int  # source tokens, the budget's unit
     future: Future = field(default_factory=Future)
     overtaken: int = 0  # source tokens of later requests decoded before it
@@ -62,7 +54,7 @@ class _Request:
 
 
 #: ``decode(options, texts)``: one result per text, in order.
-Decode = Callable[[Options, list[str]], Sequence[Any]]
+Decode = Callable[[DecodingOptions, list[str]], Sequence[Any]]
 
 
 class Batcher:
@@ -126,7 +118,11 @@ class Batcher:
         return max(1, math.ceil(self._seconds_per_batch * batches))
 
     async def run(
-        self, texts: list[str], options: Options, tokens: int, receive: Receive | None = None
+        self,
+        texts: list[str],
+        options: DecodingOptions,
+        tokens: int,
+        receive: Receive | None = None,
     ) -> list[Any]:
         """The results of ``texts`` (one per text, in order), decoded in their turn with
         ``options``. ``tokens``: their source tokens; ``receive``: the request's ASGI receive,

@@ -14,16 +14,17 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._checks import check_positive_int, is_int
+from .._checks import is_int
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, length_penalty
 from ..inference.bounds import CHARS_PER_TOKEN
-from ..inference.translator import as_hypotheses, search
+from ..inference.translator import Translator, as_hypotheses, search
 from ..models.transformer import Transformer
 from ..nn.masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from ..nn.positional import (
@@ -74,13 +75,13 @@ class TranslateJob:
     """One translation request, checked and tokenized (no model work yet).
 
     ``source``: source ids cut to ``max_len``; ``fields``: the answer's truncation fields;
-    ``beam_size``: the beam (1: greedy); ``prefix``: target ids the translation starts with;
+    ``decoding``: how to decode it; ``prefix``: target ids the translation starts with;
     ``phrases``: the constraints (target phrases it must contain).
     """
 
     source: list[int]
     fields: dict
-    beam_size: int
+    decoding: DecodingOptions
     prefix: list[int]
     phrases: list[Phrase]
 
@@ -116,55 +117,56 @@ def cosine_similarity(rows: Tensor) -> Tensor:
 
 
 class Explorer:
-    """An encoder-decoder :class:`attnlab.Transformer` with its tokenizers, for the explorer.
+    """The explorer's view of one encoder-decoder :class:`attnlab.Transformer` that a
+    :class:`~attnlab.inference.translator.Translator` of the torch engine holds (the server's
+    model host, :class:`~attnlab.serve.service.TranslationService`, loads it once; the
+    explorer shares it and its ``lock``): its answers, attention maps, positions and masks.
 
     Args:
-        model_dir: a directory written by ``attnlab train`` (``OUT/model``).
-        beam_size, alpha: the default beam (1: greedy) and length penalty; None: those of
-            ``decoding``.
-        device: ``cpu`` or ``cuda``; default CUDA when available.
-        decoding: how to decode (:class:`~attnlab.decode.options.DecodingOptions`); None:
-            what the model carries (:meth:`~attnlab.decode.options.DecodingOptions.
-            carried_by`), else the paper's 4 and 0.6.
-
-    Raises:
-        FileNotFoundError: ``model_dir`` is not a directory.
-        ValueError: it holds no encoder-decoder Transformer (or unreadable files).
+        translator: the loaded model, one Transformer on the torch engine (an ensemble or the
+            ctranslate2 engine has no attention to show: ValueError).
+        model_dir: the directory it came from (its name is shown).
+        lock: held while the model runs (default a new one).
     """
 
     def __init__(
-        self,
-        model_dir: str | os.PathLike,
-        *,
-        beam_size: int | None = None,
-        alpha: float | None = None,
-        device: str | torch.device | None = None,
-        decoding: DecodingOptions | None = None,
+        self, translator: Translator, model_dir: str | os.PathLike, lock: Any = None
     ) -> None:
-        from ..inference.modeldir import resolve_model_dir
-        from ..inference.scores import Translator
-
-        if beam_size is not None:
-            check_positive_int(beam_size, "beam_size")
-        path = Path(model_dir)
-        if not path.is_dir():
-            raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
-        if decoding is None and (beam_size is not None or alpha is not None):
-            decoding = DecodingOptions.carried_by(resolve_model_dir(path))[0]  # as load's
-        if decoding is not None:
-            decoding = decoding.updated(beam_size=beam_size, alpha=alpha)
-        translator = Translator.load(path, device=device, decoding=decoding)  # a Transformer
-        #: Beam search's length penalty here, and in each answer's ``score``.
-        self.alpha = float(translator.decoding.alpha)
-        self.model_dir = path
+        if translator.engine != "torch":
+            raise ValueError(
+                f"--engine {translator.engine}: the explorer page shows attention weights, "
+                f"which only the torch engine computes; serve this engine with --api-only"
+            )
+        if not isinstance(translator.model, Transformer):
+            raise ValueError(
+                "--model: the explorer page shows one model's attention, not an ensemble's; "
+                "serve several --model with --api-only"
+            )
+        self.model_dir = Path(model_dir)
         self.translator = translator
         self.model: Transformer = translator.model.eval()
         self.src_tokenizer = translator.src_tokenizer
         self.tgt_tokenizer = translator.tgt_tokenizer
-        self.beam_size: int = translator.decoding.beam_size
+        #: How the page's translations decode unless a request asks another beam.
+        self.decoding: DecodingOptions = translator.decoding
         self.config = self.model.config
         self.device = next(self.model.parameters()).device
-        self.lock = threading.Lock()
+        self.lock = lock if lock is not None else threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | os.PathLike,
+        *,
+        device: str | torch.device | None = None,
+        decoding: DecodingOptions | None = None,
+    ) -> Explorer:
+        """The explorer of the model in ``model_dir`` (``OUT/model``), loaded on ``device``
+        (default CUDA when available), decoding with ``decoding`` (None: what the directory
+        carries, :meth:`~attnlab.decode.options.DecodingOptions.carried_by`)."""
+        if not Path(model_dir).is_dir():
+            raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
+        return cls(Translator.load(model_dir, device=device, decoding=decoding), model_dir)
 
     # -- /api/model ----------------------------------------------------------------------------
 
@@ -181,7 +183,7 @@ class Explorer:
             "max_len": c.max_len,
             "positional": c.positional,
             "norm_first": c.norm_first,
-            "beam_size": self.beam_size,
+            "beam_size": self.decoding.beam_size,
             "vocab_size": c.vocab_size,
             "tgt_vocab_size": c.target_vocab_size,
             "positional_max_length": self.positional_max_length(),
@@ -192,31 +194,32 @@ class Explorer:
     def translate(
         self,
         text: str,
-        beam_size: int | None = None,
+        decoding: DecodingOptions | None = None,
         *,
         constraints: list[str] | None = None,
         prefix: str | None = None,
     ) -> dict:
         """The translation of ``text`` with its token lists and scores (docs/serve.md):
         ``constraints`` are target phrases it must contain, ``prefix`` the text it starts with."""
-        return self.run_translate(self.prepare_translate(text, beam_size, constraints, prefix))
+        return self.run_translate(self.prepare_translate(text, decoding, constraints, prefix))
 
     def prepare_translate(
         self,
         text: str,
-        beam_size: int | None = None,
+        decoding: DecodingOptions | None = None,
         constraints: list[str] | None = None,
         prefix: str | None = None,
     ) -> TranslateJob:
         """Check and tokenize a translation request; an :class:`InputError` naming the field
         for an empty text, an unpaired surrogate, or a prefix or constraints no translation can
-        meet (:func:`attnlab.decode.constraints.check_request`). No model work."""
+        meet (:func:`attnlab.decode.constraints.check_request`). ``decoding``: None for the
+        page's (:attr:`decoding`). No model work."""
         source, fields = self._source(text)
-        beam = beam_size or self.beam_size
+        options = self.decoding if decoding is None else decoding
         prefix_ids, phrases = _guidance(
-            self.translator, constraints, prefix, beam, self._limit(source)
+            self.translator, constraints, prefix, options.beam_size, self._limit(source, options)
         )
-        return TranslateJob(source, fields, beam, prefix_ids, phrases)
+        return TranslateJob(source, fields, options, prefix_ids, phrases)
 
     def run_translate(self, job: TranslateJob) -> dict:
         """The model's part of :meth:`translate`, under the lock."""
@@ -225,7 +228,7 @@ class Explorer:
 
     def _translate(self, job: TranslateJob) -> tuple[dict, list[int]]:
         """``(answer, generated ids with EOS)``; call under the lock."""
-        found = as_hypotheses(self._generate(job), self.tgt_tokenizer, self.alpha)[0]
+        found = as_hypotheses(self._generate(job), self.tgt_tokenizer, job.decoding.alpha)[0]
         if found is None:  # only with constraints: a beam at the length limit must hold them all
             raise InputError(f"constraints: {UNMET} (with the prefix, if one is given)")
         answer = {
@@ -248,12 +251,12 @@ class Explorer:
         fields = {"truncated": len(ids) > max_len, "source_length": len(ids), "max_len": max_len}
         return ids[:max_len], fields
 
-    def _limit(self, source: list[int]) -> int:
+    def _limit(self, source: list[int], options: DecodingOptions) -> int:
         """The longest output of ``source``: the translator's rule
         (:meth:`~attnlab.decode.options.DecodingOptions.output_limit`: ``max_new_tokens``, or
         the source + 50), with one position kept so that the attention route can feed BOS +
         the whole output through ``max_len`` positions."""
-        limit = self.translator.decoding.output_limit(len(source), self.config.max_len - 1)
+        limit = options.output_limit(len(source), self.config.max_len - 1)
         return max(1, limit)
 
     def _generate(self, job: TranslateJob) -> Generation:
@@ -261,11 +264,10 @@ class Explorer:
         return search(
             self.translator,
             [job.source],
-            1,
             [job.prefix],
             [job.phrases] if job.phrases else None,
-            beam_size=job.beam_size,
-            limit=self._limit(job.source),
+            job.decoding.updated(n_best=1),
+            self._limit(job.source, job.decoding),
         )
 
     # -- /api/attention ------------------------------------------------------------------------
@@ -273,7 +275,7 @@ class Explorer:
     def attention(
         self,
         text: str,
-        beam_size: int | None = None,
+        decoding: DecodingOptions | None = None,
         target: str | None = None,
         *,
         layers: list[int] | None = None,
@@ -286,13 +288,13 @@ class Explorer:
         model's own output, or ``target`` teacher-forced (docs/serve.md). The three steps that
         the server runs apart: :meth:`prepare_attention`, :meth:`run_attention` (under the
         lock), :meth:`attention_answer`."""
-        job = self.prepare_attention(text, beam_size, target, layers, heads, constraints, prefix)
+        job = self.prepare_attention(text, decoding, target, layers, heads, constraints, prefix)
         return self.attention_answer(self.run_attention(job), job, max_elements)
 
     def prepare_attention(
         self,
         text: str,
-        beam_size: int | None = None,
+        decoding: DecodingOptions | None = None,
         target: str | None = None,
         layers: list[int] | None = None,
         heads: list[int] | None = None,
@@ -301,7 +303,7 @@ class Explorer:
     ) -> AttentionJob:
         """Check and tokenize an attention request; an :class:`InputError` for any bad value,
         before the model runs (an over-long target costs no beam search)."""
-        translate = self.prepare_translate(text, beam_size, constraints, prefix)
+        translate = self.prepare_translate(text, decoding, constraints, prefix)
         words = None
         if target is not None and target.strip() != "":
             _check_text(target, "target")
@@ -341,7 +343,7 @@ class Explorer:
                 log_prob = float(scores.sum())
                 answer["token_log_probs"] = rounded(scores)
                 answer["log_prob"] = round(log_prob, DECIMALS)
-                score = log_prob / float(length_penalty(len(output), self.alpha))
+                score = log_prob / float(length_penalty(len(output), job.translate.decoding.alpha))
                 answer["score"] = round(score, DECIMALS)
             maps = self.model.attention(
                 torch.tensor([job.source], device=self.device),

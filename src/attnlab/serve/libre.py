@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._checks import is_int
+from ..decode.options import DecodingOptions
 
 __all__ = [
     "AUTO",
@@ -65,14 +66,18 @@ class BadRequest(ValueError):
 @dataclass(frozen=True)
 class TranslateCall:
     """One ``/translate`` request, checked: ``texts`` (one for a string ``q``; ``many``: ``q``
-    was a list), ``alternatives`` asked for each, the ``beam_size`` asked (None: the
-    server's), and ``auto``: ``source`` was ``"auto"``."""
+    was a list), how to decode them (``decoding``: the server's, with the beam asked, widened to
+    ``1 + alternatives`` hypotheses each), and ``auto``: ``source`` was ``"auto"``."""
 
     texts: list[str]
     many: bool
-    alternatives: int
-    beam_size: int | None
+    decoding: DecodingOptions
     auto: bool
+
+    @property
+    def alternatives(self) -> int:
+        """The translations asked for each text besides the best."""
+        return self.decoding.n_best - 1
 
     @property
     def characters(self) -> int:
@@ -94,8 +99,9 @@ def languages(source: str, target: str) -> list[dict[str, Any]]:
 
 def _count(value: object, name: str, most: int, least: int = 0) -> int:
     """An integer field (a JSON integer, or digits from a form) from ``least`` to ``most``."""
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
+    digits = value.strip() if isinstance(value, str) else ""
+    if digits.isascii() and digits.isdigit() and len(digits) <= 9:  # not "²", nor 5,000 digits
+        value = int(digits)
     if not is_int(value):
         raise BadRequest(f"{name}: expected an integer from {least} to {most}, got {value!r:.40}")
     if not least <= value <= most:  # type: ignore[operator]
@@ -110,7 +116,20 @@ def _code(value: object, name: str) -> str:
         raise BadRequest(f"{name}: expected a language code (a string), got {value!r:.40}")
     if len(value) > MAX_CODE:
         raise BadRequest(f"{name}: expected a language code of at most {MAX_CODE} characters")
-    return value.strip()
+    return _unicode(value, name).strip()
+
+
+def _unicode(text: str, name: str) -> str:
+    """``text``, unless it holds a lone surrogate (JSON's ``"\\ud800"``, or a form's
+    percent-escapes that are not UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadRequest(
+            f"{name}: holds an unpaired surrogate or a byte that is not UTF-8 at character "
+            f"{error.start}; expected valid Unicode text"
+        ) from None
+    return text
 
 
 def _texts(q: object) -> tuple[list[str], bool]:
@@ -127,14 +146,7 @@ def _texts(q: object) -> tuple[list[str], bool]:
         name = f"q[{i}]" if many else "q"
         if not isinstance(text, str):
             raise BadRequest(f"{name}: expected a string, got {type(text).__name__}")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise BadRequest(
-                f"{name}: holds an unpaired surrogate at character {error.start}; expected "
-                f"valid Unicode text"
-            ) from None
-        texts.append(text)
+        texts.append(_unicode(text, name))
     characters = sum(len(t) for t in texts)
     if characters > MAX_CHARACTERS:
         raise BadRequest(f"q: {characters:,} characters; at most {MAX_CHARACTERS:,} in one request")
@@ -142,11 +154,15 @@ def _texts(q: object) -> tuple[list[str], bool]:
 
 
 def parse_translate(
-    fields: Mapping[str, object], pair: tuple[str, str], *, max_beam: int
+    fields: Mapping[str, object],
+    pair: tuple[str, str],
+    served: DecodingOptions,
+    *,
+    max_beam: int,
 ) -> TranslateCall:
     """A ``/translate`` request's ``fields`` (a JSON object, or a form's fields) checked
-    against the model's language ``pair`` ``(source, target)`` and the caps; BadRequest naming
-    the first field at fault."""
+    against the model's language ``pair`` ``(source, target)`` and the caps, its decoding the
+    server's (``served``) with what it asks; BadRequest naming the first field at fault."""
     texts, many = _texts(fields.get("q"))
     source, target = _code(fields.get("source"), "source"), _code(fields.get("target"), "target")
     auto = source.lower() == AUTO
@@ -163,7 +179,11 @@ def parse_translate(
     alternatives = _count(fields.get("alternatives", 0), "alternatives", MAX_ALTERNATIVES)
     beam = fields.get("beam_size")
     beam_size = None if beam is None else _count(beam, "beam_size", max_beam, least=1)
-    return TranslateCall(texts, many, alternatives, beam_size, auto)
+    try:
+        decoding = served.updated(beam_size=beam_size).widened(1 + alternatives)
+    except ValueError as e:  # alternatives from a server that samples
+        raise BadRequest(f"alternatives: this server samples its translations; {e}") from None
+    return TranslateCall(texts, many, decoding, auto)
 
 
 def translate_answer(call: TranslateCall, results: Sequence[Sequence[Any]], source: str) -> dict:

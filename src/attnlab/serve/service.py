@@ -1,18 +1,19 @@
-"""The translation service's model work, apart from HTTP (docs/serve.md, "The translation
-service"): the explorer's :class:`~attnlab.inference.translator.Translator` behind a
-:class:`~attnlab.serve.batcher.Batcher`, the warm-up that makes the server ready, and the
-model's language pair.
+"""The server's model host, apart from HTTP (docs/serve.md, "The translation service"): the
+one loaded :class:`~attnlab.inference.translator.Translator` (either engine, one model or an
+ensemble) behind the one :class:`~attnlab.serve.batcher.Batcher`, the warm-up that makes the
+server ready, and the model's language pair. The translation routes stand on it; the explorer
+page, when it is on, shares its Translator and its lock.
 
 Every batch is one call of :meth:`Translator.hypotheses
 <attnlab.inference.translator.Translator.hypotheses>` over the sentences of its requests (it
-sorts them by length into batches of its ``max_tokens``), under the explorer's model lock, so
-that the explorer's routes and the batcher never run the model at once. A request's beam is
-the Translator's own decoding with that beam; nothing of the decoding is copied here.
+sorts them by length into batches of its ``max_tokens``), under the model lock, so that the
+explorer's routes and the batcher never run the model at once. A request's decoding
+is one :class:`~attnlab.decode.options.DecodingOptions` (the server's, with what the request
+asks), handed to the Translator per call; the batcher groups requests by it.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -24,11 +25,12 @@ import torch
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
+from ..decode.options import DecodingOptions
 from ..inference.bounds import MAX_TOKENS
 from ..inference.modeldir import read_job_file
-from .batcher import Batcher, Options
-from .explorer import Explorer
-from .libre import BadRequest, TranslateCall, translate_answer
+from ..inference.translator import Translator
+from .batcher import Batcher
+from .libre import TranslateCall, translate_answer
 from .metrics import ServeMetrics
 
 __all__ = ["TranslationService", "model_languages"]
@@ -59,18 +61,20 @@ def model_languages(model_dir: str | Path) -> tuple[str, str]:
 
 
 class TranslationService:
-    """``/translate``'s work for ``explorer``'s model: check, batch, decode, answer.
+    """The model host: ``/translate``'s work for ``translator``: check, batch, decode, answer.
 
     Args:
-        explorer: the loaded model (its Translator, its lock).
+        translator: the loaded model.
         languages: the model's ``(source, target)`` codes.
         metrics: where batches and dropped requests are counted.
         max_tokens, max_delay, waiting, timeout: the :class:`Batcher`'s.
+
+    :attr:`lock` is held while the model runs (the explorer's routes take it too).
     """
 
     def __init__(
         self,
-        explorer: Explorer,
+        translator: Translator,
         languages: tuple[str, str],
         metrics: ServeMetrics,
         *,
@@ -79,8 +83,8 @@ class TranslationService:
         waiting: int = 256,
         timeout: float = 30.0,
     ) -> None:
-        self.explorer = explorer
-        self.translator = explorer.translator
+        self.translator = translator
+        self.lock = threading.Lock()
         self.languages = languages
         self.metrics = metrics
         self.ready = threading.Event()
@@ -88,7 +92,6 @@ class TranslationService:
         self.warming: threading.Thread | None = None
         #: Model calls the batcher made (one per batch), for tests and the benchmark.
         self.calls = 0
-        self._translators: dict[int, Any] = {self.translator.decoding.beam_size: self.translator}
 
         def on_batch(requests: int, sentences: int, seconds: float) -> None:
             metrics.batch_requests.observe(requests)
@@ -107,60 +110,34 @@ class TranslationService:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def options(self, call: TranslateCall) -> Options:
-        """The decoding options of ``call``: its beam (or the server's), widened to hold
-        ``1 + alternatives`` hypotheses; BadRequest for alternatives from a sampling server."""
-        n = 1 + call.alternatives
-        if self.translator.decoding.sample:
-            if call.alternatives:
-                raise BadRequest(
-                    "alternatives: this server samples its translations; n-best lists come "
-                    "from beam search: ask for 0"
-                )
-            return Options(self.translator.decoding.beam_size, 1)
-        beam = call.beam_size if call.beam_size is not None else self.translator.decoding.beam_size
-        return Options(max(beam, n), n)
-
     def source_tokens(self, texts: Sequence[str]) -> int:
         """The source tokens of ``texts``, each counted up to the model's ``max_len`` (the
         batcher's budget unit); no model work."""
         most = self.translator.max_len
-        encoded = self.explorer.src_tokenizer.encode_batch(list(texts))
+        encoded = self.translator.src_tokenizer.encode_batch(list(texts))
         return sum(min(len(ids), most) for ids in encoded)
 
     async def translate(self, call: TranslateCall, receive: Receive | None = None) -> dict:
         """The LibreTranslate answer of ``call``, decoded in a batch in its turn."""
-        options = self.options(call)
         if call.characters <= INLINE_CHARACTERS:  # microseconds: not worth a thread's hop
             tokens = self.source_tokens(call.texts)
         else:
             tokens = await run_in_threadpool(self.source_tokens, call.texts)
-        results = await self.batcher.run(call.texts, options, tokens, receive)
+        results = await self.batcher.run(call.texts, call.decoding, tokens, receive)
         return translate_answer(call, results, self.languages[0])
 
     # -- the model -----------------------------------------------------------------------------
 
-    def translator_for(self, beam_size: int):
-        """The server's Translator decoding with ``beam_size`` (the same model and
-        tokenizers; only its decoding options differ)."""
-        found = self._translators.get(beam_size)
-        if found is None:
-            found = copy.copy(self.translator)
-            found.decoding = self.translator.decoding.updated(beam_size=beam_size)
-            self._translators[beam_size] = found
-        return found
-
-    def _decode(self, options: Options, texts: list[str]) -> list[list[Any]]:
-        """One batch: the ``options.n`` best hypotheses of each of ``texts``, one Translator
+    def _decode(self, options: DecodingOptions, texts: list[str]) -> list[list[Any]]:
+        """One batch: the ``options.n_best`` best hypotheses of each of ``texts``, one Translator
         call under the model lock (a source over ``max_len`` tokens is cut, as ``attnlab
         translate`` does)."""
         self.calls += 1  # the worker's alone: one thread
         return self._hypotheses(options, texts)
 
-    def _hypotheses(self, options: Options, texts: list[str]) -> list[list[Any]]:
-        translator = self.translator_for(options.beam_size)
-        with self.explorer.lock, torch.no_grad():
-            return translator.hypotheses(texts, options.n, on_too_long=_cut_silently)
+    def _hypotheses(self, options: DecodingOptions, texts: list[str]) -> list[list[Any]]:
+        with self.lock, torch.no_grad():
+            return self.translator.hypotheses(texts, decoding=options, on_too_long=_cut_silently)
 
     def warm_up(self) -> None:
         """Translate a few sentences greedily and with the server's beam (the first calls of
@@ -168,8 +145,9 @@ class TranslationService:
         that fails here raises, and the service stays not ready."""
         start = time.monotonic()
         for beam in sorted({1, self.translator.decoding.beam_size}):
-            self._hypotheses(Options(beam, 1), WARM_UP)
-            self._hypotheses(Options(beam, 1), WARM_UP[:1])
+            options = self.translator.decoding.updated(beam_size=beam)
+            self._hypotheses(options, WARM_UP)
+            self._hypotheses(options, WARM_UP[:1])
         self.ready.set()
         log.info("warm-up done in %.2f s", time.monotonic() - start)
 

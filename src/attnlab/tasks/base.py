@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from ..decode.options import DecodingOptions
 from .context import TaskContext
 
 __all__ = [
@@ -189,10 +190,10 @@ class Task:
         limit: int | None = None,
         examples: int = 10,
         device: str | None = None,
-        beam_size: int | None = None,
-        alpha: float | None = None,
+        decoding: DecodingOptions | None = None,
     ) -> dict[str, Any]:
-        """Score the model of ``model_dir`` on ``split`` of ``data``."""
+        """Score the model of ``model_dir`` on ``split`` of ``data``; a task that decodes
+        with ``decoding`` (None: the job's ``[eval]``)."""
         raise NotImplementedError
 
     def score_line(self, result: Mapping[str, Any]) -> str:
@@ -228,14 +229,13 @@ class Task:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def refuse_decoding(self, beam_size: int | None, alpha: float | None, metric: str) -> None:
+    def refuse_decoding(self, decoding: DecodingOptions | None, metric: str) -> None:
         """ValueError for decoding settings given to a task that is scored without decoding."""
-        for name, value in (("beam_size", beam_size), ("alpha", alpha)):
-            if value is not None:
-                raise ValueError(
-                    f"{name}: the {self.name} task's model is scored without beam search "
-                    f"({metric}); pass None"
-                )
+        if decoding is not None:
+            raise ValueError(
+                f"decoding: the {self.name} task's model is scored without beam search "
+                f"({metric}); pass None"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

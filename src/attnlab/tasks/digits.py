@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..decode.options import DecodingOptions
 from .base import Setup, Task, register_task, seeded
 from .context import TaskContext
 
@@ -75,8 +76,7 @@ class Digits(Task):
         limit: int | None = None,
         examples: int = 10,
         device: str | None = None,
-        beam_size: int | None = None,
-        alpha: float | None = None,
+        decoding: DecodingOptions | None = None,
     ) -> dict[str, Any]:
         """Accuracy of the classifier on the images of ``split``, and its first errors."""
         import torch
@@ -84,7 +84,7 @@ class Digits(Task):
         from ..inference.scores import classify
         from ..models.transformer import load_pretrained
 
-        self.refuse_decoding(beam_size, alpha, "accuracy")
+        self.refuse_decoding(decoding, "accuracy")
         if split not in data:
             raise ValueError(f"split: the digits task has {sorted(data)}, not {split!r}")
         images, labels = data[split].images[:limit], data[split].labels[:limit]

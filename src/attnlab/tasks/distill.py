@@ -44,13 +44,14 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from .._checks import check_bool, check_choice, check_int, check_optional_int, is_number
+from .._checks import check_bool, check_choice, check_int, check_keys, check_optional_int
 from .._io import read_json
+from ..decode.options import DecodingOptions
 
 __all__ = [
     "BEAM_SIZE",
@@ -90,21 +91,30 @@ _SHA256_HEX = 64
 
 @dataclass
 class DistillOptions:
-    """The ``[distill]`` table of a translation job (see the module docstring). Its values are
-    checked when it is made (ValueError naming ``[distill]`` and the key); :meth:`check`
-    checks what it names (the teachers' directories) before any work, and fills in what it
-    leaves to them: ``alpha`` (the first teacher's) and ``digests`` (the SHA-256 of each
-    teacher's ``model.safetensors``, in order), which the student's ``job.json`` records. A
-    job that gives ``digests`` is refused unless its teachers still have those weights."""
+    """The ``[distill]`` table of a translation job (see the module docstring), made from the
+    table's flat keys by :meth:`from_table` and written back by :meth:`to_dict`. ``decoding``
+    is how the teachers decode: the table's ``beam_size`` and ``alpha``, with ``n_best`` the
+    hypotheses a source asked for (1 for ``select = "best"``, else ``n_best``, by default the
+    beam). Its values are checked when it is made (ValueError naming ``[distill]`` and the
+    key); :meth:`check` checks what it names (the teachers' directories) before any work, and
+    fills in what it leaves to them: the length penalty (the first teacher's, where the table
+    gives no ``alpha``: ``teacher_alpha``) and ``digests`` (the SHA-256 of each teacher's
+    ``model.safetensors``, in order), which the student's ``job.json`` records. A job that
+    gives ``digests`` is refused unless its teachers still have those weights."""
 
-    teachers: list[str] | None = None
-    beam_size: int = BEAM_SIZE
-    n_best: int | None = None
+    teachers: list[str]
+    decoding: DecodingOptions = field(default_factory=lambda: DecodingOptions(BEAM_SIZE))
     select: str = "chrf"
     keep_original: bool = True
-    alpha: float | None = None
     chunk_size: int = CHUNK_SIZE
     digests: list[str] | None = None
+    teacher_alpha: bool = True
+
+    #: The keys of the ``[distill]`` table.
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "teachers", "beam_size", "n_best", "select", "keep_original", "alpha", "chunk_size",
+        "digests",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         teachers = self.teachers
@@ -117,21 +127,8 @@ class DistillOptions:
                 f"[distill] teachers: expected a non-empty list of model directories, got "
                 f"{teachers!r}"
             )
-        check_int(self.beam_size, "[distill] beam_size")
-        check_optional_int(self.n_best, "[distill] n_best")
-        if self.n_best is not None and self.n_best > self.beam_size:
-            raise ValueError(
-                f"[distill] n_best: expected at most beam_size ({self.beam_size}), got "
-                f"{self.n_best}"
-            )
         check_choice(self.select, SELECTIONS, "[distill] select")
         check_bool(self.keep_original, "[distill] keep_original")
-        alpha = self.alpha
-        if alpha is not None and not (is_number(alpha) and math.isfinite(alpha) and alpha >= 0):
-            raise ValueError(
-                f"[distill] alpha: expected a finite number >= 0, or none for the first "
-                f"teacher's, got {alpha!r}"
-            )
         check_int(self.chunk_size, "[distill] chunk_size")
         digests = self.digests
         if digests is not None and (
@@ -144,18 +141,37 @@ class DistillOptions:
                 f"({len(teachers)}), got {digests!r}"
             )
 
-    @property
-    def n(self) -> int:
-        """Hypotheses asked per source: 1 for ``select = "best"``, else ``n_best`` (default
-        ``beam_size``)."""
-        return 1 if self.select == "best" else (self.n_best or self.beam_size)
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> DistillOptions:
+        """The options of a ``[distill]`` table; ValueError naming ``[distill]`` and the key."""
+        if not isinstance(table, Mapping):
+            raise TypeError(f"[distill]: expected a table, got {type(table).__name__}")
+        check_keys(table, cls.KEYS, "[distill]")
+        given = dict(table)
+        beam, n_best, alpha = (given.pop(k, None) for k in ("beam_size", "n_best", "alpha"))
+        select = given.get("select", "chrf")
+        try:
+            check_optional_int(n_best, "n_best")
+            decoding = DecodingOptions(BEAM_SIZE).updated(beam_size=beam, alpha=alpha)
+            asked = 1 if select == "best" else (n_best or decoding.beam_size)
+            decoding = decoding.updated(n_best=asked)
+        except ValueError as e:
+            raise ValueError(f"[distill] {e}") from None
+        teachers = given.pop("teachers", None)  # None: refused by name below
+        return cls(teachers, **given, decoding=decoding, teacher_alpha=alpha is None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``[distill]`` table, flat, as ``job.json`` holds it."""
+        d = self.decoding
+        table: dict[str, Any] = {"teachers": self.teachers, "beam_size": d.beam_size}
+        table.update(n_best=d.n_best, select=self.select, keep_original=self.keep_original)
+        table.update(alpha=None if self.teacher_alpha else d.alpha, chunk_size=self.chunk_size)
+        return {**table, "digests": self.digests}
 
     def check(self) -> None:
         """Each teacher is a model directory with its weights (FileNotFoundError or ValueError
-        naming ``[distill] teachers[i]``); fills in ``alpha`` and ``digests`` (see the class),
-        or checks the digests given (ValueError naming ``[distill] digests[i]``)."""
-        from ..decode.options import DecodingOptions
-
+        naming ``[distill] teachers[i]``); fills in the length penalty and ``digests`` (see the
+        class), or checks the digests given (ValueError naming ``[distill] digests[i]``)."""
         weights = self.teacher_weights()
         found = [digest for _, digest in weights]
         if self.digests is not None:
@@ -167,8 +183,10 @@ class DistillOptions:
                         f"written for)"
                     )
         self.digests = found
-        if self.alpha is None:
-            self.alpha = DecodingOptions.carried_by(weights[0][0].parent)[0].alpha
+        if self.teacher_alpha:
+            alpha = DecodingOptions.carried_by(weights[0][0].parent)[0].alpha
+            self.decoding = self.decoding.updated(alpha=alpha)
+            self.teacher_alpha = False
 
     def teacher_weights(self) -> list[tuple[Path, str]]:
         """Each teacher's ``model.safetensors`` and its SHA-256 (computed once a process for a
@@ -188,9 +206,6 @@ class DistillOptions:
                 )
             found.append((weights, _weights_digest(weights)))
         return found
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 #: SHA-256 of weights files this process has read, by (path, device, inode, size, mtime).
@@ -426,14 +441,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def chunk_targets(
-    translator: Any, sources: list[str], references: list[str], *, n: int, select: str
+    translator: Any, sources: list[str], references: list[str], *, select: str
 ) -> list[str]:
-    """The teachers' translation of each source: of its ``n`` best (beam search, the
-    ``translator``'s beam), the one with the best sentence chrF against its reference
+    """The teachers' translation of each source: of its n best (the ``translator``'s
+    decoding, its ``n_best``), the one with the best sentence chrF against its reference
     (sacreBLEU's ``CHRF().sentence_score``; the higher-ranked one on a tie) for ``select =
     "chrf"``, else the best one. A source the teachers give nothing for translates to ``""``."""
-    found = translator.hypotheses(sources, n, on_too_long=lambda report: None)
-    if select == "chrf" and n > 1:
+    found = translator.hypotheses(sources, on_too_long=lambda report: None)
+    if select == "chrf" and translator.decoding.n_best > 1:
         from sacrebleu.metrics import CHRF
 
         chrf = CHRF()
@@ -448,13 +463,12 @@ def chunk_targets(
 
 def _teachers(options: DistillOptions, max_tokens: int):
     """The Translator of the teachers' ensemble (one teacher: that model)."""
-    from ..decode.options import DecodingOptions
     from ..inference.translator import Translator
 
-    teachers = options.teachers or []
+    teachers = options.teachers
     return Translator.load(
         teachers if len(teachers) > 1 else teachers[0],
-        decoding=DecodingOptions(beam_size=options.beam_size, alpha=options.alpha),
+        decoding=options.decoding,
         max_tokens=max_tokens,
     )
 
@@ -497,18 +511,18 @@ def student_task(
     from ..data.progress import progress_printer
     from ..data.textfiles import check_parallel
 
-    if options.digests is None or options.alpha is None:
+    if options.digests is None or options.teacher_alpha:
         options.check()  # options not checked with their job: the digests and alpha
     plan = task.disk_plan()
     root = distilled_root(None if plan is None else plan.cache_dir)
-    teachers = options.teachers or []
-    translation = {"beam_size": options.beam_size, "n_best": options.n}
-    translation.update(select=options.select, alpha=options.alpha)
+    teachers, decoding = options.teachers, options.decoding
+    translation = {"beam_size": decoding.beam_size, "n_best": decoding.n_best}
+    translation.update(select=options.select, alpha=decoding.alpha)
     ensemble = f"{len(teachers)} teachers (their ensemble)" if len(teachers) > 1 else "1 teacher"
-    chosen = "best by chrF against the reference" if options.n > 1 else "the best"
+    chosen = "best by chrF against the reference" if decoding.n_best > 1 else "the best"
     note(
-        f"distill: {ensemble}, beam {options.beam_size}, of each source's {options.n} "
-        f"{chosen}, alpha {options.alpha:g}"
+        f"distill: {ensemble}, beam {decoding.beam_size}, of each source's {decoding.n_best} "
+        f"{chosen}, alpha {decoding.alpha:g}"
     )
     teachers_meta = [
         {"model": t, "sha256": d} for t, d in zip(teachers, options.digests or [], strict=True)
@@ -518,7 +532,7 @@ def student_task(
     def translate(sources: list[str], references: list[str]) -> list[str]:
         if not loaded:
             loaded.append(_teachers(options, max_tokens))
-        return chunk_targets(loaded[0], sources, references, n=options.n, select=options.select)
+        return chunk_targets(loaded[0], sources, references, select=options.select)
 
     def make(name: str, pairs, total: int, corpus: dict[str, Any]) -> DistilledCorpus:
         key = corpus_key(options.digests or [], corpus["sha256"], translation)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..decode.options import DecodingOptions
 from .base import Setup, Task, note_token_examples, register_task, seeded, shared_tokenizers
 from .context import TaskContext
 
@@ -93,13 +94,12 @@ class Text(Task):
         limit: int | None = None,
         examples: int = 10,
         device: str | None = None,
-        beam_size: int | None = None,
-        alpha: float | None = None,
+        decoding: DecodingOptions | None = None,
     ) -> dict[str, Any]:
         """Perplexity of the model on the lines of ``split``."""
         from ..inference.scores import lm_perplexity, load_with_tokenizers
 
-        self.refuse_decoding(beam_size, alpha, "perplexity")
+        self.refuse_decoding(decoding, "perplexity")
         if split not in data:
             raise ValueError(f"split: a text task has {sorted(data)}, not {split!r}")
         lines = data[split][:limit] if limit else data[split]

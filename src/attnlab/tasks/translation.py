@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..decode.options import DecodingOptions
 from .base import Setup, Task, note_token_examples, seeded, shared_tokenizers
 from .context import TaskContext
 
@@ -313,21 +314,15 @@ class TranslationTask(Task):
             """BLEU and exact match of greedy translations of the first validation pairs."""
             if not valid_pairs:
                 return {}
-            scores = validation_scores(trained, src_tok, tgt_tok, valid_pairs, beam_size=1, **bleu)
+            greedy = DecodingOptions(beam_size=1)
+            scores = validation_scores(trained, src_tok, tgt_tok, valid_pairs, greedy, **bleu)
             found = (scores["bleu"], scores["exact_match"], scores["chrf"])
             return dict(zip(TRANSLATION_VALIDATION, found, strict=True))
 
         setup = Setup(model, train, valid, on_evaluate, directory)
         if ctx.init_from is not None and rank == 0 and not resume:
-            decoding = ctx.eval.decoding
             before = validation_scores(
-                model,
-                src_tok,
-                tgt_tok,
-                data["valid"],
-                beam_size=decoding.beam_size,
-                alpha=decoding.alpha,
-                **bleu,
+                model, src_tok, tgt_tok, data["valid"], ctx.eval.decoding, **bleu
             )
             setup.extras["valid_before"] = before
             note(f"starting model ({ctx.init_from}): {_scores_text('valid', before)}")
@@ -370,11 +365,10 @@ class TranslationTask(Task):
         limit: int | None = None,
         examples: int = 10,
         device: str | None = None,
-        beam_size: int | None = None,
-        alpha: float | None = None,
+        decoding: DecodingOptions | None = None,
     ) -> dict[str, Any]:
-        """BLEU, chrF and exact match of beam-search translations of ``split`` (beam size and
-        length penalty: the job's ``[eval]`` unless given), with the literature's tokenised
+        """BLEU, chrF and exact match of beam-search translations of ``split`` (``decoding``:
+        None for the job's ``[eval]``), with the literature's tokenised
         BLEU beside them and a few examples."""
         from ..inference.scores import score
         from ..inference.translator import Translator
@@ -386,8 +380,7 @@ class TranslationTask(Task):
         pairs = data[split]
         if limit is not None:
             pairs = pairs[:limit]
-        decoding = ctx.eval.decoding.updated(beam_size=beam_size or None, alpha=alpha)
-        beam_size, alpha = decoding.beam_size, decoding.alpha
+        decoding = ctx.eval.decoding if decoding is None else decoding
         translator = Translator.load(
             model_dir, decoding=decoding, max_tokens=ctx.eval.max_tokens, device=device
         )
@@ -395,7 +388,8 @@ class TranslationTask(Task):
         refs = [t for _, t in pairs]
         scores = score(hyps, refs, tokenized_lang=self.tgt_lang, **self.bleu_options(ctx))
         result = scores.to_dict()
-        result.update({"split": split, "task": self.name, "beam_size": beam_size, "alpha": alpha})
+        result.update(split=split, task=self.name, beam_size=decoding.beam_size)
+        result["alpha"] = decoding.alpha
         result["examples"] = [
             {"source": s, "reference": t, "hypothesis": h}
             for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]
@@ -539,20 +533,18 @@ def validation_scores(
     src_tok,
     tgt_tok,
     pairs,
+    decoding: DecodingOptions,
     *,
-    beam_size: int,
-    alpha: float | None = None,
     tgt_lang: str | None = None,
     bleu_tokenize: str | None = None,
 ) -> dict[str, float]:
     """BLEU, chrF and exact match of ``model``'s translations of the validation ``pairs``
-    (decoding leaves the model in the mode it found it in): the hook's greedy scores during
-    training, and a fine-tuning run's before and after with the final test's decoding."""
-    from ..decode.options import DecodingOptions
+    decoded with ``decoding`` (the model is left in the mode it was found in): the hook's
+    greedy scores during training, and a fine-tuning run's before and after with the final
+    test's decoding."""
     from ..inference.scores import score
     from ..inference.translator import Translator
 
-    decoding = DecodingOptions().updated(beam_size=beam_size, alpha=alpha)
     translator = Translator(model, src_tok, tgt_tok, decoding=decoding)
     hyps = translator.translate([s for s, _ in pairs])
     scores = score(hyps, [t for _, t in pairs], tgt_lang=tgt_lang, bleu_tokenize=bleu_tokenize)
