@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import math
 import threading
 import time
@@ -41,6 +42,8 @@ from ..inference.bounds import MAX_TOKENS
 from .limits import ANSWERED, LEFT, Busy, ClientGone, answer_or_leave
 
 __all__ = ["Batcher"]
+
+log = logging.getLogger("attnlab.serve")
 
 
 @dataclass(eq=False)
@@ -114,7 +117,8 @@ class Batcher:
 
     def retry_after(self) -> int:
         """Seconds after which the line is likely to have room: a whole number, at least 1."""
-        batches = 1 + sum(r.tokens for r in self._line) / self.max_tokens
+        with self._cond:  # the worker changes the line
+            batches = 1 + sum(r.tokens for r in self._line) / self.max_tokens
         return max(1, math.ceil(self._seconds_per_batch * batches))
 
     async def run(
@@ -175,8 +179,7 @@ class Batcher:
                 return
             self._line.remove(request)
             self.counts["dropped"] += 1
-        if self.on_drop is not None:
-            self.on_drop(reason)
+        self._tell(self.on_drop, reason)
 
     def close(self, wait: float | None = None) -> None:
         """Refuse new requests; the worker decodes those admitted, then stops. ``wait``:
@@ -220,8 +223,16 @@ class Batcher:
                 self._seconds_per_batch += 0.2 * (seconds - self._seconds_per_batch)
                 self.counts["batches"] += 1
                 self.counts["done"] += len(batch)
-            if self.on_batch is not None:
-                self.on_batch(len(batch), len(texts), seconds)
+            self._tell(self.on_batch, len(batch), len(texts), seconds)
+
+    @staticmethod
+    def _tell(callback: Callable[..., object] | None, *args: object) -> None:
+        """Call a metrics callback; its failure is logged, not the request's or the worker's."""
+        try:
+            if callback is not None:
+                callback(*args)
+        except Exception:
+            log.exception("the batcher's metrics callback failed; serving goes on")
 
     def _gather(self) -> list[_Request] | None:
         """The next batch (called holding the lock), or None once closed and empty."""
