@@ -181,7 +181,11 @@ def test_cli_refuses_one_line_and_translates_the_others(numbers_model_dir, tmp_p
     ("flags", "lines", "message"),
     [
         ([], "neun\n", "--constraints: {path} has 1 lines, but TEXT has 4"),
-        (["--sample"], "neun\n" * 4, "--constraints: lexically constrained decoding is a beam search"),
+        (
+            ["--sample"],
+            "neun\n" * 4,
+            "--constraints: lexically constrained decoding is a beam search",
+        ),
         ([], None, "--constraints: {path}: no such file"),
     ],
 )

@@ -38,7 +38,8 @@ from attnlab.nn.masks import causal_mask, combine_masks, key_mask, padding_mask_
 from attnlab.nn.positional import ALiBi, RotaryEmbedding
 from attnlab.serve import MAX_BODY_BYTES, create_app
 from attnlab.serve import app as serve_app
-from attnlab.serve.app import STATIC_DIR, make_server, url_of
+from attnlab.serve.app import STATIC_DIR
+from attnlab.serve.process import make_server, url_of
 
 ROUNDING = 5e-6  # answers are rounded to 5 decimals
 SENTENCES = [

@@ -23,8 +23,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from attnlab.serve import create_app
-from attnlab.serve.app import make_server, url_of
 from attnlab.serve.limits import Busy, ClientGone, Limits, ModelQueue
+from attnlab.serve.process import make_server, url_of
 
 WAIT = 60.0  # seconds: the most any wait below may take before the test fails
 

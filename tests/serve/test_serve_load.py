@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from attnlab.serve import create_app
-from attnlab.serve.app import make_server, url_of
 from attnlab.serve.limits import Limits
+from attnlab.serve.process import make_server, url_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

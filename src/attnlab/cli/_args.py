@@ -127,6 +127,28 @@ def add_engine_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_threads_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the shared ``--threads N``: the CPU threads decoding uses, the same on
+    both engines (torch's intra-op threads; CTranslate2's ``intra_threads``, which it reads
+    from torch's); default torch's own choice (``OMP_NUM_THREADS`` or the cores)."""
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="CPU threads for decoding, on either engine (default: torch's, OMP_NUM_THREADS "
+        "or the cores)",
+    )
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """``--threads``, where given, as this process's thread count (before a model loads)."""
+    if getattr(args, "threads", None) is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
 def add_model_flag(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
     """Give ``parser`` the shared, required ``--model DIR`` (dest ``model``). ``many``: the
     flag may be repeated for an ensemble (``args.models`` then lists every directory, and

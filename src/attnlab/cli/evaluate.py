@@ -12,11 +12,15 @@ from pathlib import Path
 
 from ._args import (
     add_device_flag,
+    add_engine_flag,
     add_input_bound_flags,
     add_json_flag,
     add_model_flag,
+    add_threads_flag,
+    apply_threads,
     decoding_of,
     device_of,
+    engine_of,
     non_negative,
     positive_int,
 )
@@ -44,6 +48,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     device_of(args.device)  # --device cuda without CUDA: before any work
     kind = kind_of(args.model)
     _check_decoding_flags(args, kind)
+    engine_of(args, len(models))  # what the engine cannot do: before any work
+    apply_threads(args)
     if len(models) > 1:
         for model in models:
             check_kind(model, {"transformer"}, "evaluate", "--model")
@@ -86,7 +92,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     decoding, notice = decoding_of(args, "evaluate")
     beam, alpha = decoding.beam_size, decoding.alpha
     translator = Translator.load(
-        models, decoding=decoding, device=device_of(args.device), too_long=args.too_long
+        models,
+        decoding=decoding,
+        device=device_of(args.device),
+        too_long=args.too_long,
+        engine=args.engine,
     )
     if notice:
         print(notice, file=sys.stderr, flush=True)
@@ -182,6 +192,7 @@ def _evaluate_split(args: argparse.Namespace) -> int:
         job=job,
         split=args.split,
         decoding=flags if job.task.decodes else None,  # the others refuse --beam-size
+        engine=args.engine,
         limit=args.limit,
         device=device_of(args.device),
     )  # split None: the task's own (test, or valid for a language model)
@@ -214,7 +225,8 @@ def _check_decoding_flags(args: argparse.Namespace, kind: str) -> None:
     reason = _SCORED_WITHOUT_DECODING.get(kind)
     if reason is None:
         return
-    given = (("--beam-size", args.beam_size), ("--alpha", args.alpha))
+    engine = args.engine if args.engine != "torch" else None
+    given = (("--beam-size", args.beam_size), ("--alpha", args.alpha), ("--engine", engine))
     for flag, value in (*given, ("--tokenized-bleu", args.tokenized_bleu or None)):
         if value is not None:
             raise ValueError(
@@ -261,6 +273,8 @@ def add_parsers(sub) -> None:
         "Moses-tokenised (sacremoses) for the task's target language, no further tokenisation",
     )
     add_device_flag(evaluate)
+    add_engine_flag(evaluate)
+    add_threads_flag(evaluate)
     evaluate.add_argument("--src", default=None, metavar="FILE", help="source sentences")
     evaluate.add_argument("--ref", default=None, metavar="FILE", help="their references")
     add_input_bound_flags(evaluate)

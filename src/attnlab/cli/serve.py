@@ -9,8 +9,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..inference.bounds import MAX_TOKENS
-from ._args import add_device_flag, add_model_flag, decoding_of, device_of, number_in, positive_int
-from ._model import resolving
+from ._args import (
+    QUANTIZE_METAVAR,
+    add_device_flag,
+    add_engine_flag,
+    add_model_flag,
+    add_threads_flag,
+    apply_threads,
+    decoding_of,
+    device_of,
+    engine_of,
+    number_in,
+    positive_int,
+)
+from ._model import model_dirs, resolving
 
 
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
@@ -49,8 +61,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve import run
     from ..serve.limits import Limits
 
-    if not Path(args.model).is_dir():
-        raise FileNotFoundError(f"--model: {args.model}: no such model directory (OUT/model)")
+    models = model_dirs(args)  # several: an ensemble (the torch engine, --api-only)
+    for model in models:
+        if not Path(model).is_dir():
+            raise FileNotFoundError(f"--model: {model}: no such model directory (OUT/model)")
+    args.model = models[0]
+    engine = engine_of(args, len(models))  # what the engine cannot do: before any work
+    if not args.api_only and (len(models) > 1 or engine != "torch"):
+        why = f"--engine {engine}" if engine != "torch" else f"{len(models)} --model"
+        raise ValueError(
+            f"{why}: the explorer page shows one model's attention on the torch engine; add "
+            f"--api-only to serve the translation API alone"
+        )
+    apply_threads(args)
     if not 0 < args.request_timeout <= 3600:
         raise ValueError(
             f"--request-timeout: expected 0 < seconds <= 3600, got {args.request_timeout}"
@@ -66,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     device = device_of(args.device)  # --device cuda without CUDA: before anything is said
     decoding, notice = decoding_of(args, "serve")
     run(
-        args.model,
+        models if len(models) > 1 else models[0],
         host=args.host,
         port=args.port,
         decoding=decoding,
@@ -76,6 +99,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         notice=notice,
         api_only=args.api_only,
         languages_served=args.languages,
+        engine=engine,
+        quantize=args.quantize,
     )
     return 0
 
@@ -98,7 +123,17 @@ def add_parsers(sub) -> None:
             "a free port; the URL printed has the real one."
         ),
     )
-    add_model_flag(serve)
+    add_model_flag(serve, many=True)
+    add_engine_flag(serve)
+    serve.add_argument(
+        "--quantize",
+        choices=["int8"],
+        default=None,
+        metavar=QUANTIZE_METAVAR,
+        help="int8: decode with int8 weights (the torch engine's decoder, or CTranslate2's "
+        "int8 compute type)",
+    )
+    add_threads_flag(serve)
     serve.add_argument("--host", default="127.0.0.1", help="interface (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port, 0 picks a free one (8000)")
     serve.add_argument(

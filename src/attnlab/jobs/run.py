@@ -134,6 +134,7 @@ def evaluate_model(
     corpus=None,
     job: Job | None = None,
     decoding: DecodingOptions | None = None,
+    engine: str = "torch",
     limit: int | None = None,
     examples: int = 10,
     device: str | None = None,
@@ -143,7 +144,7 @@ def evaluate_model(
     default the split ``attnlab train`` scores at the end: ``test``, ``valid`` for a language
     model), on ``device`` (``cpu`` or ``cuda``; default CUDA when available, CPU for a
     language model). A translation model: decoded with ``decoding`` (None: the job's
-    ``[eval]``), ``{"bleu", "chrf", "exact_match",
+    ``[eval]``) on ``engine``, ``{"bleu", "chrf", "exact_match",
     "sentences", signatures, "split", "examples": a few (source, reference, hypothesis)}``. A
     language model (the ``text`` task): its perplexity; an image classifier: its accuracy
     (these take no ``decoding``)."""
@@ -173,4 +174,5 @@ def evaluate_model(
         examples=examples,
         device=device,
         decoding=decoding,
+        engine=engine,
     )

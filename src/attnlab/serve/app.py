@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
 import re
-import signal
-import socket
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -38,14 +34,12 @@ from urllib.parse import parse_qs
 import torch
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._checks import is_int
 from ..decode.options import DecodingOptions
 from .errors import FORM_TYPE, BodyGuard, clip, install_error_handlers, json_type, media_type
-from .explorer import ATTENTION_DECIMALS, Explorer
+from .explorer import Explorer
 from .libre import BadRequest, languages, parse_translate
 from .limits import (
     LOOPBACK_NAMES,
@@ -56,12 +50,27 @@ from .limits import (
     InternalErrors,
     Limits,
     ModelQueue,
-    server_config,
 )
 from .metrics import RequestMetrics, ServeMetrics
+from .schemas import (
+    BODIES,
+    AttentionRequest,
+    AttentionResponse,
+    ErrorResponse,
+    Health,
+    Language,
+    LibreTranslateAnswer,
+    MasksRequest,
+    MasksResponse,
+    ModelInfo,
+    PositionalResponse,
+    TranslateRequest,
+    TranslateResponse,
+    libre_body,
+)
 from .service import TranslationService, model_languages
 
-__all__ = ["STATIC_DIR", "Limits", "create_app", "make_server", "run"]
+__all__ = ["STATIC_DIR", "Limits", "create_app", "explorer_routes"]
 
 #: The page's files: index.html, its script and stylesheet.
 STATIC_DIR = Path(__file__).with_name("static")
@@ -70,184 +79,6 @@ MAX_STATIC_NAME = 64
 
 log = logging.getLogger("attnlab.serve")
 
-# -- request and response bodies ---------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class TranslateRequest(_Strict):
-    text: str = Field(description="the source sentence", examples=["three hundred and twelve"])
-    beam_size: int | None = Field(
-        None, ge=1, le=MAX_BEAM, description="beam width, 1 is greedy (default: the server's)"
-    )
-    constraints: list[str] | None = Field(
-        None,
-        max_length=MAX_BEAM,
-        description="target phrases the translation must contain (at most beam_size; "
-        "constrained beam search)",
-    )
-    prefix: str | None = Field(
-        None, description="target text the translation must start with (null or blank: none)"
-    )
-
-    def decoding(self, served: DecodingOptions) -> DecodingOptions:
-        """The request's decoding: the server's (``served``) with the beam it asks."""
-        return served.updated(beam_size=self.beam_size)
-
-
-class AttentionRequest(TranslateRequest):
-    target: str | None = Field(
-        None, description="a target sentence to teacher-force (null or blank: the model's own)"
-    )
-    layers: list[int] | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        description="layer indices to return (encoder and decoder alike), null for all",
-    )
-    heads: list[int] | None = Field(
-        None, min_length=1, max_length=256, description="head indices to return, null for all"
-    )
-
-
-class MasksRequest(_Strict):
-    texts: list[str] = Field(min_length=1, max_length=8, description="one batch of sentences")
-
-
-class ModelInfo(BaseModel):
-    model_type: str
-    name: str
-    num_parameters: int
-    d_model: int
-    num_heads: int
-    encoder_layers: int
-    decoder_layers: int
-    max_len: int
-    positional: str
-    norm_first: bool
-    beam_size: int
-    vocab_size: int
-    tgt_vocab_size: int
-    positional_max_length: int
-
-
-class TranslateResponse(BaseModel):
-    translation: str
-    source_tokens: list[str]
-    output_tokens: list[str]
-    token_log_probs: list[float] = Field(
-        description="each output token's log-probability under the model (EOS's included)"
-    )
-    log_prob: float = Field(description="their sum: log P(output | source)")
-    score: float = Field(description="log_prob / ((5 + tokens) / 6)^0.6, what the beam ranks by")
-    constraints: list[str] = Field(description="the phrases the translation contains, as asked")
-    truncated: bool
-    source_length: int
-    max_len: int
-
-
-class AttentionMaps(BaseModel):
-    layers: list[int] = Field(description="the layers returned, in increasing order")
-    heads: list[int] = Field(description="the heads returned, in increasing order")
-    queries: int = Field(description="rows of each map")
-    keys: int = Field(description="columns of each map")
-    weights: list[float] = Field(
-        description="every map, flat in [layer][head][query][key] order, rounded to "
-        f"{ATTENTION_DECIMALS} decimals"
-    )
-
-
-class AttentionResponse(TranslateResponse):
-    teacher_forced: bool
-    target_tokens: list[str]
-    encoder: AttentionMaps = Field(description="queries and keys: source_tokens")
-    decoder: AttentionMaps = Field(description="queries and keys: target_tokens")
-    cross: AttentionMaps = Field(description="queries: target_tokens, keys: source_tokens")
-    elements: int = Field(description="attention weights in this answer")
-    max_elements: int = Field(description="the most the server returns in one answer")
-    capped: bool = Field(description="true when some asked-for layers were left out")
-
-
-class PositionalResponse(BaseModel):
-    kind: str
-    length: int
-    d_model: int
-    matrix: list[list[float]] | None
-    similarity: list[list[float]] | None
-    note: str
-
-
-class MasksResponse(BaseModel):
-    tokens: list[list[str]]
-    padding: list[list[bool]]
-    look_ahead: list[list[bool]]
-    combined: list[list[list[bool]]]
-    truncated: list[bool]
-
-
-class ErrorResponse(BaseModel):
-    error: str
-    status: int
-
-
-class DetectedLanguage(BaseModel):
-    language: str = Field(description="the model's source language (assumed: no detection)")
-
-
-class LibreTranslateAnswer(BaseModel):
-    """LibreTranslate's answer (for the schema; the route builds it as a dict)."""
-
-    translatedText: str | list[str] = Field(
-        description="the translation, or one per sentence when q was a list"
-    )
-    alternatives: list[str] | list[list[str]] | None = Field(
-        None, description="the next best translations, when asked (one list per sentence)"
-    )
-    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
-        None, description='for source "auto"'
-    )
-
-
-class Language(BaseModel):
-    code: str
-    name: str
-    targets: list[str]
-
-
-class Health(BaseModel):
-    live: bool
-    ready: bool = Field(description="the model is loaded and warmed up, and not shutting down")
-    draining: bool = Field(description="Ctrl-C or SIGTERM came: in-flight requests finish")
-
-
-def libre_body(pair: tuple[str, str]) -> dict:
-    """``/translate``'s JSON body in the schema, for a model of language ``pair`` (the route
-    checks it itself, LibreTranslate's way: 400s; it takes the same fields as a URL-encoded
-    form)."""
-    q = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
-    fields = {
-        "q": {**q, "description": "a sentence, or a list of them"},
-        "source": {"type": "string", "enum": [pair[0], "auto"]},
-        "target": {"type": "string", "enum": [pair[1]]},
-        "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
-        "alternatives": {"type": "integer", "minimum": 0, "default": 0},
-        "beam_size": {"type": "integer", "minimum": 1},
-        "api_key": {"type": "string", "description": "ignored"},
-    }
-    body = {"type": "object", "required": ["q", "source", "target"], "properties": fields}
-    return {"required": True, "content": {"application/json": {"schema": body}}}
-
-
-#: POST routes and their request bodies (the guard checks these routes' bodies); None: the
-#: route checks its fields itself (``/translate``, which takes a form too).
-BODIES: dict[str, type[BaseModel] | None] = {
-    "/api/translate": TranslateRequest,
-    "/api/attention": AttentionRequest,
-    "/api/masks": MasksRequest,
-    "/translate": None,
-}
 #: The translation service's routes, as an unknown route's 404 lists them (the explorer's
 #: come first, unless ``--api-only``).
 API_ROUTES = "POST /translate, GET /languages, GET /health, GET /metrics"
@@ -550,159 +381,3 @@ def _static_file(directory: Path, name: str) -> FileResponse:
     media = _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
     headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
     return FileResponse(path, media_type=media, headers=headers)
-
-
-# -- serving -----------------------------------------------------------------------------------
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``(host, port)`` (port 0: the OS picks a free one)."""
-    if not (is_int(port) and 0 <= port <= 65535):
-        raise ValueError(f"port: expected 0 to 65535, got {port!r}")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as error:  # a name that is not this machine's: bad input
-        raise ValueError(f"host: cannot resolve {host!r} ({error.strerror})") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as error:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    """``http://host:port/`` of a bound socket."""
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-
-
-def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level="warning"):
-    """A uvicorn server for ``app`` and its bound socket: ``(server, sock)``; start it with
-    ``server.run(sockets=[sock])`` (in a thread, stop it with ``server.should_exit = True``).
-    The server keeps ``app``'s limits (timeouts, connections: see :func:`server_config`)."""
-    sock = bind(host, port)
-    return _server(app, log_level), sock
-
-
-def _server(app: FastAPI, log_level: str):
-    """A uvicorn server for ``app`` that, on Ctrl-C or SIGTERM, marks the app as draining
-    (new requests get a 503, ``/health`` says not ready) before it shuts down gracefully."""
-    import uvicorn
-
-    limits = getattr(app.state, "limits", None) or Limits()
-    draining = getattr(app.state, "draining", None)
-
-    class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # type: ignore[override]
-            if draining is not None:
-                draining.set()
-            super().handle_exit(sig, frame)
-
-    return DrainingServer(server_config(app, limits, log_level))
-
-
-class _Terminated(Exception):
-    """SIGTERM, raised once the server has drained (as Ctrl-C raises KeyboardInterrupt)."""
-
-
-def _terminated(signum, frame) -> None:
-    raise _Terminated()
-
-
-def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> list[str]:
-    """The Host names a server bound to ``host`` answers: the loopback names, ``host``
-    itself (unless it is the any-address ``0.0.0.0`` or ``::``, which no client names), and
-    ``extra``."""
-    names = list(LOOPBACK_NAMES)
-    if host not in ("0.0.0.0", "::", ""):
-        names.append(host)
-    return [*names, *extra]
-
-
-def run(
-    model_dir: str | os.PathLike | Sequence[str | os.PathLike],
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    log_level: str = "warning",
-    limits: Limits | None = None,
-    allow_hosts: Sequence[str] = (),
-    device: str | torch.device | None = None,
-    notice: str | None = None,
-    decoding: DecodingOptions | None = None,
-    api_only: bool = False,
-    languages_served: tuple[str, str] | None = None,
-    engine: str = "torch",
-    quantize: str | None = None,
-) -> None:
-    """Serve the explorer and the translation service of ``model_dir`` until Ctrl-C or
-    SIGTERM; prints its URL. ``port`` 0 picks a free port (the printed URL has the real one).
-    The Host header must be a loopback name, ``host``, or one of ``allow_hosts`` (``"*"``:
-    any). ``decoding``, ``device``, ``api_only``, ``engine``, ``quantize``,
-    ``languages_served``: as :func:`create_app`'s. ``notice``: a line for stderr once the
-    model has loaded (the decoding it uses, say).
-
-    Ctrl-C or SIGTERM drains: the listening socket closes, requests that arrive meanwhile get a
-    503, the requests in flight are answered, then it returns (a second Ctrl-C stops at once).
-    """
-    sock = bind(host, port)  # first: a busy port fails before the model loads
-    allowed = allowed_hosts_for(host, allow_hosts)
-    try:
-        app = create_app(
-            model_dir,
-            device=device,
-            limits=limits,
-            allowed_hosts=allowed,
-            decoding=decoding,
-            api_only=api_only,
-            languages_served=languages_served,
-            engine=engine,
-            quantize=quantize,
-        )
-    except BaseException:
-        sock.close()
-        raise
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
-    server = _server(app, log_level)
-    if not _is_loopback(host):
-        print(
-            f"attnlab serve: warning: listening on {host}, beyond this machine; the API has no "
-            f"authentication: anyone who can reach the port can use it (Host names answered: "
-            f"{', '.join(allowed)}; add more with --allow-host)",
-            file=sys.stderr,
-            flush=True,
-        )
-    what = "the translation API" if api_only else "the attention explorer"
-    print(f"attnlab serve: {what} is at {url_of(sock)} (Ctrl-C stops it)")
-    sys.stdout.flush()
-    installed = threading.current_thread() is threading.main_thread()  # signals: main only
-    previous = signal.signal(signal.SIGTERM, _terminated) if installed else None
-    try:
-        # uvicorn drains on Ctrl-C or SIGTERM, then raises the signal again: KeyboardInterrupt
-        # or _Terminated here, once every request in flight is answered.
-        server.run(sockets=[sock])
-    except (KeyboardInterrupt, _Terminated):
-        print("attnlab serve: stopped", flush=True)
-    finally:
-        if installed:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-        sock.close()
-        service = getattr(app.state, "service", None)
-        if service is not None:  # the requests it admitted are answered by now
-            limits = getattr(app.state, "limits", None) or Limits()
-            service.close(wait=limits.request_timeout)
-        app.state.queue.close()

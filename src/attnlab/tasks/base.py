@@ -191,9 +191,10 @@ class Task:
         examples: int = 10,
         device: str | None = None,
         decoding: DecodingOptions | None = None,
+        engine: str = "torch",
     ) -> dict[str, Any]:
         """Score the model of ``model_dir`` on ``split`` of ``data``; a task that decodes
-        with ``decoding`` (None: the job's ``[eval]``)."""
+        with ``decoding`` (None: the job's ``[eval]``) on ``engine``."""
         raise NotImplementedError
 
     def score_line(self, result: Mapping[str, Any]) -> str:
@@ -229,8 +230,12 @@ class Task:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def refuse_decoding(self, decoding: DecodingOptions | None, metric: str) -> None:
+    def refuse_decoding(self, decoding: DecodingOptions | None, engine: str, metric: str) -> None:
         """ValueError for decoding settings given to a task that is scored without decoding."""
+        if engine != "torch":
+            raise ValueError(
+                f"engine {engine}: the {self.name} task's model is scored by torch ({metric})"
+            )
         if decoding is not None:
             raise ValueError(
                 f"decoding: the {self.name} task's model is scored without beam search "

@@ -77,6 +77,7 @@ class Digits(Task):
         examples: int = 10,
         device: str | None = None,
         decoding: DecodingOptions | None = None,
+        engine: str = "torch",
     ) -> dict[str, Any]:
         """Accuracy of the classifier on the images of ``split``, and its first errors."""
         import torch
@@ -84,7 +85,7 @@ class Digits(Task):
         from ..inference.scores import classify
         from ..models.transformer import load_pretrained
 
-        self.refuse_decoding(decoding, "accuracy")
+        self.refuse_decoding(decoding, engine, "accuracy")
         if split not in data:
             raise ValueError(f"split: the digits task has {sorted(data)}, not {split!r}")
         images, labels = data[split].images[:limit], data[split].labels[:limit]

@@ -95,11 +95,12 @@ class Text(Task):
         examples: int = 10,
         device: str | None = None,
         decoding: DecodingOptions | None = None,
+        engine: str = "torch",
     ) -> dict[str, Any]:
         """Perplexity of the model on the lines of ``split``."""
         from ..inference.scores import lm_perplexity, load_with_tokenizers
 
-        self.refuse_decoding(decoding, "perplexity")
+        self.refuse_decoding(decoding, engine, "perplexity")
         if split not in data:
             raise ValueError(f"split: a text task has {sorted(data)}, not {split!r}")
         lines = data[split][:limit] if limit else data[split]

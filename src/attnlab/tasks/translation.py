@@ -366,6 +366,7 @@ class TranslationTask(Task):
         examples: int = 10,
         device: str | None = None,
         decoding: DecodingOptions | None = None,
+        engine: str = "torch",
     ) -> dict[str, Any]:
         """BLEU, chrF and exact match of beam-search translations of ``split`` (``decoding``:
         None for the job's ``[eval]``), with the literature's tokenised
@@ -382,7 +383,11 @@ class TranslationTask(Task):
             pairs = pairs[:limit]
         decoding = ctx.eval.decoding if decoding is None else decoding
         translator = Translator.load(
-            model_dir, decoding=decoding, max_tokens=ctx.eval.max_tokens, device=device
+            model_dir,
+            decoding=decoding,
+            max_tokens=ctx.eval.max_tokens,
+            device=device,
+            engine=engine,
         )
         hyps = translator.translate([s for s, _ in pairs])
         refs = [t for _, t in pairs]
