@@ -39,9 +39,9 @@ def check_engine(
     ensemble), with lexical ``constraints`` or not, with ``quantize`` weights; else a
     ValueError naming the engine and the option (ImportError where the ``ctranslate2`` package
     is missing). Nothing is quietly done by the other engine."""
-    check_choice(engine, ENGINES, "engine")
-    if engine == "torch":
-        return engine
+    name: str = check_choice(engine, ENGINES, "engine")
+    if name == "torch":
+        return name
     why = ""
     if models > 1:
         why = f"an ensemble ({models} models): it decodes one model"
@@ -56,7 +56,7 @@ def check_engine(
     except ImportError:
         message = f"engine ctranslate2: the ctranslate2 package is not installed; {_INSTALL}"
         raise ImportError(message, name="ctranslate2") from None
-    return engine
+    return name
 
 
 def carried_length_penalty(model_dir: str | os.PathLike[str]) -> float | None:
@@ -70,7 +70,7 @@ def carried_length_penalty(model_dir: str | os.PathLike[str]) -> float | None:
         return None
     section = job.get("eval") if isinstance(job, dict) else None
     value = section.get("ct2_length_penalty") if isinstance(section, dict) else None
-    ok = is_number(value) and math.isfinite(value) and value >= 0  # type: ignore[arg-type]
+    ok = is_number(value) and math.isfinite(value) and value >= 0
     return float(value) if ok else None  # type: ignore[arg-type]
 
 

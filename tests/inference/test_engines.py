@@ -1,0 +1,258 @@
+"""The CTranslate2 engine behind the Translator (:mod:`attnlab.inference.engines`): the same
+answers as the torch engine where both decode alike (greedy search token for token, with each
+row's own length limit, a prefix, a limit hit; beam search without length penalty), the model
+converted once into the cache, and what CTranslate2 cannot do refused in one line before any
+work."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from _helpers import tiny
+from attnlab import Transformer
+from attnlab.data.tokenizer import Tokenizer
+from attnlab.decode.options import DecodingOptions
+from attnlab.inference import engines
+from attnlab.inference.translator import Translator
+
+TEXTS = ["seven", "three hundred and forty-two", "nine hundred and ninety-nine", "twelve", "zero"]
+GREEDY = DecodingOptions(beam_size=1)
+LOG_PROB_TOLERANCE = 1e-4  # float32, two engines' kernels
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _same(ours, theirs) -> None:
+    """Hypotheses of the two engines: the same tokens, ends and log-probabilities."""
+    for a, b in zip(ours, theirs, strict=True):
+        assert [h.ids for h in a] == [h.ids for h in b]
+        assert [h.text for h in a] == [h.text for h in b]
+        assert [h.finished for h in a] == [h.finished for h in b]
+        for x, y in zip(a, b, strict=True):
+            gap = max(
+                (abs(p - q) for p, q in zip(x.token_log_probs, y.token_log_probs, strict=True)),
+                default=0,
+            )
+            assert gap < LOG_PROB_TOLERANCE and len(x.token_log_probs) == len(y.token_log_probs)
+            assert abs(x.log_prob - y.log_prob) < 1e-3
+
+
+# -- refused before any work -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"models": 2}, "an ensemble"),
+        ({"constraints": True}, "constraints"),
+        ({"quantize": "float16"}, "quantize"),
+    ],
+)
+def test_what_ctranslate2_cannot_do_is_refused_in_one_line(given, named):
+    with pytest.raises(ValueError, match=rf"^engine ctranslate2: {named}") as error:
+        engines.check_engine("ctranslate2", **given)
+    assert "\n" not in str(error.value)
+    assert engines.check_engine("torch", **given) == "torch"  # the torch engine does them
+
+
+def test_an_engine_is_checked_before_anything_is_loaded(tmp_path):
+    missing = [tmp_path / "a", tmp_path / "b"]  # never read: the ensemble is refused first
+    with pytest.raises(ValueError, match=r"^engine ctranslate2: an ensemble"):
+        Translator.load(missing, engine="ctranslate2")
+    with pytest.raises(ValueError, match=r"^engine: expected one of torch, ctranslate2"):
+        Translator.load(missing[0], engine="onnx")
+
+
+def test_a_missing_package_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails
+    with pytest.raises(ImportError) as error:
+        engines.check_engine("ctranslate2")
+    assert str(error.value) == (
+        "engine ctranslate2: the ctranslate2 package is not installed; "
+        "pip install 'attnlab[ctranslate2]'"
+    )
+
+
+# -- a random model: its outputs run to their length limits -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def random_model() -> tuple[Transformer, Tokenizer]:
+    pytest.importorskip("ctranslate2")
+    tokenizer = Tokenizer.train([f"{t} {u}" for t in TEXTS for u in TEXTS], vocab_size=300)
+    torch.manual_seed(0)
+    model = Transformer(tiny(vocab_size=tokenizer.vocab_size)).eval()
+    return model, tokenizer
+
+
+def test_greedy_rows_each_to_their_own_limit(random_model):
+    """A batch of sources of different lengths, each output limited to its own source + 50:
+    CTranslate2 decodes the batch to the longest limit and cuts each row to its own."""
+    model, tokenizer = random_model
+    texts = ["zero", "seven twelve zero", " ".join(TEXTS)]
+    torch_engine = Translator(model, tokenizer, tokenizer, decoding=GREEDY)
+    ct2 = Translator(model, tokenizer, tokenizer, decoding=GREEDY, engine="ctranslate2")
+    ours, theirs = torch_engine.hypotheses(texts), ct2.hypotheses(texts)
+    _same(ours, theirs)
+    limits = [len(tokenizer.encode(t)) + 50 for t in texts]
+    assert len(set(limits)) == 3 and max(limits) <= model.config.max_len
+    cut = [
+        len(h[0].ids) == limit and not h[0].finished
+        for h, limit in zip(theirs, limits, strict=True)
+    ]
+    assert sum(cut) >= 2  # a random model rarely ends: most rows stop at their own limit
+
+
+def test_the_conversion_is_made_once_and_whole(random_model, cache, monkeypatch):
+    import attnlab.formats.ctranslate2 as exporter
+
+    model, tokenizer = random_model
+    made: list[Path] = []
+    export = exporter.to_ctranslate2
+    monkeypatch.setattr(
+        exporter, "to_ctranslate2", lambda *a, **k: made.append(a[2]) or export(*a, **k)
+    )
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as patch:  # a conversion cut short leaves nothing to take
+        patch.setattr(exporter, "_readme", broken)
+        with pytest.raises(RuntimeError, match="killed"):
+            engines.CTranslate2Engine(model, tokenizer, tokenizer)
+    assert not list((cache / "shards" / "ctranslate2").iterdir())
+    first = engines.CTranslate2Engine(model, tokenizer, tokenizer)
+    before = (first.path / "model.bin").stat()
+    second = engines.CTranslate2Engine(model, tokenizer, tokenizer)
+    after = (second.path / "model.bin").stat()
+    assert second.path == first.path and len(made) == 2  # the broken one, then one
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    int8 = engines.CTranslate2Engine(model, tokenizer, tokenizer, quantize="int8")
+    assert int8.path != first.path and int8.compute_type == "int8"  # keyed by the weight type
+    changed = Transformer(model.config).eval()  # other weights: another entry
+    assert engines.CTranslate2Engine(changed, tokenizer, tokenizer).path != first.path
+
+
+# -- the trained numbers model ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def both(numbers_model_dir, tmp_path_factory) -> tuple[Translator, Translator]:
+    pytest.importorskip("ctranslate2")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATTNLAB_CACHE", str(tmp_path_factory.mktemp("cache")))
+        ct2 = Translator.load(numbers_model_dir, device="cpu", engine="ctranslate2")
+    return Translator.load(numbers_model_dir, device="cpu"), ct2
+
+
+@pytest.mark.slow
+def test_greedy_is_the_torch_engines_token_for_token(both):
+    torch_engine, ct2 = both
+    _same(torch_engine.hypotheses(TEXTS, decoding=GREEDY), ct2.hypotheses(TEXTS, decoding=GREEDY))
+    capped = GREEDY.updated(max_new_tokens=4)  # every row hits the limit
+    found = ct2.hypotheses(TEXTS, decoding=capped)
+    _same(torch_engine.hypotheses(TEXTS, decoding=capped), found)
+    assert all(len(h[0].ids) == 4 and not h[0].finished for h in found)
+    prefixed = {"decoding": GREEDY, "prefixes": "sieben"}
+    found = ct2.hypotheses(TEXTS, **prefixed)
+    _same(torch_engine.hypotheses(TEXTS, **prefixed), found)
+    assert all(h[0].text.startswith("sieben") for h in found)
+
+
+@pytest.mark.slow
+def test_beam_search_ranks_as_ctranslate2(both):
+    """Without length penalty both engines rank by log P: the same n-best lists (but for
+    near-ties). Scores are CTranslate2's ``log P / |Y| ** length_penalty``."""
+    torch_engine, ct2 = both
+    plain = DecodingOptions(beam_size=4, alpha=0.0, n_best=3)
+    ours, theirs = (
+        torch_engine.hypotheses(TEXTS, decoding=plain),
+        ct2.hypotheses(TEXTS, decoding=plain),
+    )
+    for a, b in zip(ours, theirs, strict=True):
+        assert len(b) == 3 and [h.score for h in b] == sorted((h.score for h in b), reverse=True)
+        assert a[0].ids == b[0].ids or abs(a[0].log_prob - b[0].log_prob) < 1e-3
+    assert ct2.ct2 is not None and ct2.ct2.length_penalty is None  # the call's alpha
+    ranked = DecodingOptions(beam_size=4, alpha=1.0)
+    best = ct2.hypotheses(TEXTS, decoding=ranked)
+    source = [[ct2.ct2.src_tokens[i] for i in ct2.src_tokenizer.encode(t)] for t in TEXTS]
+    results = ct2.ct2.translator.translate_batch(
+        source, beam_size=4, length_penalty=1.0, return_scores=True, min_decoding_length=0,
+        suppress_sequences=ct2.ct2.banned, return_end_token=True,
+    )  # fmt: skip
+    for h, result in zip(best, results, strict=True):
+        assert h[0].score == pytest.approx(h[0].log_prob / len(h[0].ids))
+        assert h[0].score == pytest.approx(result.scores[0], abs=1e-2)  # it renormalises
+
+
+@pytest.mark.slow
+def test_the_length_penalty_a_model_carries(numbers_model_dir, tmp_path):
+    model_dir = tmp_path / "model"
+    shutil.copytree(numbers_model_dir, model_dir)
+    job = json.loads((model_dir / "job.json").read_text("utf-8"))
+    job["eval"]["ct2_length_penalty"] = 0.8
+    (model_dir / "job.json").write_text(json.dumps(job), "utf-8")
+    translator = Translator.load(model_dir, device="cpu", engine="ctranslate2")
+    assert translator.ct2 is not None and translator.ct2.length_penalty == 0.8
+    best = translator.hypotheses(TEXTS[:1], decoding=DecodingOptions(beam_size=2, alpha=0.0))
+    assert best[0][0].score == pytest.approx(best[0][0].log_prob / len(best[0][0].ids) ** 0.8)
+
+
+@pytest.mark.slow
+def test_sampling_with_a_seed(both):
+    _, ct2 = both
+    drawn = DecodingOptions(sample=True, temperature=2.0, seed=5)
+    first = ct2.translate(TEXTS * 2, decoding=drawn)
+    assert ct2.translate(TEXTS * 2, decoding=drawn) == first  # a call's own seed: its stream
+    assert ct2.translate(TEXTS, decoding=DecodingOptions(sample=True, top_k=1)) == ct2.translate(
+        TEXTS, decoding=GREEDY
+    )
+    with pytest.raises(ValueError, match=r"^engine ctranslate2: constraints"):
+        ct2.translate(TEXTS[:1], constraints=[["sieben"]])
+
+
+# -- attnlab translate --engine -----------------------------------------------------------------
+
+
+def test_the_flag_offers_the_engines():
+    from attnlab.cli._args import ENGINE_CHOICES
+
+    assert ENGINE_CHOICES == engines.ENGINES
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--constraints", "PHRASES"], "--constraints"), (["--model", "MODEL"], "an ensemble")],
+)
+def test_the_cli_refuses_before_loading(tmp_path, capsys, flags, named):
+    from attnlab.cli import main
+
+    (tmp_path / "model").mkdir()  # no model in it: never read
+    (tmp_path / "phrases.txt").write_text("sieben\n", encoding="utf-8")
+    given = {"PHRASES": str(tmp_path / "phrases.txt"), "MODEL": str(tmp_path / "model")}
+    argv = ["translate", "--model", str(tmp_path / "model"), "--engine", "ctranslate2", "seven"]
+    assert main(argv + [given.get(f, f) for f in flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--engine ctranslate2: {named}" in err
+
+
+@pytest.mark.slow
+def test_translate_with_ctranslate2_is_translate_with_torch(numbers_model_dir, capsys):
+    from attnlab.cli import main
+
+    outputs = []
+    for engine in ("torch", "ctranslate2"):
+        argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "1", *TEXTS]
+        assert main([*argv, "--engine", engine]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[0] and len(outputs[0].splitlines()) == len(TEXTS)
