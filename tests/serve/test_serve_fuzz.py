@@ -5,16 +5,23 @@ parameters or bodies, invalid ones: wrong types, missing and unknown fields, out
 values), sent in-process to the ASGI app (no sockets: fast), over 1,000 in all. Every answer
 must be documented and conform to the schema (status code, content type, body), and none may
 be a 5xx. The model is a small untrained one with the numbers tokenizer, so that decoding costs
-little: what is under test is the HTTP layer, not translations.
+little: what is under test is the HTTP layer, not translations. Then /translate's own malformed
+requests, generated here (JSON and forms, Unicode digits, surrogates, bad escapes, bad paths):
+never a 500.
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import random
 import shutil
+from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 import schemathesis
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -121,3 +128,77 @@ def test_a_thousand_generated_requests_get_documented_answers_and_no_5xx(schema,
         assert answered[route][200] and answered[route][422], (route, answered[route])
     assert answered["POST /translate"][200] and answered["POST /translate"][400]
     assert app.state.queue.pending == 0 and app.state.service.batcher.sentences_waiting == 0
+
+
+# -- /translate's malformed requests, generated here (issue 59) ---------------------------------
+
+#: Field values that are wrong somewhere: types, huge and Unicode numbers, surrogates, blanks.
+ODD = [None, True, 0, -1, 2, 1.5, 1e308, 10**30, "", " ", "2", " 3 ", "3\x00", "1e3", "²",
+       "٣", "9" * 5000, "\ud800", "a\udfffb", "x" * 40, "auto", "en", "de", "html", [], {},
+       ["seven", 5], ["\ud800"], ["seven"] * 65]  # fmt: skip
+#: Percent-escapes, good and bad, for form values and names.
+ESCAPES = ["%FF", "%", "%G1", "%C3", "%ED%A0%80", "%F4%90%80%80", "%00", "%C2%B2", "+%2B", "%E2%82"]
+FORM = "application/x-www-form-urlencoded"
+JSON = {"content-type": "application/json"}
+GOOD = {"q": "seven", "source": "src", "target": "tgt"}  # the pair of a model with no job.json
+#: What the app answers /translate with (docs/serve.md): never a 5xx but the busy 503.
+DOCUMENTED = {200, 400, 404, 405, 413, 415, 422, 503}
+
+
+def _form(fields: dict) -> bytes:
+    """``fields`` as a form; strings kept as they are (a surrogate as its UTF-8-like bytes)."""
+    pairs = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in fields.items()]
+    return "&".join(f"{k}={quote(v, errors='surrogatepass')}" for k, v in pairs).encode()
+
+
+def _malformed_translate(rng: random.Random) -> Iterator[tuple[str, str, dict]]:
+    """``(method, path, httpx options)`` of a few hundred bad /translate requests: each field
+    given each odd value or left out, as JSON and as a form; random mixes of them; bad
+    escapes, bodies, content types, lengths, methods and paths."""
+    for name in [*GOOD, "format", "alternatives", "beam_size", "api_key"]:
+        for value in [*ODD, ...]:
+            body = {k: v for k, v in {**GOOD, name: value}.items() if v is not ...}
+            yield "POST", "/translate", {"content": json.dumps(body).encode(), "headers": JSON}
+            yield "POST", "/translate", {"content": _form(body), "headers": {"content-type": FORM}}
+    for _ in range(60):
+        body = {k: rng.choice([v, *rng.sample(ODD, 2)]) for k, v in GOOD.items()}
+        body[rng.choice(["alternatives", "beam_size", "format"])] = rng.choice(ODD)
+        yield "POST", "/translate", {"content": json.dumps(body).encode(), "headers": JSON}
+    for escape in ESCAPES:
+        for form in ("q={}&source=src&target=tgt", "q=a&source={}&target=tgt", "q=a{}=1&x{}=2"):
+            content = form.replace("{}", escape).encode()
+            yield "POST", "/translate", {"content": content, "headers": {"content-type": FORM}}
+    bodies = [b"", b"[]", b"null", b'"q"', b"{", b"1e999", b'{"q": NaN}', b"\xff", b"q=a",
+              b'{"q": "a", "q": 1}', b"[" * 5000 + b"]" * 5000, b'{"q": "' + b"a" * 70_000 + b'"}',
+              b'{"alternatives": ' + b"9" * 5000 + b"}", b"q=a&" * 100 + b"source=en"]  # fmt: skip
+    kinds = ["application/json", FORM, "text/plain", "", "application/json; charset=latin-1"]
+    for content in bodies:
+        for kind in kinds:
+            yield "POST", "/translate", {"content": content, "headers": {"content-type": kind}}
+    for length in ["9" * 5000, "²", "-1", " 5", "1e3", "99999999999", "0x10"]:
+        headers = {**JSON, "content-length": length.encode("latin-1")}  # as HTTP reads it
+        yield "POST", "/translate", {"content": json.dumps(GOOD).encode(), "headers": headers}
+    for method in ["GET", "PUT", "DELETE", "PATCH"]:
+        yield method, "/translate", {}
+    paths = ["/translate/", "/TRANSLATE", "/translate%FF", "/%FF", "//translate", "/trans",
+             "/translate/../translate", "/translate?q=%FF&source=en", "/translate%00"]  # fmt: skip
+    for path in paths:
+        yield "POST", path, {"content": json.dumps(GOOD).encode(), "headers": JSON}
+
+
+def test_hundreds_of_malformed_translate_requests_get_no_500(app):
+    """Issue 59: 17 of 339 such requests were 500s (Unicode digits, huge numbers, surrogates,
+    a form's bad escapes). Every answer here is a documented status, an error a one-line
+    ``{"error": ...}``."""
+    assert tuple(app.state.service.languages) == (GOOD["source"], GOOD["target"])
+    seen: collections.Counter[int] = collections.Counter()
+    # "with": the lifespan's start (a drain ends the schemathesis run's)
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
+        for method, path, options in _malformed_translate(random.Random(59)):
+            answer = client.request(method, path, **options)
+            assert answer.status_code in DOCUMENTED, (method, path, options, answer.text)
+            if answer.status_code != 200:
+                error = answer.json()["error"]
+                assert error and "\n" not in error, (options, error)
+            seen[answer.status_code] += 1
+    assert sum(seen.values()) >= 300 and {200, 400, 404, 405, 413, 415} <= set(seen), seen

@@ -187,8 +187,9 @@ class BodyGuard:
         headers = Headers(scope=scope)
         too_big = f"body: over {self.limit // 1024} KiB ({self.limit:,} bytes)"
         declared = headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            status, text = (413, too_big) if declared.isdigit() else (400, "bad content-length")
+        digits = declared is not None and declared.isascii() and declared.isdigit()
+        if declared is not None and (not digits or len(declared) > 9 or int(declared) > self.limit):
+            status, text = (413, too_big) if digits else (400, "bad content-length")
             await error_response(status, text)(scope, receive, send)
             return
         form = scope["path"] in self.forms
