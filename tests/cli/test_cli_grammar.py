@@ -21,7 +21,7 @@ READS_A_MODEL = {
     "viz attention", "viz learned-pe", "viz rollout",
 }  # fmt: skip
 #: Commands whose --model may be repeated: an ensemble.
-ENSEMBLES = {"translate", "evaluate"}
+ENSEMBLES = {"translate", "evaluate", "serve"}
 
 
 def test_the_walk_finds_every_command():

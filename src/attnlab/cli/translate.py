@@ -22,6 +22,8 @@ from ._args import (
     add_model_flag,
     add_out_flag,
     add_sampling_flags,
+    add_threads_flag,
+    apply_threads,
     as_flags,
     decoding_of,
     device_of,
@@ -69,6 +71,7 @@ def add_parsers(sub) -> None:
     )
     add_device_flag(translate)
     add_engine_flag(translate)
+    add_threads_flag(translate)
     translate.add_argument(
         "--quantize",
         choices=["int8"],
@@ -197,6 +200,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     args.model = models[0]
     _check_translate_flags(args)
     engine = engine_of(args, len(models))  # its refusals before any model work
+    apply_threads(args)
     if args.input and args.errors == "strict":
         check_utf8(args.input, "--input")  # every line, before any model work
     device = device_of(args.device)
