@@ -182,7 +182,7 @@ def test_beam_search_ranks_as_ctranslate2(both):
     for a, b in zip(ours, theirs, strict=True):
         assert len(b) == 3 and [h.score for h in b] == sorted((h.score for h in b), reverse=True)
         assert a[0].ids == b[0].ids or abs(a[0].log_prob - b[0].log_prob) < 1e-3
-    assert ct2.ct2 is not None and ct2.ct2.length_penalty is None  # the call's alpha
+    assert ct2.decoding.ct2_length_penalty is None  # the call's alpha
     ranked = DecodingOptions(beam_size=4, alpha=1.0)
     best = ct2.hypotheses(TEXTS, decoding=ranked)
     source = [[ct2.ct2.src_tokens[i] for i in ct2.src_tokenizer.encode(t)] for t in TEXTS]
@@ -203,7 +203,7 @@ def test_the_length_penalty_a_model_carries(numbers_model_dir, tmp_path):
     job["eval"]["ct2_length_penalty"] = 0.8
     (model_dir / "job.json").write_text(json.dumps(job), "utf-8")
     translator = Translator.load(model_dir, device="cpu", engine="ctranslate2")
-    assert translator.ct2 is not None and translator.ct2.length_penalty == 0.8
+    assert translator.decoding.ct2_length_penalty == 0.8  # carried, as alpha is
     best = translator.hypotheses(TEXTS[:1], decoding=DecodingOptions(beam_size=2, alpha=0.0))
     assert best[0][0].score == pytest.approx(best[0][0].log_prob / len(best[0][0].ids) ** 0.8)
 

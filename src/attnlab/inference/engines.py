@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .._checks import check_choice, is_number
+from .._checks import check_choice
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation
 
-__all__ = ["ENGINES", "CTranslate2Engine", "carried_length_penalty", "check_engine"]
+__all__ = ["ENGINES", "CTranslate2Engine", "check_engine"]
 
 #: The engines, the first the default.
 ENGINES = ("torch", "ctranslate2")
@@ -59,21 +58,6 @@ def check_engine(
     return name
 
 
-def carried_length_penalty(model_dir: str | os.PathLike[str]) -> float | None:
-    """The ``ct2_length_penalty`` of the model directory's ``job.json`` ``[eval]`` (a number
-    >= 0), else None (then the call's ``alpha``: see :class:`CTranslate2Engine`)."""
-    from .._rundir import read_job_file
-
-    try:
-        job: object = read_job_file(model_dir)
-    except (OSError, ValueError):
-        return None
-    section = job.get("eval") if isinstance(job, dict) else None
-    value = section.get("ct2_length_penalty") if isinstance(section, dict) else None
-    ok = is_number(value) and math.isfinite(value) and value >= 0
-    return float(value) if ok else None  # type: ignore[arg-type]
-
-
 class CTranslate2Engine:
     """A model decoded by CTranslate2 (``ctranslate2.Translator``) on the model's device (CUDA
     or CPU, with torch's thread count, ``torch.get_num_threads()``, as ``intra_threads``).
@@ -87,8 +71,8 @@ class CTranslate2Engine:
     float32.
 
     Beam search ranks by CTranslate2's ``log P / |Y| ** length_penalty`` (|Y| counts EOS), not
-    attnlab's ``((5 + |Y|) / 6) ** alpha``: :attr:`length_penalty` is the model's
-    ``ct2_length_penalty`` where its job carries one, else each call's ``alpha`` (0 ranks by
+    attnlab's ``((5 + |Y|) / 6) ** alpha``: ``length_penalty`` is the decoding's
+    ``ct2_length_penalty`` (what the model's ``[eval]`` carries), else its ``alpha`` (0 ranks by
     ``log P`` in both engines, so their beams agree; a positive alpha normalises somewhat more
     strongly than GNMT's, whose exponent in ``|Y|`` is ``alpha * |Y| / (5 + |Y|)``, 0.5 to 0.9
     times alpha over 5 to 40 tokens). Each output's token log-probabilities are the model's
@@ -120,8 +104,6 @@ class CTranslate2Engine:
         self.path = convert(model, (src_tokenizer, tgt_tokenizer), self.compute_type, cache_dir)
         self.device = next(model.parameters()).device
         self.seed = seed
-        #: CTranslate2's length penalty (None: each call's alpha).
-        self.length_penalty: float | None = None
         self.translator = self._load(seed)
 
     def _load(self, seed: int | None) -> Any:
@@ -157,7 +139,9 @@ class CTranslate2Engine:
         # generator), else a stream of the call's own seed.
         fresh = options.seed is not None and options.seed != self.seed
         translator = self._load(options.seed) if fresh else self.translator
-        penalty = options.alpha if self.length_penalty is None else self.length_penalty
+        penalty = (
+            options.alpha if options.ct2_length_penalty is None else options.ct2_length_penalty
+        )
         settings: dict[str, Any] = dict(
             beam_size=1 if options.sample else options.beam_size,
             num_hypotheses=n,

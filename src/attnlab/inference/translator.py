@@ -34,7 +34,7 @@ from ..decode.ensemble import Ensemble, incompatible
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, decode, length_penalty
 from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong, bound_sources
-from .engines import CTranslate2Engine, carried_length_penalty, check_engine
+from .engines import CTranslate2Engine, check_engine
 
 __all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
 
@@ -221,10 +221,7 @@ class Translator:
         if decoding is None:
             decoding = DecodingOptions.carried_by(dirs[0])[0]
         try:
-            translator = cls(models, src, tgt, decoding=decoding, **options)
-            if translator.ct2 is not None:
-                translator.ct2.length_penalty = carried_length_penalty(dirs[0])
-            return translator
+            return cls(models, src, tgt, decoding=decoding, **options)
         except TypeError as e:
             raise ValueError(f"{names[0]}: {dirs[0]}: {e}") from None
         except ValueError as e:

@@ -21,6 +21,9 @@ from .distill import DistillOptions
 
 __all__ = ["EvalOptions", "TaskContext", "TokenizerOptions"]
 
+#: The keys of ``[eval]`` that are the final test's decoding (:class:`DecodingOptions` fields).
+DECODING_KEYS = ("beam_size", "alpha", "ct2_length_penalty")
+
 
 @dataclass
 class TokenizerOptions:
@@ -41,11 +44,11 @@ class TokenizerOptions:
 
 @dataclass
 class EvalOptions:
-    """The ``[eval]`` table: ``decoding`` for the final test (its beam and length penalty, the
-    table's ``beam_size`` and ``alpha``), and the validation BLEU measured at each evaluation
-    during training on the first ``bleu_sentences`` validation pairs (greedy, for speed; 0
-    turns it off). ``bleu_tokenize``: sacreBLEU's tokenizer for BLEU (None: the target
-    language's, as sacreBLEU's command line picks it; see
+    """The ``[eval]`` table: ``decoding`` for the final test (its beam and length penalties,
+    the table's ``beam_size``, ``alpha`` and ``ct2_length_penalty``), and the validation BLEU
+    measured at each evaluation during training on the first ``bleu_sentences`` validation
+    pairs (greedy, for speed; 0 turns it off). ``bleu_tokenize``: sacreBLEU's tokenizer for
+    BLEU (None: the target language's, as sacreBLEU's command line picks it; see
     :func:`attnlab.inference.scores.bleu_tokenizer`). Read from and written as the table's
     flat keys (:meth:`from_table`, :meth:`to_dict`), as ``job.json`` has them."""
 
@@ -56,7 +59,8 @@ class EvalOptions:
 
     #: The keys of the ``[eval]`` table, in ``job.json``'s order.
     KEYS: ClassVar[tuple[str, ...]] = (
-        "beam_size", "alpha", "bleu_sentences", "max_tokens", "bleu_tokenize",
+        "beam_size", "alpha", "ct2_length_penalty", "bleu_sentences", "max_tokens",
+        "bleu_tokenize",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -79,7 +83,7 @@ class EvalOptions:
         """The options of an ``[eval]`` table; ValueError naming ``[eval]`` and the key."""
         check_keys(table, cls.KEYS, "[eval]")
         options = dict(table)
-        given = {key: options.pop(key, None) for key in ("beam_size", "alpha")}
+        given = {key: options.pop(key, None) for key in DECODING_KEYS}
         try:
             decoding = DecodingOptions().updated(**given)
         except ValueError as e:
@@ -90,7 +94,7 @@ class EvalOptions:
         """The ``[eval]`` table, flat, as ``job.json`` holds it."""
         own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         decoding = own.pop("decoding")
-        return {"beam_size": decoding.beam_size, "alpha": decoding.alpha, **own}
+        return {key: getattr(decoding, key) for key in DECODING_KEYS} | own
 
 
 @dataclass(frozen=True)
