@@ -12,6 +12,10 @@ Run::
     .venv/bin/python tools/choose_decoding.py runs/multi30k-en-de \
         --beams 4 5 --alphas 0.6 1.0 --out runs/decoding.json
 
+``--engine ctranslate2`` chooses the CTranslate2 engine's length penalty the same way (each
+value of ``--alphas`` is then its ``ct2_length_penalty``, ``log P / |Y| ** lp``), for the
+model's ``[eval] ct2_length_penalty`` beside ``alpha``.
+
 Each (model, beam, alpha) is one beam search over the split; with beam 4, the 2.9M-parameter
 Multi30K model decoded the 1,014 validation sentences in about 10 s on 2 idle cores (12 of them
 in 2 min 6 s on 2026-12-01).
@@ -26,15 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from attnlab._io import write_json
+from attnlab._rundir import read_job_file
 from attnlab.decode.options import DecodingOptions
-from attnlab.inference.modeldir import read_job_file
 from attnlab.jobs import Job, evaluate_model
 
 MODELS = ("model", "best")
 
 
 def score_run(
-    run: Path, split: str, beams: list[int], alphas: list[float], models: list[str]
+    run: Path,
+    split: str,
+    beams: list[int],
+    alphas: list[float],
+    models: list[str],
+    engine: str = "torch",
 ) -> list[dict[str, Any]]:
     """One row per (model, beam, alpha) of run directory ``run``: BLEU and chrF on ``split``."""
     job = Job.from_dict(read_job_file(run / "model"))
@@ -47,14 +56,22 @@ def score_run(
         for beam in beams:
             for alpha in alphas:
                 decoding = DecodingOptions(beam_size=beam, alpha=alpha)
+                if engine == "ctranslate2":  # the value is that engine's own length penalty
+                    decoding = decoding.updated(ct2_length_penalty=alpha)
                 result = evaluate_model(
-                    run / name, split=split, corpus=corpus, job=job, decoding=decoding
+                    run / name,
+                    split=split,
+                    corpus=corpus,
+                    job=job,
+                    decoding=decoding,
+                    engine=engine,
                 )
                 row = {
                     "run": str(run),
                     "model": name,
                     "beam_size": beam,
                     "alpha": alpha,
+                    "engine": engine,
                     "bleu": result["bleu"],
                     "chrf": result["chrf"],
                     # The literature's variant (lowercased, Moses-tokenised), where the task
@@ -94,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         default=list(MODELS),
         help="model directories inside each run, by name (model best)",
     )
+    parser.add_argument(
+        "--engine",
+        default="torch",
+        choices=("torch", "ctranslate2"),
+        help="the engine that decodes; with ctranslate2, --alphas are its ct2_length_penalty",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     for run in args.runs:
@@ -106,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--beams: expected sizes >= 1; --alphas: expected numbers >= 0")
     rows = []
     for run in args.runs:
-        rows += score_run(run, args.split, args.beams, args.alphas, args.models)
+        rows += score_run(run, args.split, args.beams, args.alphas, args.models, args.engine)
     table = choose(rows)
     print(f"\n{args.split}: mean BLEU over {len(args.runs)} run(s), best first")
     for r in table:
