@@ -4,28 +4,35 @@ What is checked: greedy search and beam search over two different models choose 
 reference ensemble written from scratch chooses (every step recomputed by teacher forcing
 without a cache, the two models' probabilities averaged in float64), and their reported
 log-probabilities are the ensemble's; the fast step and the reference step agree on an
-ensemble; an ensemble of one model decodes exactly as the model (every search, n-best lists,
-prefixes, constraints, sampling); an ensemble of one model twice translates as the model alone;
-language models ensemble too; models that cannot decode together are refused naming the first
-that differs; the Translator loads an ensemble from model directories and refuses one whose
-tokenizers differ.
+ensemble; an ensemble of one model decodes as the reference with that model alone (every
+search, n-best lists, prefixes, constraints, sampling); a model twice translates as the model
+alone; language models ensemble too; models that cannot decode together are refused naming the
+first that differs. Over two different model directories (the numbers model and a noisy copy):
+the Translator, ``attnlab translate`` and ``attnlab evaluate`` give the reference ensemble's
+translations and scores, which are neither model's alone; tokenizers that differ are refused.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from _helpers import tiny, token_ids
+from _helpers import right_padded, tiny, token_ids
 from attnlab import Transformer, TransformerLM, beam_search, greedy_search, sample
 from attnlab.decode.ensemble import Ensemble, EnsembleSession, open_session
 from attnlab.decode.options import DecodingOptions
 from attnlab.decode.search import decode, length_penalty
 
 PAD, BOS, EOS = 0, 1, 2
+#: Tiny models decode fastest on one thread, and a busy machine slows them least so.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def model(seed: int, kind=Transformer, eos_scale: float = 2.5, **overrides):
@@ -55,10 +62,14 @@ def ensemble_log_probs(models, row: list[int], prefix: list[int]) -> torch.Tenso
     return torch.logsumexp(torch.stack(each), dim=0) - math.log(len(models))
 
 
-def reference_greedy(models, row: list[int], limit: int) -> tuple[list[int], float]:
-    out: list[int] = []
+def reference_greedy(
+    models, row: list[int], limit: int, prefix: Sequence[int] = ()
+) -> tuple[list[int], float]:
+    """The reference ensemble's greedy output for the source ``row`` (at most ``limit`` tokens,
+    starting with ``prefix``), and the sum of its chosen tokens' log-probabilities."""
+    out: list[int] = list(prefix)
     total = 0.0
-    for _ in range(limit):
+    while len(out) < limit:
         log_probs = ensemble_log_probs(models, row, out)
         log_probs[[PAD, BOS]] = -math.inf
         token = int(log_probs.argmax())
@@ -71,6 +82,19 @@ def reference_greedy(models, row: list[int], limit: int) -> tuple[list[int], flo
 
 def real(row) -> list[int]:
     return [t for t in row.tolist() if t != PAD]
+
+
+def assert_scored_by_reference(models, src, out, n: int = 1) -> None:
+    """Every token of every output of ``out`` (``n`` rows per source of ``src``) carries the
+    log-probability the reference ensemble of ``models`` gives it after the tokens before it."""
+    for j, (ids, scores) in enumerate(
+        zip(out.tolist(keep_eos=True), out.token_scores(), strict=True)
+    ):
+        row = real(src[j // n])
+        assert len(scores) == len(ids)
+        for t, token in enumerate(ids):
+            want = ensemble_log_probs(models, row, ids[:t])[token]
+            assert scores[t] == pytest.approx(float(want), abs=1e-4), (j, t)
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -145,34 +169,35 @@ def test_constraints_prefixes_and_sampling_work_on_an_ensemble():
             assert scores[t] == pytest.approx(float(want), abs=1e-4)
 
 
-def test_an_ensemble_of_one_is_the_model_exactly():
+def test_an_ensemble_of_one_decodes_as_its_model_computed_from_scratch():
+    """An ensemble of one model against the reference with that model alone (its own
+    probabilities, every step recomputed without a cache): greedy search's outputs and log P,
+    every token score of a beam's n-best lists, of a prefixed and of a constrained search, and
+    of a seeded sample."""
     m = model(7)
     one = Ensemble([m])
     src = sources()
-    assert isinstance(open_session(one, src), type(open_session(m, src)))
-    pairs = [
-        (greedy_search(m, src, max_new_tokens=12), greedy_search(one, src, max_new_tokens=12)),
-        (
-            beam_search(m, src, beam_size=4, n_best=3, max_new_tokens=12),
-            beam_search(one, src, beam_size=4, n_best=3, max_new_tokens=12),
-        ),
-        (
-            greedy_search(m, src, max_new_tokens=8, prefixes=[[10], [], [11, 12]]),
-            greedy_search(one, src, max_new_tokens=8, prefixes=[[10], [], [11, 12]]),
-        ),
-        (
-            beam_search(m, src, beam_size=3, max_new_tokens=10, constraints=[[[20, 21]], [], []]),
-            beam_search(one, src, beam_size=3, max_new_tokens=10, constraints=[[[20, 21]], [], []]),
-        ),
-        (
-            sample(m, src, generator=torch.Generator().manual_seed(0), max_new_tokens=10),
-            sample(one, src, generator=torch.Generator().manual_seed(0), max_new_tokens=10),
-        ),
-    ]
-    for alone, together in pairs:
-        assert together.tolist() == alone.tolist()
-        assert torch.equal(together.log_probs, alone.log_probs)
-        assert torch.equal(together.scores, alone.scores)
+    out = greedy_search(one, src, max_new_tokens=12)
+    for i, row in enumerate(src):
+        want, total = reference_greedy([m], real(row), 12)
+        assert out.tolist(keep_eos=True)[i] == want
+        assert float(out.log_probs[i]) == pytest.approx(total, abs=1e-4)
+    out = beam_search(one, src, beam_size=4, alpha=0.6, n_best=3, max_new_tokens=12)
+    assert_scored_by_reference([m], src, out, n=3)
+    for j, scores in enumerate(out.token_scores()):
+        lp = float(length_penalty(len(scores), 0.6)) if scores else 1.0
+        assert float(out.scores[j]) == pytest.approx(sum(scores) / lp, abs=1e-4)
+    prefixes = [[10], [], [11, 12]]
+    out = greedy_search(one, src, max_new_tokens=8, prefixes=prefixes)
+    for i, (row, prefix) in enumerate(zip(src, prefixes, strict=True)):
+        assert out.tolist(keep_eos=True)[i] == reference_greedy([m], real(row), 8, prefix)[0]
+    phrases = [[[20, 21]], [], []]
+    out = beam_search(one, src, beam_size=3, max_new_tokens=10, constraints=phrases)
+    held = out.tolist()[0]
+    assert any(held[i : i + 2] == [20, 21] for i in range(len(held))), held
+    assert_scored_by_reference([m], src, out)
+    draw = sample(one, src, generator=torch.Generator().manual_seed(0), max_new_tokens=10)
+    assert_scored_by_reference([m], src, draw)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -219,23 +244,112 @@ def test_models_that_cannot_decode_together_are_refused_naming_the_first():
         Ensemble([a, torch.nn.Linear(2, 2)])
 
 
-def test_the_translator_loads_an_ensemble_of_model_directories(numbers_model_dir, tmp_path):
+#: Numbers on which the numbers model and its noisy copy translate differently (greedy), and
+#: their ensemble differs from both on some.
+TEXTS = [
+    "twelve",
+    "three hundred and four",
+    "forty-two",
+    "seven",
+    "five hundred and sixty-one",
+    "eighty",
+    "two hundred and nineteen",
+    "nine hundred and ninety-nine",
+]
+
+
+@pytest.fixture(scope="module")
+def other_model_dir(numbers_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second model sharing the numbers model's tokenizers: its directory copied, every
+    weight moved by seeded noise of half its tensor's spread, so that it translates otherwise."""
+    from attnlab import load_pretrained
+
+    out = tmp_path_factory.mktemp("other-numbers-model") / "model"
+    shutil.copytree(numbers_model_dir, out)
+    noisy = load_pretrained(out)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for weight in noisy.parameters():
+            if weight.numel() > 1:
+                weight.add_(torch.randn(weight.shape, generator=generator) * 0.5 * weight.std())
+    noisy.save_pretrained(out)
+    return out
+
+
+def loaded(dirs) -> tuple[list, object, object]:
+    """The models of the directories ``dirs``, and the first one's source and target
+    tokenizers, read without the Translator."""
+    from attnlab import load_pretrained
+    from attnlab.data.tokenizer import load_tokenizers
+
+    return [load_pretrained(d) for d in dirs], *load_tokenizers(dirs[0])
+
+
+def by_hand(dirs, texts, prefix: str = "") -> tuple[list[str], list[float]]:
+    """The greedy translations of ``texts`` by the ensemble of the model directories ``dirs``,
+    each starting with ``prefix``, and their log P: the reference, written without the
+    searches (all texts in one right-padded batch, every model run from scratch on the whole
+    output so far at every step, probabilities averaged in float64)."""
+    models, src_tokenizer, tgt_tokenizer = loaded(dirs)
+    src = right_padded([src_tokenizer.encode(text) for text in texts])
+    outs = [tgt_tokenizer.encode(prefix) if prefix else [] for _ in texts]
+    totals = [0.0] * len(texts)
+    while any(not out or out[-1] != EOS for out in outs):
+        assert len(outs[0]) < 30, outs  # far inside the output limit: EOS must come first
+        tgt = torch.tensor([[BOS, *out] for out in outs])
+        with torch.no_grad():
+            each = [F.log_softmax(m(src, tgt)[:, -1].double(), dim=-1) for m in models]
+        log_probs = torch.logsumexp(torch.stack(each), dim=0) - math.log(len(models))
+        log_probs[:, [PAD, BOS]] = -math.inf
+        for i, out in enumerate(outs):
+            token = EOS if out and out[-1] == EOS else int(log_probs[i].argmax())
+            if not out or out[-1] != EOS:
+                totals[i] += float(log_probs[i, token])
+            out.append(token)  # a finished output is padded with EOS, read no further
+    ends = [out.index(EOS) for out in outs]
+    return [tgt_tokenizer.decode(out[:end]) for out, end in zip(outs, ends, strict=True)], totals
+
+
+def token_log_probs_by_hand(dirs, text: str, ids: list[int]) -> list[float]:
+    """Each of the target ``ids``' log-probability under the reference ensemble of ``dirs``
+    after the ids before it (one teacher-forced run of each model), the source ``text``
+    encoded by the first directory's tokenizer."""
+    models, src_tokenizer, _ = loaded(dirs)
+    src, tgt = torch.tensor([src_tokenizer.encode(text)]), torch.tensor([[BOS, *ids[:-1]]])
+    with torch.no_grad():
+        each = [F.log_softmax(m(src, tgt)[0].double(), dim=-1) for m in models]
+    log_probs = torch.logsumexp(torch.stack(each), dim=0) - math.log(len(models))
+    return log_probs.gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
+def test_the_translator_loads_an_ensemble_of_model_directories(
+    numbers_model_dir, other_model_dir, tmp_path
+):
+    """Two different models: the Translator's greedy translations and their log P are the
+    reference ensemble's, which are neither model's alone; every token of its beam search's
+    best translations is scored by the reference; a list of one directory translates as that
+    model."""
     from attnlab.inference.translator import Translator, load_translator
 
-    texts = ["twelve", "three hundred and four", "forty-two"]
-    alone = load_translator(numbers_model_dir, decoding=DecodingOptions(beam_size=4))
-    twice = load_translator(
-        [numbers_model_dir, numbers_model_dir], decoding=DecodingOptions(beam_size=4)
-    )
-    once = load_translator([numbers_model_dir], decoding=DecodingOptions(beam_size=4))
-    assert isinstance(twice.model, Ensemble) and len(twice.model) == 2
-    assert twice.translate(texts) == alone.translate(texts) == once.translate(texts)
-    n_alone, n_twice = alone.n_best(texts, 3), twice.n_best(texts, 3)
-    assert [[t for _, t in row] for row in n_twice] == [[t for _, t in row] for row in n_alone]
+    a, b = numbers_model_dir, other_model_dir
+    greedy = DecodingOptions(beam_size=1)
+    ensemble = load_translator([a, b], decoding=greedy)
+    assert isinstance(ensemble.model, Ensemble) and len(ensemble.model) == 2
+    want, totals = by_hand([a, b], TEXTS)
+    found = [row[0] for row in ensemble.hypotheses(TEXTS)]
+    assert [h.text for h in found] == want
+    assert [h.log_prob for h in found] == pytest.approx(totals, abs=1e-4)
+    alone = [load_translator(d, decoding=greedy).translate(TEXTS) for d in (a, b)]
+    assert alone == [by_hand([a], TEXTS)[0], by_hand([b], TEXTS)[0]]
+    assert any(w not in (x, y) for w, x, y in zip(want, *alone, strict=True)), (want, alone)
+    assert load_translator([a], decoding=greedy).translate(TEXTS) == alone[0]
+    beam = load_translator([a, b], decoding=DecodingOptions(beam_size=4))
+    for text, row in zip(TEXTS[:3], beam.hypotheses(TEXTS[:3]), strict=True):
+        h = row[0]
+        want_scores = token_log_probs_by_hand([a, b], text, h.ids)
+        assert h.token_log_probs == pytest.approx(want_scores, abs=1e-4), (text, h.ids)
 
     # Another tokenizer, trained on other text: refused, naming the directory that differs.
-    import shutil
-
     from attnlab.data.tokenizer import Tokenizer
 
     other = tmp_path / "other"
@@ -248,28 +362,54 @@ def test_the_translator_loads_an_ensemble_of_model_directories(numbers_model_dir
         Translator.load([])
 
 
-def test_translate_and_evaluate_take_several_models(numbers_model_dir, capsys):
-    """``--model A --model A``: the same lines as ``--model A``, with n-best lists, scores, a
-    prefix and constraints; evaluate scores the ensemble."""
+def test_translate_and_evaluate_take_several_models(
+    numbers_model_dir, other_model_dir, tmp_path, capsys
+):
+    """``--model A --model B`` (two different models): translate prints the reference
+    ensemble's greedy translations and log P, not either model's; with a prefix too; its n-best
+    lists' token scores are the reference's; evaluate scores the ensemble's translations, on
+    files and on the job's split."""
     from attnlab.cli import main
+    from attnlab.jobs import evaluate_model
 
-    d = str(numbers_model_dir)
-    texts = ["twelve", "three hundred and four"]
-    for flags in (
-        ["--scores"],
-        ["--beam-size", "3", "--n-best", "2", "--scores"],
-        ["--prefix", "drei"],
-    ):
-        outputs = []
-        for models in (["--model", d], ["--model", d, "--model", d]):
-            assert main(["translate", *models, *flags, *texts]) == 0
-            outputs.append(capsys.readouterr().out)
-        assert outputs[0] == outputs[1], flags
-        assert outputs[0].strip()
-    assert main(["evaluate", "--model", d, "--model", d, "--limit", "8", "--json"]) == 0
-    import json
+    a, b = str(numbers_model_dir), str(other_model_dir)
+    both = ["--model", a, "--model", b]
 
-    both = json.loads(capsys.readouterr().out)
-    assert main(["evaluate", "--model", d, "--limit", "8", "--json"]) == 0
-    alone = json.loads(capsys.readouterr().out)
-    assert both["chrf"] == pytest.approx(alone["chrf"]) and both["sentences"] == 8
+    def run(*argv: str) -> str:
+        assert main(list(argv)) == 0
+        return capsys.readouterr().out
+
+    want, totals = by_hand([a, b], TEXTS)
+    greedy = run("translate", *both, "--beam-size", "1", "--json", *TEXTS)
+    lines = [json.loads(line) for line in greedy.splitlines()]
+    assert [line["translation"] for line in lines] == want
+    assert [line["log_prob"] for line in lines] == pytest.approx(totals, abs=1e-4)
+    for d in (a, b):
+        alone = run("translate", "--model", d, "--beam-size", "1", *TEXTS).splitlines()
+        assert alone == by_hand([d], TEXTS)[0] and alone != want, d
+    prefixed = run("translate", *both, "--beam-size", "1", "--prefix", "drei", *TEXTS[:4])
+    assert prefixed.splitlines() == by_hand([a, b], TEXTS[:4], prefix="drei")[0]
+    flags = ["--beam-size", "3", "--n-best", "2", "--json"]
+    listed = run("translate", *both, *flags, *TEXTS[:2]).splitlines()
+    for text, line in zip(TEXTS[:2], listed, strict=True):
+        assert len(json.loads(line)["n_best"]) == 2
+        for h in json.loads(line)["n_best"]:
+            scores = token_log_probs_by_hand([a, b], text, h["ids"])
+            assert h["token_log_probs"] == pytest.approx(scores, abs=1e-4), (text, h)
+
+    # evaluate on files whose references are the reference ensemble's translations: all exact.
+    (tmp_path / "src.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(want) + "\n", encoding="utf-8")
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    scored = json.loads(run("evaluate", *both, *files, "--beam-size", "1", "--json"))
+    assert scored["exact_match"] == 1.0 and scored["sentences"] == len(TEXTS)
+    for d in (a, b):
+        alone = json.loads(run("evaluate", "--model", d, *files, "--beam-size", "1", "--json"))
+        assert alone["exact_match"] < 1.0, d
+    # On the job's own split: the ensemble's translations, its scores as the CLI prints them.
+    result = evaluate_model([a, b], limit=8, device="cpu")
+    assert result["beam_size"] == 1  # greedy: the [eval] decoding numbers_model_dir carries
+    sources = [e["source"] for e in result["examples"]]
+    assert [e["hypothesis"] for e in result["examples"]] == by_hand([a, b], sources)[0]
+    printed = json.loads(run("evaluate", *both, "--limit", "8", "--json"))
+    assert printed["chrf"] == pytest.approx(result["chrf"]) and printed["sentences"] == 8
