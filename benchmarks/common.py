@@ -263,10 +263,19 @@ def finish(
         "all_targets_met": not failed,
         "measurements": [asdict(r) for r in rows],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print(f"wrote {args.out}")
     return 1 if args.check and failed else 0
+
+
+def write_json(path: str | os.PathLike, report: Any) -> None:
+    """``report`` as indented JSON at ``path`` (its folder made), written atomically: a reader
+    finds the old report or the new one, never half of one."""
+    from attnlab._io import atomic_write
+
+    text = json.dumps(report, indent=2) + "\n"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda temp: Path(temp).write_text(text, encoding="utf-8"))
 
 
 def base_parser(doc: str, default_out: Path, quick_help: str) -> argparse.ArgumentParser:

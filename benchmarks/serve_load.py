@@ -3,21 +3,45 @@
     python benchmarks/serve_load.py --model runs/numbers/model [--clients 50] [--seconds 60]
         [--threads 1,2] [--out benchmarks/results/serve_load.json]
     python benchmarks/serve_load.py --mix translate --model runs/numbers/model
-        [--client-counts 1,8,32,64] [--seconds 15] [--soak-seconds 60] [--threads 1,2]
-        [--beam N] [--batch-delay SECONDS] [--out benchmarks/results/serve_translate.json]
+        [--engines torch,ctranslate2] [--client-counts 1,8,32,64] [--seconds 15]
+        [--soak-seconds 60] [--threads 1,2] [--beam N] [--batch-delay SECONDS]
+        [--queue N] [--translate-queue 256] [--out benchmarks/results/serve_translate.json]
 
-``--mix translate`` (issue 47's goals) asks only for translations, one sentence a request, of
-the same server in the same run through today's one-at-a-time queue (``POST /api/translate``)
-and through the batcher (LibreTranslate's ``POST /translate``), each client count in turn, one
-mode after the other, for ``--seconds`` each (and at most ``--requests`` requests a client).
-It first checks correctness: each of a set of sentences of mixed lengths, sent together to
-``/translate``, must get what ``/api/translate`` gives it alone, greedy and with beam 4. It
-prints, per torch thread count and client count, each mode's sentences/s, 503 share and
-p50 / p99 latency of the answered requests, and the batcher's ratios to the queue: sentences/s
-(goal at 32 clients: >= 4x), p99 at 32 clients (goal: no higher), p50 at 1 client (goal: within
-10%). Then a ``--soak-seconds`` round at the largest client count through the batcher, and a
-second one a third as long: no 5xx other than 503, no request unanswered, and the server's RSS
-after each (flat means no growth). The exit status is 1 if correctness or these fail.
+``--mix translate`` (issues 47 and 59) asks only for translations, one sentence a request,
+through today's one-at-a-time queue (``POST /api/translate`` of the torch engine's server) and
+through the batcher (LibreTranslate's ``POST /translate``) of each of ``--engines`` (default
+torch; a ctranslate2 server runs with ``--api-only``). The servers run side by side (an idle one
+costs no CPU), and each client count asks the queue, then each engine's batcher, in turn, for
+``--seconds`` each (and at most ``--requests`` requests a client). The queue runs at its best:
+its depth (``--queue``) is by default the batcher's (``--translate-queue``, 256; the CLI allows
+at most 256), so that at these client counts it refuses nothing; the queue's best is its highest
+sentences/s of the rounds where it refused nothing.
+
+Correctness first: before the servers start, a Translator of each engine translates every
+sentence of the set alone (what ``attnlab translate --engine E`` prints for it, decoding as the
+server does); a set of sentences of mixed lengths, sent together to ``/translate``, must get
+those translations, greedy and with beam 4 (and, on the torch server, what ``/api/translate``
+gives each alone); and every 200 answer of every round must be its sentence's ("wrong" counts
+those that are not). It prints, per thread count and client count, each mode and engine's
+sentences/s (200s only), 503 share and p50 / p99 latency, where the percentiles are of the
+answered (200) requests only and the 503s count in the share beside them; each batcher's ratios
+to the queue at that count (sentences/s, p50, p99) and its sentences/s over the queue at its
+best; the ctranslate2 batcher's over the torch batcher's. Then the issues' goals, each with PASS
+or FAIL and the model it was set for (``applies``: whether this model has that shape), never
+asserted: on the numbers demo model (d_model 128, 2 + 2 layers), greedy, the ctranslate2
+batcher >= 3.0x the torch batcher's sentences/s at 1 client and >= 1.5x at 32; on a d_model 256,
+4 + 4-layer model, each engine's batcher >= 4x the queue at its best at 32 clients, and only
+200 or 503 at 64 clients; issue 47's torch batcher over the queue at the same count (32
+clients: >= 4x sentences/s, p99 no higher; 1 client: p50 within 10%). Then, per engine, a
+``--soak-seconds`` round at the largest client count through its batcher, and a second one a
+third as long: no 5xx other than 503, no request unanswered, every answer right, and the
+server's RSS after each (flat means no growth). The exit status is 1 if correctness or these
+fail (never for a goal).
+
+The d_model 256, 4 + 4-layer model is one the user trains (docs/serve.md: "trained briefly on
+the numbers task"), e.g. ``attnlab train --config configs/numbers.toml --out runs/numbers-256
+--set model.d_model=256 --set model.d_ff=1024 --set model.num_encoder_layers=4
+--set model.num_decoder_layers=4``, and names with ``--model runs/numbers-256/model``.
 
 The default mix, the explorer's:
 
@@ -66,6 +90,8 @@ class Answer:
     route: str
     status: int  # 0: no answer (a transport error)
     seconds: float
+    text: str = ""  # the translate mix: the sentence asked
+    got: str | None = None  # and its translation (a 200's)
 
 
 def sentences(count: int = 200, seed: int = 0) -> list[str]:
@@ -190,7 +216,7 @@ def start_server(
     the process and its URL."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     command = [sys.executable, "-m", "attnlab", "serve", "--model", model, "--port", "0"]
-    command += ["--queue", str(queue), *extra]
+    command += ["--threads", str(threads), "--queue", str(queue), *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     line = process.stdout.readline()  # "attnlab serve: the attention explorer is at URL ..."
     found = re.search(r"http://127\.0\.0\.1:\d+/", line)
@@ -335,7 +361,8 @@ async def translate_client(
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
         done = 0
         while time.monotonic() < until and done < requests:
-            path, body = translate_request(mode, rng.choice(texts), pair, beam)
+            text = rng.choice(texts)
+            path, body = translate_request(mode, text, pair, beam)
             start = time.perf_counter()
             response = None
             try:
@@ -343,7 +370,11 @@ async def translate_client(
                 status = response.status_code
             except httpx.HTTPError:
                 status = 0
-            answers.append(Answer(mode, status, time.perf_counter() - start))
+            seconds = time.perf_counter() - start
+            got = None
+            if status == 200:
+                got = response.json()["translation" if mode == "queue" else "translatedText"]
+            answers.append(Answer(mode, status, seconds, text, got))
             done += 1
             if status == 503 and response is not None:
                 told = response.headers.get("retry-after", "1")
@@ -362,9 +393,13 @@ def translate_round(
     beam: int | None,
     requests: int,
     seed: int,
+    engine: str = "torch",
+    references: dict[str, str] | None = None,
 ) -> dict:
-    """``clients`` clients through ``mode`` for ``seconds``: sentences/s, the 503 share, the
-    p50 / p99 latency of the answered requests, every status, and the unanswered."""
+    """``clients`` clients through ``mode`` of the server of ``engine`` for ``seconds``:
+    sentences/s, the 503 share, the p50 / p99 latency of the answered requests, every status,
+    the unanswered, and (given ``references``, each sentence's translation alone) how many
+    answers differ from their sentence's."""
     answers: list[Answer] = []
     until = time.monotonic() + seconds
     start = time.perf_counter()
@@ -384,8 +419,12 @@ def translate_round(
     for answer in answers:
         statuses[str(answer.status)] = statuses.get(str(answer.status), 0) + 1
     times = [a.seconds for a in answers if a.status == 200]
+    wrong = [
+        a.text for a in answers if a.status == 200 and references and a.got != references[a.text]
+    ]
     return {
         "mode": mode,
+        "engine": engine,
         "clients": clients,
         "seconds": round(elapsed, 2),
         "requests": len(answers),
@@ -396,17 +435,29 @@ def translate_round(
         "p99_ms": _ms(percentile(times, 99)),
         "unanswered": statuses.get("0", 0),
         "other_5xx": sum(n for s, n in statuses.items() if int(s) >= 500 and s != "503"),
+        "checked": len(times) if references else 0,
+        "wrong": len(wrong),
+        "wrong_examples": sorted(set(wrong))[:3],
     }
 
 
-def check_translations(url: str, texts: list[str], pair: tuple[str, str], beam: int) -> dict:
+def check_translations(
+    url: str,
+    texts: list[str],
+    pair: tuple[str, str],
+    beam: int,
+    alone: list[str] | None = None,
+    against: str = "/api/translate alone",
+) -> dict:
     """Each of ``texts`` sent together to ``/translate`` (one request each, concurrently: they
-    are decoded in batches of mixed lengths) against ``/api/translate`` on it alone."""
-    with httpx.Client(base_url=url, timeout=120) as http:
-        alone = []
-        for text in texts:
-            path, body = translate_request("queue", text, pair, beam)
-            alone.append(http.post(path, json=body).json()["translation"])
+    are decoded in batches of mixed lengths) against its translation alone: ``alone`` (a
+    Translator's, one sentence a call), or else ``/api/translate`` on it alone."""
+    if alone is None:
+        with httpx.Client(base_url=url, timeout=120) as http:
+            alone = []
+            for text in texts:
+                path, body = translate_request("queue", text, pair, beam)
+                alone.append(http.post(path, json=body).json()["translation"])
 
     async def together() -> list[str]:
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
@@ -416,7 +467,13 @@ def check_translations(url: str, texts: list[str], pair: tuple[str, str], beam: 
 
     batched = asyncio.run(together())
     wrong = [t for t, a, b in zip(texts, alone, batched, strict=True) if a != b]
-    return {"beam": beam, "sentences": len(texts), "mismatches": len(wrong), "examples": wrong[:3]}
+    return {
+        "beam": beam,
+        "against": against,
+        "sentences": len(texts),
+        "mismatches": len(wrong),
+        "examples": wrong[:3],
+    }
 
 
 def wait_ready(url: str, seconds: float = 300) -> None:
@@ -428,122 +485,328 @@ def wait_ready(url: str, seconds: float = 300) -> None:
         time.sleep(0.1)
 
 
+#: What the latency percentiles count (printed and saved beside them).
+LATENCY_NOTE = (
+    "p50 / p99: of the answered (200) requests only; a refused request (503) is not in the "
+    "percentiles, it counts in the 503 share beside them (and lowers sentences/s, which counts "
+    "200s only)"
+)
+#: The issue's goal models: the numbers demo (configs/numbers.toml) and a small translation
+#: model's shape (docs/serve.md's measurement).
+DEMO_SHAPE = {"d_model": 128, "num_encoder_layers": 2, "num_decoder_layers": 2}
+D256_SHAPE = {"d_model": 256, "num_encoder_layers": 4, "num_decoder_layers": 4}
+
+
+def model_shape(model: str) -> dict:
+    """d_model and the layer counts of a model directory (or run), from its config.json."""
+    from attnlab.inference.modeldir import resolve_model_dir
+
+    config = json.loads((resolve_model_dir(model) / "config.json").read_text())
+    return {key: config.get(key) for key in DEMO_SHAPE}
+
+
+def references(
+    model: str, engine: str, threads: int, jobs: dict[str, tuple[int | None, list[str]]]
+) -> dict[str, dict[str, str]]:
+    """Per name in ``jobs``, ``(beam, texts)``: each distinct text translated alone (one
+    sentence a call) by a Translator of ``engine`` at ``threads`` threads, decoding as the
+    server does (the model's recipe, ``beam`` where not None): what ``attnlab translate
+    --engine ENGINE`` prints for it."""
+    import torch
+
+    from attnlab.inference.translator import Translator
+
+    torch.set_num_threads(threads)
+    translator = Translator.load(model, device="cpu", engine=engine)
+    found: dict[str, dict[str, str]] = {}
+    for name, (beam, texts) in jobs.items():
+        decoding = translator.decoding.updated(beam_size=beam)
+        found[name] = {t: translator.translate([t], decoding=decoding)[0] for t in set(texts)}
+    return found
+
+
 def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dict:
     counts = [int(c) for c in args.client_counts.split(",")]
-    extra = () if args.batch_delay is None else ("--batch-delay", str(args.batch_delay))
-    process, url = start_server(model, threads, args.queue, extra)
-    try:
-        wait_ready(url)
+    engines = args.engines.split(",")
+    rng = random.Random(11)
+    texts = sentences()
+    mixed = sorted(rng.sample(texts, 16), key=len)  # short to long, sent together
+    reference = {  # before any server starts: the machine is quiet
+        engine: references(
+            model,
+            engine,
+            threads,
+            {"run": (args.beam, texts), "beam 1": (1, mixed), "beam 4": (4, mixed)},
+        )
+        for engine in engines
+    }
+    extra = ["--translate-queue", str(args.translate_queue)]
+    if args.batch_delay is not None:
+        extra += ["--batch-delay", str(args.batch_delay)]
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+    try:  # the torch server (the queue, and its batcher) and each other engine's, all at once
+        for engine in ["torch", *(e for e in engines if e != "torch")]:
+            flags = (
+                ("--engine", engine) if engine == "torch" else ("--engine", engine, "--api-only")
+            )
+            servers[engine] = start_server(model, threads, args.queue, (*flags, *extra))
+        for _, url in servers.values():
+            wait_ready(url)
+        url = servers["torch"][1]
         language = httpx.get(url + "languages", timeout=120).json()[0]
         pair = (language["code"], language["targets"][0])
-        rng = random.Random(11)
-        texts = sentences()
-        mixed = sorted(rng.sample(texts, 16), key=len)  # short to long, sent together
         correctness = [check_translations(url, mixed, pair, beam) for beam in (1, 4)]
+        by_engine = {
+            engine: [
+                check_translations(
+                    servers[engine][1], mixed, pair, beam,
+                    [reference[engine][f"beam {beam}"][t] for t in mixed],
+                    f"a Translator of engine {engine}, one sentence a call",
+                )
+                for beam in (1, 4)
+            ]
+            for engine in engines
+        }  # fmt: skip
+        plan = [("queue", "torch")] + [("batcher", engine) for engine in engines]
         rounds = []
         for clients in counts:
-            for mode in MODES:
+            for mode, engine in plan:  # the queue's answers are the torch engine's
+                answers = reference["torch" if mode == "queue" else engine]["run"]
                 rounds.append(
-                    translate_round(url, mode, clients, args.seconds, texts=texts, pair=pair,
-                                    beam=args.beam, requests=args.requests, seed=clients)
+                    translate_round(servers[engine][1], mode, clients, args.seconds, texts=texts,
+                                    pair=pair, beam=args.beam, requests=args.requests,
+                                    seed=clients, engine=engine, references=answers)
                 )  # fmt: skip
-        rss = {"before_soak": rss_mib(process.pid)}
+        rss = {f"{engine}_before_soak": rss_mib(p.pid) for engine, (p, _) in servers.items()}
         soak = []
-        for i, seconds in enumerate((args.soak_seconds, args.soak_seconds / 3)):
-            soak.append(
-                translate_round(url, "batcher", max(counts), seconds, texts=texts, pair=pair,
-                                beam=args.beam, requests=10**9, seed=100 + i)
-            )  # fmt: skip
-            rss[f"after_soak_{i + 1}"] = rss_mib(process.pid)
-        return {
+        for engine in engines:
+            for i, seconds in enumerate((args.soak_seconds, args.soak_seconds / 3)):
+                soak.append(
+                    translate_round(servers[engine][1], "batcher", max(counts), seconds,
+                                    texts=texts, pair=pair, beam=args.beam, requests=10**9,
+                                    seed=100 + i, engine=engine,
+                                    references=reference[engine]["run"])
+                )  # fmt: skip
+                soak[-1]["soak"] = i + 1
+                rss[f"{engine}_after_soak_{i + 1}"] = rss_mib(servers[engine][0].pid)
+        result = {
             "mix": "translate",
+            "model": model,
+            "shape": model_shape(model),
             "threads": threads,
+            "engines": engines,
             "beam": args.beam,
             "batch_delay": args.batch_delay,
+            "queue": args.queue,
+            "translate_queue": args.translate_queue,
             "pair": pair,
+            "latency": LATENCY_NOTE,
             "correctness": correctness,
+            "correctness_by_engine": by_engine,
             "rounds": rounds,
-            "ratios": translate_ratios(rounds),
             "soak": soak,
             "rss_mib": {k: round(v, 1) for k, v in rss.items()},
         }
+        result.update(translate_ratios(rounds))
+        result["goals"] = translate_goals(result)
+        return result
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        for process, _ in servers.values():
+            process.send_signal(signal.SIGINT)
+        for process, _ in servers.values():
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def translate_ratios(rounds: list[dict]) -> dict:
-    """Per client count, the batcher's sentences/s, p50 and p99 over the queue's."""
-    by = {(r["clients"], r["mode"]): r for r in rounds}
-    ratios = {}
-    for clients in sorted({r["clients"] for r in rounds}):
-        queue, batcher = by[(clients, "queue")], by[(clients, "batcher")]
-        ratios[str(clients)] = {
-            key: _ratio(batcher[key], queue[key])
-            for key in ("sentences_per_second", "p50_ms", "p99_ms")
+    """The queue at its best (its highest sentences/s of the rounds where it refused nothing);
+    per engine and client count, the batcher's sentences/s, p50 and p99 over the queue's at
+    that count, and its sentences/s over the queue's best; per client count, the ctranslate2
+    batcher's over the torch batcher's. ``ratios``: the torch batcher's over the queue's."""
+    keys = ("sentences_per_second", "p50_ms", "p99_ms")
+    by = {(r["clients"], r["mode"], r["engine"]): r for r in rounds}
+    counts = sorted({r["clients"] for r in rounds})
+    clean = [r for r in rounds if r["mode"] == "queue" and r["statuses"].get("503", 0) == 0]
+    best = max(clean, key=lambda r: r["sentences_per_second"], default=None)
+    queue_best = (
+        None
+        if best is None
+        else {"clients": best["clients"], "sentences_per_second": best["sentences_per_second"]}
+    )
+    over_queue: dict = {}
+    for engine in dict.fromkeys(r["engine"] for r in rounds if r["mode"] == "batcher"):
+        over_queue[engine] = {}
+        for clients in counts:
+            queue, batcher = by[(clients, "queue", "torch")], by[(clients, "batcher", engine)]
+            entry = {key: _ratio(batcher[key], queue[key]) for key in keys}
+            entry["sentences_per_second_over_queue_best"] = _ratio(
+                batcher["sentences_per_second"], best and best["sentences_per_second"]
+            )
+            over_queue[engine][str(clients)] = entry
+    engines = {
+        str(clients): {
+            key: _ratio(by[(clients, "batcher", "ctranslate2")][key],
+                        by[(clients, "batcher", "torch")][key])
+            for key in keys
         }
-    return ratios
+        for clients in counts
+        if (clients, "batcher", "ctranslate2") in by and (clients, "batcher", "torch") in by
+    }  # fmt: skip
+    return {
+        "queue_best": queue_best,
+        "ratios": over_queue.get("torch", {}),
+        "batcher_over_queue": over_queue,
+        "ctranslate2_over_torch": engines,
+    }
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if not a or not b else round(a / b, 2)
 
 
+def _goal(goal: str, model: str, applies: bool, value: float | None, target: str) -> dict:
+    """One goal of the issues: ``value`` against ``target`` (``>= x`` or ``<= x``)."""
+    sign, bound = target.split()
+    passed = (
+        None
+        if value is None
+        else (value >= float(bound) if sign == ">=" else value <= float(bound))
+    )
+    return {"goal": goal, "model": model, "applies": applies, "value": value,
+            "target": target, "passed": passed}  # fmt: skip
+
+
+def translate_goals(result: dict) -> list[dict]:
+    """The goals of issues 47 and 59, each with its value and PASS/FAIL (never asserted): each
+    says which model the issue set it for and whether this run's model has that shape."""
+    shape, goals = result["shape"], []
+    demo, d256 = shape == DEMO_SHAPE, shape == D256_SHAPE
+    engines = result["ctranslate2_over_torch"]
+    for clients, target in (("1", ">= 3.0"), ("32", ">= 1.5")):
+        if clients in engines:
+            goals.append(_goal(f"ctranslate2 / torch batcher sentences/s, {clients} client(s)",
+                               "numbers demo, greedy", demo,
+                               engines[clients]["sentences_per_second"], target))  # fmt: skip
+    for engine, ratios in result["batcher_over_queue"].items():
+        if "32" in ratios:
+            value = ratios["32"]["sentences_per_second_over_queue_best"]
+            goal = f"{engine} batcher / the queue at its best, sentences/s, 32 clients"
+            goals.append(_goal(goal, "d_model 256 4+4", d256, value, ">= 4"))
+    for engine in result["engines"]:
+        at64 = [
+            r
+            for r in [*result["rounds"], *result["soak"]]
+            if r["engine"] == engine and r["mode"] == "batcher" and r["clients"] == 64
+        ]
+        if at64:
+            bad = sum(n for r in at64 for s, n in r["statuses"].items() if s not in ("200", "503"))
+            goals.append(_goal(f"{engine} batcher at 64 clients: answers other than 200 or 503",
+                               "d_model 256 4+4", d256, bad, "<= 0"))  # fmt: skip
+    torch_ratios = result["ratios"]
+    if "32" in torch_ratios:
+        goals.append(_goal("torch batcher / queue sentences/s, 32 clients (issue 47)", "any",
+                           True, torch_ratios["32"]["sentences_per_second"], ">= 4"))  # fmt: skip
+        goals.append(_goal("torch batcher / queue p99, 32 clients (issue 47)", "any", True,
+                           torch_ratios["32"]["p99_ms"], "<= 1"))  # fmt: skip
+    if "1" in torch_ratios:
+        goals.append(_goal("torch batcher / queue p50, 1 client (issue 47)", "any", True,
+                           torch_ratios["1"]["p50_ms"], "<= 1.1"))  # fmt: skip
+    return goals
+
+
 def print_translate_report(result: dict) -> None:
+    shape = result["shape"]
     print(
-        f"\ntranslate-only mix, torch threads {result['threads']}, beam "
-        f"{result['beam'] or 'the server default'}, {result['pair'][0]}->{result['pair'][1]}"
+        f"\ntranslate-only mix, {result['model']} (d_model {shape['d_model']}, "
+        f"{shape['num_encoder_layers']}+{shape['num_decoder_layers']} layers), threads "
+        f"{result['threads']}, beam {result['beam'] or 'the server default'}, "
+        f"{result['pair'][0]}->{result['pair'][1]}; queue depth {result['queue']} (the queue: "
+        f"the torch server's /api/translate), batcher {result['translate_queue']} sentences"
     )
     for check in result["correctness"]:
         print(
             f"  correctness, beam {check['beam']}: {check['sentences']} sentences of mixed "
             f"lengths sent together to /translate, {check['mismatches']} differ from "
-            f"/api/translate alone"
+            f"{check['against']}"
         )
+    for engine, checks in result["correctness_by_engine"].items():
+        for check in checks:
+            print(
+                f"  correctness, {engine}, beam {check['beam']}: {check['mismatches']} of "
+                f"{check['sentences']} sent together differ from {check['against']}"
+            )
+    print(f"  {result['latency']}")
     print(
-        "  clients  mode     sentences/s  503 share  p50 ms  p99 ms   | batcher/queue: "
-        "sent/s  p50  p99"
+        "  clients  mode     engine       sentences/s  503 share  p50 ms  p99 ms  wrong   | "
+        "batcher/queue: sent/s  p50  p99  sent/s over queue best"
     )
-    ratios = result["ratios"]
+    over = result["batcher_over_queue"]
     for r in result["rounds"]:
         tail = ""
         if r["mode"] == "batcher":
-            x = ratios[str(r["clients"])]
-            tail = f"| {x['sentences_per_second']}x  {x['p50_ms']}x  {x['p99_ms']}x"
+            x = over[r["engine"]][str(r["clients"])]
+            tail = (
+                f"| {x['sentences_per_second']}x  {x['p50_ms']}x  {x['p99_ms']}x  "
+                f"{x['sentences_per_second_over_queue_best']}x"
+            )
         print(
-            f"  {r['clients']:7d}  {r['mode']:7s}  {r['sentences_per_second']:11.1f}  "
-            f"{r['share_503']:9.1%}  {r['p50_ms']!s:>6}  {r['p99_ms']!s:>6}   {tail}"
+            f"  {r['clients']:7d}  {r['mode']:7s}  {r['engine']:11s}  "
+            f"{r['sentences_per_second']:11.1f}  {r['share_503']:9.1%}  {r['p50_ms']!s:>6}  "
+            f"{r['p99_ms']!s:>6}  {r['wrong']:5d}   {tail}"
         )
-    goals = []
-    if "32" in ratios:
-        goals.append(f"32 clients: sentences/s {ratios['32']['sentences_per_second']}x (>= 4x)")
-        goals.append(f"p99 {ratios['32']['p99_ms']}x (<= 1x)")
-    if "1" in ratios:
-        goals.append(f"1 client: p50 {ratios['1']['p50_ms']}x (within 1.1x)")
-    print("  goals: " + "; ".join(goals))
+    best = result["queue_best"]
+    if best is None:
+        print("  the queue at its best: every queue round refused some requests")
+    else:
+        print(
+            f"  the queue at its best (no 503): {best['sentences_per_second']} sentences/s at "
+            f"{best['clients']} client(s)"
+        )
+    for clients, x in result["ctranslate2_over_torch"].items():
+        print(
+            f"  ctranslate2 / torch batcher, {clients} client(s): sentences/s "
+            f"{x['sentences_per_second']}x, p50 {x['p50_ms']}x, p99 {x['p99_ms']}x"
+        )
+    for g in result["goals"]:
+        verdict = "n/a" if g["passed"] is None else ("PASS" if g["passed"] else "FAIL")
+        where = "this model" if g["applies"] else "not this model"
+        print(
+            f"  goal ({g['model']}; {where}): {g['goal']}: {g['value']} ({g['target']}) {verdict}"
+        )
     rss = result["rss_mib"]
-    for i, r in enumerate(result["soak"]):
+    for r in result["soak"]:
+        after = rss[f"{r['engine']}_after_soak_{r['soak']}"]
         print(
-            f"  soak {i + 1}: {r['clients']} clients x {r['seconds']:g} s through the batcher, "
-            f"{r['requests']:,} requests, statuses {r['statuses']}, other 5xx "
-            f"{r['other_5xx']}, unanswered {r['unanswered']}; RSS after: "
-            f"{rss[f'after_soak_{i + 1}']} MiB"
+            f"  soak {r['soak']}, {r['engine']}: {r['clients']} clients x {r['seconds']:g} s "
+            f"through the batcher, {r['requests']:,} requests, statuses {r['statuses']}, other 5xx "
+            f"{r['other_5xx']}, unanswered {r['unanswered']}, wrong {r['wrong']}; RSS after: "
+            f"{after} MiB"
         )
-    print(f"  RSS before the soak: {rss['before_soak']} MiB")
+    for engine in result["engines"]:
+        print(f"  RSS before the soak, {engine}: {rss[f'{engine}_before_soak']} MiB")
 
 
 def translate_failures(result: dict) -> list[str]:
     problems = [
-        f"beam {c['beam']}: {c['mismatches']} batched translations differ, e.g. {c['examples']}"
-        for c in result["correctness"]
+        f"beam {c['beam']}: {c['mismatches']} batched translations differ from "
+        f"{c['against']}, e.g. {c['examples']}"
+        for c in [
+            *result["correctness"],
+            *(c for cs in result["correctness_by_engine"].values() for c in cs),
+        ]
         if c["mismatches"]
     ]
     for r in [*result["rounds"], *result["soak"]]:
+        where = f"{r['mode']} ({r['engine']}) x {r['clients']}"
         if r["other_5xx"] or r["unanswered"] or set(r["statuses"]) - {"200", "503"}:
-            problems.append(f"{r['mode']} x {r['clients']}: statuses {r['statuses']}")
+            problems.append(f"{where}: statuses {r['statuses']}")
+        if r["wrong"]:
+            problems.append(
+                f"{where}: {r['wrong']} answers differ from the sentence translated alone, "
+                f"e.g. {r['wrong_examples']}"
+            )
     return problems
 
 
@@ -569,7 +832,20 @@ def main() -> int:
         "--batch-delay", type=float, default=None, help="the server's (default: its default)"
     )
     parser.add_argument("--threads", default="1,2", help="torch threads of the server, a list")
-    parser.add_argument("--queue", type=int, default=8, help="the server's --queue")
+    parser.add_argument(
+        "--queue",
+        type=int,
+        default=None,
+        help="the server's --queue (explorer 8; translate: --translate-queue, at most 256)",
+    )
+    parser.add_argument(
+        "--translate-queue", type=int, default=256, help="the translate mix's --translate-queue"
+    )
+    parser.add_argument(
+        "--engines",
+        default="torch",
+        help="the translate mix's engines, a list (torch,ctranslate2): each one's batcher",
+    )
     parser.add_argument("--out", default=None, help="a JSON report")
     parser.add_argument("--probe", default=None, metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -580,25 +856,30 @@ def main() -> int:
         raise SystemExit(f"--model: {args.model}: no such directory (run `make demo` first)")
     if args.mix == "translate":
         args.seconds = 15.0 if args.seconds is None else args.seconds
+        if args.queue is None:  # the queue at its best: as deep as the batcher's line
+            args.queue = min(args.translate_queue, 256)
         found, problems = [], []
         for threads in (int(t) for t in args.threads.split(",")):
             found.append(measure_translate(args.model, threads, args))
             print_translate_report(found[-1])
             problems += translate_failures(found[-1])
         if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(found, indent=2) + "\n")
+            from common import write_json
+
+            write_json(args.out, found)
         for problem in problems:
             print(f"FAILED: {problem}", file=sys.stderr)
         return 1 if problems else 0
     args.seconds = 60.0 if args.seconds is None else args.seconds
+    args.queue = 8 if args.queue is None else args.queue
     results = []
     for threads in (int(t) for t in args.threads.split(",")):
         results.append(measure(args.model, threads, args.clients, args.seconds, args.queue))
         print_report(results[-1])
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        from common import write_json
+
+        write_json(args.out, results)
     bad = [
         (r["threads"], status)
         for r in results

@@ -7,6 +7,7 @@ speed, which only the full benchmark on a quiet machine can say.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,33 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     second = json.loads(again.read_text())
     assert second["quality"] == quality and second["ct2_quality"] == report["ct2_quality"]
     assert second["speed"] == [] and not png2.exists()
+
+
+def test_engine_benchmark_quick_run(numbers_model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/engine.py --quick on the session's numbers model (and its random d_model 256,
+    4 + 4-layer twin): every contender translates every sentence to the torch engine's tokens,
+    and the report's rows are self-consistent. No speed is asserted."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "engine.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine.py"), "--model",
+         str(numbers_model_dir), "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "engine" and report["anchor"] == "ct2_direct"
+    assert report["all_outputs_equal"] is True
+    results = report["results"]
+    assert [(r["model"], r["threads"]) for r in results] == [("trained", 1), ("random_d256_4+4", 1)]
+    assert results[1]["config"]["d_model"] == 256
+    contenders = {"ct2_direct", "ct2_direct_scored", "torch", "ctranslate2", "ctranslate2_batch1"}
+    for r in results:
+        assert set(r["contenders"]) == set(r["ratio_to_anchor"]) == contenders
+        assert r["equal_to_torch"] == dict.fromkeys(contenders, r["sentences"]) and r["sentences"]
+        assert r["mismatches"] == {} and r["ratio_to_anchor"]["ct2_direct"] == 1.0
+        for entry in r["contenders"].values():
+            assert 0 < entry["ms_per_sentence_best"] <= entry["ms_per_sentence_median"]
+        assert set(r["goal_batch1"]) == {"ratio", "target", "passed"}
+    assert "CTranslate2 direct" in done.stdout and "wrote" in done.stdout

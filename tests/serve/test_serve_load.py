@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -87,3 +88,42 @@ def test_the_translate_mix_runs_both_modes_and_checks_itself(numbers_model_dir, 
     assert [c["mismatches"] for c in result["correctness"]] == [0, 0]
     assert all(r["requests"] > 0 for r in result["rounds"])
     assert set(result["ratios"]) == {"1", "2"}
+    assert result["queue"] == result["translate_queue"] == 256  # the queue at its best
+    assert all(r["wrong"] == 0 and r["checked"] > 0 for r in result["rounds"])
+    assert "answered (200) requests only" in result["latency"]
+
+
+@pytest.mark.slow
+def test_the_translate_mix_with_both_engines(numbers_model_dir, tmp_path):
+    """--engines torch,ctranslate2 at a tiny size: each client count asks the queue, the torch
+    batcher and the ctranslate2 batcher (an --api-only server); every answer of each is its
+    engine's translation of the sentence alone; the ratios and goals are there (not asserted)."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "translate.json"
+    command = [sys.executable, str(ROOT / "benchmarks/serve_load.py"), "--mix", "translate"]
+    command += ["--model", str(numbers_model_dir), "--client-counts", "1,2", "--seconds", "0.5"]
+    command += ["--soak-seconds", "0.6", "--threads", "1", "--engines", "torch,ctranslate2"]
+    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [*command, "--out", str(out)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = json.loads(out.read_text())
+    assert [(r["clients"], r["mode"], r["engine"]) for r in result["rounds"]] == [
+        (c, mode, engine) for c in (1, 2)
+        for mode, engine in (("queue", "torch"), ("batcher", "torch"), ("batcher", "ctranslate2"))
+    ]  # fmt: skip
+    checks = result["correctness_by_engine"]
+    assert {e: [c["mismatches"] for c in checks[e]] for e in checks} == {
+        "torch": [0, 0], "ctranslate2": [0, 0],
+    }  # fmt: skip
+    for r in [*result["rounds"], *result["soak"]]:
+        assert r["requests"] > 0 and r["wrong"] == 0 and r["checked"] > 0, r
+    assert [(r["engine"], r["soak"]) for r in result["soak"]] == [
+        ("torch", 1), ("torch", 2), ("ctranslate2", 1), ("ctranslate2", 2),
+    ]  # fmt: skip
+    assert set(result["ctranslate2_over_torch"]) == {"1", "2"}
+    assert set(result["batcher_over_queue"]) == {"torch", "ctranslate2"}
+    assert result["queue_best"] is None or result["queue_best"]["clients"] in (1, 2)
+    assert any("ctranslate2 / torch" in g["goal"] for g in result["goals"])
+    assert "PASS" in done.stdout or "FAIL" in done.stdout
