@@ -1,5 +1,5 @@
 """``attnlab ARGS`` as ``python -m attnlab ARGS`` runs it, with two test hooks, for
-tests/cli/test_cli_prepare.py (under ``torchrun``, or alone)::
+tests/cli/test_prepare.py (under ``torchrun``, or alone)::
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
         tests/_prepare_worker.py train --config JOB --out OUT

@@ -31,7 +31,7 @@ SOURCES = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15]]
 
 def model(seed: int = 1, eos_scale: float = 2.5) -> Transformer:
     """A random tiny Transformer whose EOS row is scaled up, so that outputs end at different
-    lengths (as tests/decode/test_generate.py does)."""
+    lengths (as tests/decode/test_search.py does)."""
     torch.manual_seed(seed)
     m = Transformer(tiny(tie_output=False)).eval()
     with torch.no_grad():

@@ -15,7 +15,7 @@ padded batches:
 
 Tolerance: 1e-5 absolute on logits (float32; the two paths sum in different orders: folded
 score scale, ``bmm`` instead of SDPA, pre-transposed weights), log-probabilities of whole
-outputs as tests/decode/test_generate.py (1e-5 plus 1e-6 relative).
+outputs as tests/decode/test_search.py (1e-5 plus 1e-6 relative).
 """
 
 from __future__ import annotations

@@ -333,7 +333,7 @@ def test_a_weight_made_nan_or_infinite_is_refused(saved: Path, value: float) -> 
 
 
 def test_flipped_bits_in_the_data_never_load_a_non_finite_weight(saved: Path) -> None:
-    """A model directory has no checksum (a checkpoint has: tests/train/test_resume_faults.py), so a
+    """A model directory has no checksum (a checkpoint has: tests/train/test_checkpoint.py), so a
     flipped bit in the data may load as another finite weight; but never as NaN or infinity:
     flipping the top exponent bit of a LayerNorm weight of 1.0 gives infinity, refused."""
     path = saved / "model.safetensors"
