@@ -1,4 +1,4 @@
-"""Faults injected into real training runs, for tests/train/test_resume_faults.py.
+"""Faults injected into real training runs, for tests/train/test_checkpoint.py.
 
 ``python tests/_fault_worker.py ROOT --kills 24 --interrupts 8 --full-disks 6 --sigints 2``
 
