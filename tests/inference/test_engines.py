@@ -113,6 +113,64 @@ def test_greedy_rows_each_to_their_own_limit(random_model):
     assert sum(cut) >= 2  # a random model rarely ends: most rows stop at their own limit
 
 
+class _Counting:
+    """A ``ctranslate2.Translator`` that records the names of the methods called on it."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name: str):
+        self.calls.append(name)
+        return getattr(self.inner, name)
+
+
+def _texts_alone(
+    ct2: Translator, texts: list[str], monkeypatch, decodings: tuple[DecodingOptions, ...]
+) -> tuple[list, list, list]:
+    """``ct2``'s hypotheses scored and with ``scored=False`` (what ``translate`` and the
+    service ask) with each of ``decodings``, and the CTranslate2 methods the second used."""
+    scored, alone, calls = [], [], []
+    for decoding in decodings:
+        scored += ct2.hypotheses(texts, decoding=decoding)
+        assert ct2.ct2 is not None
+        counting = _Counting(ct2.ct2.translator)
+        monkeypatch.setattr(ct2.ct2, "translator", counting)
+        alone += ct2.hypotheses(texts, decoding=decoding, scored=False)
+        monkeypatch.undo()
+        calls += counting.calls
+    for ours, theirs in zip(scored, alone, strict=True):
+        assert [h.ids for h in ours] == [h.ids for h in theirs]
+    return scored, alone, calls
+
+
+def test_texts_alone_of_outputs_cut_to_their_limit_are_scored(random_model, monkeypatch):
+    """A random model's greedy outputs run to their limits, and CTranslate2's own score is of
+    the longer output it decoded before the cut: such a batch is scored (``score_batch``)."""
+    model, tokenizer = random_model
+    ct2 = Translator(model, tokenizer, tokenizer, decoding=GREEDY, engine="ctranslate2")
+    texts = ["zero", "seven twelve zero"]
+    scored, alone, calls = _texts_alone(ct2, texts, monkeypatch, (GREEDY,))
+    assert "score_batch" in calls
+    assert [[h.log_prob for h in row] for row in scored] == [
+        [h.log_prob for h in row] for row in alone
+    ]
+
+
+@pytest.mark.slow
+def test_texts_alone_skip_the_second_pass(both, monkeypatch):
+    """Outputs that end: no ``score_batch``, each row's log P and score CTranslate2's own (it
+    leaves the blocked pad and BOS out of its softmax: at least the model's, and close)."""
+    _, ct2 = both
+    beam = DecodingOptions(beam_size=3, alpha=0.6, n_best=2)
+    scored, alone, calls = _texts_alone(ct2, TEXTS, monkeypatch, (GREEDY, beam))
+    assert calls and set(calls) == {"translate_batch"}  # no second pass
+    for ours, theirs in zip(scored, alone, strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            assert b.token_log_probs == [] and a.token_log_probs
+            assert a.log_prob - 1e-4 <= b.log_prob <= 0 and b.log_prob - a.log_prob < 0.05
+    assert ct2.translate(TEXTS) == [h[0].text for h in ct2.hypotheses(TEXTS)]
+
+
 def test_the_conversion_is_made_once_and_whole(random_model, cache, monkeypatch):
     import attnlab.formats.ctranslate2 as exporter
 

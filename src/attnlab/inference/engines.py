@@ -128,12 +128,15 @@ class CTranslate2Engine:
         prefixes: list[list[int]],
         options: DecodingOptions,
         limits: list[int],
+        scored: bool = True,
     ) -> Generation:
         """``options.n_best`` outputs per source (rows ``i * n_best ...``; an empty row where
         the beam finished fewer), the output of row ``i`` at most ``limits[i]`` tokens (the
         prefix included). CTranslate2 takes one length limit a batch: greedy search and
         sampling decode to the longest and cut each row to its own (exact: a row's tokens do not
-        depend on its limit), beam search decodes the rows of each limit together."""
+        depend on its limit), beam search decodes the rows of each limit together. ``scored``:
+        each token's log-probability from a second pass (``score_batch``); else none, and each
+        row's score CTranslate2's own (``log P`` from it), unless a row was cut to its limit."""
         n = options.n_best
         # The translator's stream where the call keeps its seed (as the torch engine's
         # generator), else a stream of the call's own seed.
@@ -150,6 +153,7 @@ class CTranslate2Engine:
             max_input_length=0,
             suppress_sequences=self.banned,
             return_end_token=True,
+            return_scores=not scored,
         )
         if options.sample:
             settings.update(
@@ -161,6 +165,8 @@ class CTranslate2Engine:
         for i, limit in enumerate(limits):
             groups.setdefault(max(limits) if settings["beam_size"] == 1 else limit, []).append(i)
         found: list[list[int]] = [[] for _ in range(len(sources) * n)]
+        own: list[float] = [0.0] * len(found)  # CTranslate2's scores (scored=False)
+        cut = False  # a row cut to its own limit: CTranslate2's score is of the longer output
         for longest, rows in groups.items():
             results = translator.translate_batch(
                 [[self.src_tokens[t] for t in sources[i]] for i in rows],
@@ -171,7 +177,12 @@ class CTranslate2Engine:
             for i, result in zip(rows, results, strict=True):
                 for k, tokens in enumerate(result.hypotheses[:n]):
                     found[i * n + k] = [self.tgt_ids[t] for t in tokens][: limits[i]]
-        return self._scored(sources, found, n, penalty)
+                    own[i * n + k] = result.scores[k] if not scored else 0.0
+                    cut |= len(tokens) > limits[i]
+        if scored or cut:
+            return self._scored(sources, found, n, penalty)
+        lengths = torch.tensor([max(1, len(ids)) for ids in found]).float()
+        return self._generation(found, None, torch.tensor(own) * lengths**penalty, penalty)
 
     def _scored(
         self, sources: list[list[int]], found: list[list[int]], n: int, penalty: float
@@ -185,21 +196,26 @@ class CTranslate2Engine:
             [[self.tgt_tokens[t] for t in found[r][: len(found[r]) - done[r]]] for r in kept],
             max_input_length=0,
         )
-        width = max(map(len, found), default=0)
-        sequences = torch.full((len(found), width), self.pad_id, dtype=torch.long)
-        token_log_probs = torch.zeros(len(found), width)
+        token_log_probs = torch.zeros(len(found), max(map(len, found), default=0))
         for r, result in zip(kept, scored, strict=True):
-            ids = found[r]
-            sequences[r, : len(ids)] = torch.tensor(ids)
-            token_log_probs[r, : len(ids)] = torch.tensor(result.log_probs[: len(ids)])
+            token_log_probs[r, : len(found[r])] = torch.tensor(result.log_probs[: len(found[r])])
+        return self._generation(found, token_log_probs, token_log_probs.sum(dim=1), penalty)
+
+    def _generation(
+        self, found: list[list[int]], token_log_probs: Any, log_probs: Any, penalty: float
+    ) -> Generation:
+        """``found`` as a Generation: ``log_probs`` each row's ``log P`` (its score
+        ``log P / |Y| ** penalty``), ``token_log_probs`` the tokens' or None."""
+        sequences = torch.full((len(found), max(map(len, found), default=0)), self.pad_id)
+        for r, ids in enumerate(found):
+            sequences[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         lengths = torch.tensor([len(ids) for ids in found])
-        log_probs = token_log_probs.sum(dim=1)
         return Generation(
             sequences=sequences,
             lengths=lengths,
             log_probs=log_probs,
             scores=log_probs / lengths.clamp(min=1).float() ** penalty,
-            finished=torch.tensor(done),
+            finished=torch.tensor([bool(ids) and ids[-1] == self.eos_id for ids in found]),
             eos_id=self.eos_id,
             token_log_probs=token_log_probs,
         )

@@ -302,6 +302,7 @@ class Translator:
             prefixes=prefixes,
             on_too_long=on_too_long,
             on_refused=on_refused,
+            scored=False,
         )
         return [best[0].text if best else "" for best in found]
 
@@ -314,13 +315,18 @@ class Translator:
         prefixes: str | Sequence[str | None] | None = None,
         on_too_long: Callable[[TooLong], object] | None = None,
         on_refused: Callable[[Refused], object] | None = None,
+        scored: bool = True,
     ) -> list[list[Hypothesis]]:
         """The ``decoding.n_best`` best translations of each of ``texts`` with their scores
         (:class:`Hypothesis`: per-token log-probabilities, ``log P``, the length-normalised
         score), best first; a sentence whose beam finished fewer has fewer. ``decoding``: how
         to decode this call (None: :attr:`decoding`; ``decoding.widened(n)`` asks ``n`` of the
         translator's, the beam raised to hold them). An empty text has one empty translation
-        (scores 0); a refused one none. The other arguments: as :meth:`translate`'s."""
+        (scores 0); a refused one none. ``scored=False``: only the texts and their order are
+        wanted, and the ctranslate2 engine skips its second pass over each output (its
+        ``token_log_probs`` are then empty, and ``log_prob`` and ``score`` CTranslate2's own,
+        computed with pad and BOS left out); the torch engine scores anyway, at no cost. The
+        other arguments: as :meth:`translate`'s."""
         options = self._call_options(decoding)
         n = options.n_best
         encoded, order, refused = encode_sources(
@@ -365,6 +371,7 @@ class Translator:
                 [phrases[i] for i in batch] if phrases[batch[0]] else None,
                 options,
                 limit(sources[0]) if kind(batch[0])[0] else None,
+                scored,
             )
             alpha = options.alpha if self.ct2 is None else None  # None: the engine's score
             rows = as_hypotheses(generated, self.tgt_tokenizer, alpha)
@@ -403,14 +410,15 @@ def search(
     constraints: list[list[Phrase]] | None,
     options: DecodingOptions,
     limit: int | None,
+    scored: bool = True,
 ) -> Generation:
     """One batch of :meth:`Translator.hypotheses`: ``options.n_best`` hypotheses per source
     through :func:`attnlab.decode.search.decode` (constrained where ``constraints`` is given),
     at most ``limit`` tokens long (None: each row's source + 50); or through the CTranslate2
-    engine (:attr:`Translator.ct2`)."""
+    engine (:attr:`Translator.ct2`; ``scored``: see :meth:`Translator.hypotheses`)."""
     if t.ct2 is not None:
         limits = [limit or options.output_limit(len(s), t.max_len) for s in sources]
-        return t.ct2.search(sources, prefixes, options, limits)
+        return t.ct2.search(sources, prefixes, options, limits, scored)
     seeded = options.seed == t.decoding.seed
     return decode(
         t.model,
@@ -575,9 +583,10 @@ def as_hypotheses(generated: Generation, tokenizer, alpha: float | None) -> list
     ``log P / lp(alpha)``, or with ``alpha`` None ``generated.scores`` (an engine's own)."""
     out: list[Hypothesis | None] = []
     eos = generated.eos_id
+    unscored = [[]] * len(generated.lengths)  # an engine that skipped them (scored=False)
     for ids, row_scores, log_prob, score, done in zip(
         generated.tolist(keep_eos=True),
-        generated.token_scores(),
+        unscored if generated.token_log_probs is None else generated.token_scores(),
         generated.log_probs.tolist(),
         generated.scores.tolist(),
         generated.finished.tolist(),

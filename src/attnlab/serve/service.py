@@ -25,9 +25,9 @@ import torch
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
+from .._rundir import read_job_file
 from ..decode.options import DecodingOptions
 from ..inference.bounds import MAX_TOKENS
-from ..inference.modeldir import read_job_file
 from ..inference.translator import Translator
 from .batcher import Batcher
 from .libre import TranslateCall, translate_answer
@@ -137,7 +137,9 @@ class TranslationService:
 
     def _hypotheses(self, options: DecodingOptions, texts: list[str]) -> list[list[Any]]:
         with self.lock, torch.no_grad():
-            return self.translator.hypotheses(texts, decoding=options, on_too_long=_cut_silently)
+            return self.translator.hypotheses(
+                texts, decoding=options, on_too_long=_cut_silently, scored=False
+            )
 
     def warm_up(self) -> None:
         """Translate a few sentences greedily and with the server's beam (the first calls of
