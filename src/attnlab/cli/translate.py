@@ -244,6 +244,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
             prefixes=args.prefix,
             on_too_long=too_long.at(first),
             on_refused=too_long.unmet,
+            scored=args.json or args.scores or args.n_best is not None,  # else texts alone
         )
         if args.json:
             return [
