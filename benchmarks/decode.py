@@ -478,7 +478,8 @@ QUALITY_OUT = DEFAULT_OUT.with_name("decode_int8_quality.json")
 
 def int8_quality(model_dir: Path, out: Path) -> int:
     """Score the test split of a trained model's task in float32 and int8 (greedy, beam 4)."""
-    from attnlab.inference.scores import Translator, score
+    from attnlab.inference.scores import score
+    from attnlab.inference.translator import Translator
     from attnlab.jobs import JOB_FILE, Job
 
     warnings.filterwarnings("ignore")

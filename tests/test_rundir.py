@@ -61,4 +61,4 @@ def test_each_name_has_one_home() -> None:
     ) == (_rundir.TOKENIZER_NAMES)
     assert checkpoint.CHECKPOINT_FILES is _rundir.CHECKPOINT_FILES
     assert checkpoint.find_checkpoints is find_checkpoints
-    assert modeldir.read_job_file is read_job_file and modeldir.JOB_FILE is JOB_FILE
+    assert modeldir.JOB_FILE is JOB_FILE

@@ -38,7 +38,8 @@ from typing import Any
 from attnlab._io import write_json
 from attnlab.data.corpora import multi30k as load_multi30k
 from attnlab.decode.options import DecodingOptions
-from attnlab.inference.scores import Translator, score
+from attnlab.inference.scores import score
+from attnlab.inference.translator import Translator
 from attnlab.jobs import Job, train_job
 from attnlab.tasks.numbers import Numbers
 

@@ -43,15 +43,9 @@ if TYPE_CHECKING:  # the public names, as type checkers read them; made on first
     )
     from .models.vision import VisionConfig, VisionTransformer
     from .nn import layers, masks, positional
-    from .nn.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
-    from .nn.layers import (
-        Decoder,
-        DecoderCache,
-        DecoderLayer,
-        Encoder,
-        EncoderLayer,
-        FeedForward,
-    )
+    from .nn.attention import MultiHeadAttention, scaled_dot_product_attention
+    from .nn.cache import DecoderCache, KVCache
+    from .nn.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
     from .nn.masks import (
         causal_mask,
         combine_masks,

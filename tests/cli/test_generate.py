@@ -48,7 +48,7 @@ def vit_dir(tmp_path_factory) -> Path:
 
 
 def _library_text(lm_dir: Path, prompt: str, n: int, **sampling) -> str:
-    from attnlab.inference.scores import load_with_tokenizers
+    from attnlab.inference.modeldir import load_with_tokenizers
 
     model, tokenizer, _ = load_with_tokenizers(lm_dir, device="cpu")
     ids = [[model.config.bos_id, *tokenizer.encode(prompt)]]

@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 import attnlab
 from attnlab.cli import main
 from attnlab.decode.options import DecodingOptions
-from attnlab.inference.scores import Translator, score
+from attnlab.inference.scores import score
+from attnlab.inference.translator import Translator
 
 SOURCES = ["three hundred and twelve", "seven", "", "ninety-one", "four hundred and five"]
 
@@ -324,7 +325,7 @@ def test_translate_decodes_as_the_models_recipe_chose_and_says_so(numbers_model_
     """The numbers recipe chose greedy search on validation ([eval] beam_size = 1, alpha 0.6 in
     the model's job.json): translate uses it unless told, with one line naming where it came
     from; flags win; --n-best N raises a carried beam to N."""
-    from attnlab.inference.scores import Translator as Plain
+    from attnlab.inference.translator import Translator as Plain
 
     texts = ["seven", "ninety-one", "three hundred and twelve"]
     loaded = Plain.load(numbers_model_dir, device="cpu")

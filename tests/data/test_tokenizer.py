@@ -167,7 +167,7 @@ def test_numbers_model_never_writes_a_replacement_character(numbers_model_dir):
     """The session's numbers model (0..999) on every number whose German has ä/ö/ü/ß, with
     greedy search, beam search and sampling."""
     from attnlab.decode.search import sample
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     pairs = _umlaut_numbers(999)
     assert len(pairs) > 300
@@ -227,7 +227,7 @@ def _lone_lead_byte_model(vocab_size: int) -> Transformer:
 
 def test_a_model_forced_toward_a_lone_lead_byte_still_writes_valid_text(tok):
     from attnlab.decode.search import greedy_search, sample
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     model = _lone_lead_byte_model(tok.vocab_size)
     sources = ["twelve", "three hundred and twelve"]

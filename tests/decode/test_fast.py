@@ -374,7 +374,7 @@ NUMBERS = ["seven", "three hundred and forty-two", "twelve", "five hundred and s
 
 def test_translator_and_cli_translate_with_int8(numbers_model_dir, capsys):
     from attnlab.cli import main
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     exact = Translator.load(
         numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=1)
@@ -403,7 +403,7 @@ def test_translator_and_cli_translate_with_int8(numbers_model_dir, capsys):
 
 def test_bad_quantize_is_one_line(numbers_model_dir, capsys):
     from attnlab.cli import main
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     with pytest.raises(ValueError, match=r"^quantize: expected one of int8 or None, got 'int4'$"):
         Translator.load(numbers_model_dir, device="cpu", quantize="int4")

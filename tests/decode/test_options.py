@@ -13,9 +13,10 @@ import pytest
 
 from _helpers import tiny
 from attnlab import Transformer
+from attnlab._rundir import JOB_FILE
 from attnlab.decode.options import ALPHA, BEAM_SIZE, DecodingOptions
 from attnlab.decode.search import beam_search
-from attnlab.inference.modeldir import JOB_FILE, kind_of
+from attnlab.inference.modeldir import kind_of
 from attnlab.inference.translator import Translator
 from attnlab.models.saved import read_config_file
 

@@ -27,7 +27,7 @@ from attnlab.decode.options import DecodingOptions
 from attnlab.formats import ctranslate2 as ct2
 from attnlab.formats import marian
 from attnlab.formats.common import TARGET_NAMES
-from attnlab.inference.scores import Translator
+from attnlab.inference.translator import Translator
 
 #: Every test here runs CTranslate2 or transformers on exported models (about a minute on an
 #: idle 2-core machine): in `make test`, not in the edit loop's `make test-fast`.

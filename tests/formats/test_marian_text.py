@@ -24,8 +24,7 @@ from _paths import needs_multi30k
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
 from attnlab.decode.options import DecodingOptions
-from attnlab.inference.scores import Translator
-from attnlab.inference.translator import encode_sources
+from attnlab.inference.translator import Translator, encode_sources
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")

@@ -26,7 +26,8 @@ from _helpers import TINY_CLI
 from attnlab.cli import build_parser, main
 from attnlab.data.tokenizer import Tokenizer
 from attnlab.decode.options import DecodingOptions
-from attnlab.inference.scores import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong, Translator
+from attnlab.inference.bounds import CHARS_PER_TOKEN, TOO_LONG_CHOICES, TooLong
+from attnlab.inference.translator import Translator
 
 #: 203,000 characters of number words: tens of thousands of tokens, one line.
 LONG = "nine hundred and ninety-nine " * 7000

@@ -518,7 +518,7 @@ def test_a_tokenizer_beyond_the_model_vocabulary_is_refused_at_load(
     tmp_path: Path, tokenizer, capsys
 ) -> None:
     from attnlab.cli import main
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     size = tokenizer.vocab_size
     fits = _translation_directory(tmp_path / "fits", tokenizer, vocab_size=size)
@@ -543,7 +543,7 @@ def test_a_target_tokenizer_beyond_the_target_vocabulary_names_its_file(
     tmp_path: Path, tokenizer
 ) -> None:
     from attnlab.data.tokenizer import save_tokenizers
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     size = tokenizer.vocab_size
     path = tmp_path / "model"
@@ -559,7 +559,7 @@ def test_a_target_tokenizer_beyond_the_target_vocabulary_names_its_file(
 
 
 def test_other_special_ids_are_refused_at_load(tmp_path: Path, tokenizer) -> None:
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     path = _translation_directory(tmp_path / "m", tokenizer, vocab_size=tokenizer.vocab_size)
     edit_config(path, eos_id=3)

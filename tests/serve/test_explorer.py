@@ -27,7 +27,7 @@ from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
 from attnlab.decode.options import DecodingOptions
 from attnlab.decode.search import beam_search
-from attnlab.inference.scores import Translator
+from attnlab.inference.translator import Translator
 from attnlab.models.transformer import (
     Transformer,
     TransformerConfig,

@@ -75,7 +75,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.src is None or args.ref is None:
         missing = "--ref" if args.ref is None else "--src"
         raise ValueError(f"{missing}: required with {'--src' if missing == '--ref' else '--ref'}")
-    from ..inference.scores import Translator, score
+    from ..inference.scores import score
+    from ..inference.translator import Translator
     from ..tasks import TranslationTask
 
     sources = _read_lines(args.src, "--src", args.errors)
@@ -129,7 +130,7 @@ def _bleu_options(model_dir: str) -> dict[str, str | None]:
     """BLEU's tokenizer for the model in ``model_dir``, as its job.json says: the task's
     target language (``tgt_lang`` of :func:`attnlab.inference.scores.score`) and ``[eval]
     bleu_tokenize``; neither for a model without a job.json (BLEU's default, 13a)."""
-    from ..inference.modeldir import read_job_file
+    from .._rundir import read_job_file
 
     try:
         job = read_job_file(model_dir)
@@ -147,7 +148,7 @@ def _bleu_options(model_dir: str) -> dict[str, str | None]:
 def _target_language(model_dir: str) -> str:
     """The target language of the task the model in ``model_dir`` was trained on (its
     job.json), for ``--tokenized-bleu``; ValueError naming the flag without one."""
-    from ..inference.modeldir import read_job_file
+    from .._rundir import read_job_file
 
     try:
         lang = read_job_file(model_dir)["task"]["tgt_lang"]
@@ -162,7 +163,8 @@ def _target_language(model_dir: str) -> str:
 
 
 def _evaluate_lm_file(args: argparse.Namespace) -> int:
-    from ..inference.scores import lm_perplexity, load_with_tokenizers
+    from ..inference.modeldir import load_with_tokenizers
+    from ..inference.scores import lm_perplexity
     from ..tasks.text import Text
 
     if args.ref is not None or args.src is None:

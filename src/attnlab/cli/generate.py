@@ -24,7 +24,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from ..decode.search import greedy_search, sample
-    from ..inference.scores import load_with_tokenizers
+    from ..inference.modeldir import load_with_tokenizers
 
     if not args.sample and (args.temperature != 1.0 or args.top_k or args.top_p):
         raise ValueError("--temperature, --top-k, --top-p: only with --sample")

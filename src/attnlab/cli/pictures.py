@@ -41,7 +41,7 @@ def _texts_as_ids(args: argparse.Namespace, model) -> tuple[list | None, list | 
     ``()``). A target text, and a language model's input, start with BOS, as the model saw them
     in training. Refused, naming the flag: both spellings of one side, an empty text, or one
     over the model's max_len tokens (checked on characters first: tokenizing is bounded too)."""
-    from ..inference.scores import CHARS_PER_TOKEN
+    from ..inference.bounds import CHARS_PER_TOKEN
 
     for side in ("src", "tgt"):
         if getattr(args, side) is not None and getattr(args, f"{side}_ids") is not None:
@@ -173,7 +173,7 @@ def _viz_learned_pe(args: argparse.Namespace) -> list[Path]:
 def _viz_rollout(args: argparse.Namespace) -> list[Path]:
     import torch
 
-    from ..inference.modeldir import read_job_file
+    from .._rundir import read_job_file
     from ..instruments import viz
     from ..jobs import Job
     from ..models.transformer import load_pretrained

@@ -1,6 +1,6 @@
 """The lean decoder step behind :mod:`attnlab.decode.search`: its fast path.
 
-:meth:`attnlab.Transformer.decode` with a :class:`attnlab.nn.layers.DecoderCache` is the readable
+:meth:`attnlab.Transformer.decode` with a :class:`attnlab.nn.cache.DecoderCache` is the readable
 reference of incremental decoding. :class:`FastDecoder` computes the same numbers (tested equal,
 outputs and caches, in ``tests/decode/test_fastdecode.py``) with fewer, larger ops and nothing
 else on the hot path, since at batch 1 a step is a few hundred small ops around 19 MB of weights:
@@ -479,7 +479,7 @@ class FastDecoder:
 
     def select(self, rows: Tensor, *, cross: bool = True) -> None:
         """Keep the rows ``rows`` ``(N',)`` in that order, as
-        :meth:`attnlab.nn.layers.DecoderCache.select`. With ``beam == 1`` any subset; with beams,
+        :meth:`attnlab.nn.cache.DecoderCache.select`. With ``beam == 1`` any subset; with beams,
         rows come ``beam`` per sentence: ``rows[i K + b] = s_i K + origin`` (the new beam ``b``
         of kept sentence ``s_i`` continues beam ``origin`` of that sentence), which reorders
         only the ancestry mask, never the key/value store. ``cross`` is accepted for the

@@ -26,7 +26,7 @@ from torch import Tensor
 from .._checks import check_int, check_optional_int, is_int
 from ..models.config import TransformerConfig
 from ..models.transformer import Transformer, TransformerLM
-from ..nn.layers import DecoderCache
+from ..nn.cache import DecoderCache
 from .fast import FastDecoder, check_quantize, why_not_fast_path
 
 #: Output length allowance over the source length (Vaswani et al. 2017, sec. 6.1).
@@ -234,7 +234,7 @@ class Session:
         return F.log_softmax(logits[:, -1].float(), dim=-1)
 
     def select(self, rows: Tensor, *, cross: bool = True) -> None:
-        """Keep the cache rows ``rows`` (see :meth:`attnlab.nn.layers.DecoderCache.select`)."""
+        """Keep the cache rows ``rows`` (see :meth:`attnlab.nn.cache.DecoderCache.select`)."""
         if self.fast is not None:
             self.fast.select(rows, cross=cross)
         elif self.cache is not None:

@@ -1,8 +1,7 @@
 """Where a model is: :func:`resolve_model_dir` turns what a user names (a model directory, a
 checkpoint of a run, or the run directory itself) into one directory that every loader reads
 (:func:`attnlab.load_pretrained`, the tokenizers, ``job.json``). The layout of a run, its
-files' names and the reader of ``job.json`` (:func:`read_job_file`, re-exported here) live in
-:mod:`attnlab._rundir`.
+files' names and the reader of ``job.json`` (``read_job_file``) live in :mod:`attnlab._rundir`.
 
 A checkpoint holds no tokenizer: its run's are found two levels up, and a view of the
 checkpoint's weights with them (links in a temporary directory, removed at exit) is returned.
@@ -17,20 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._rundir import CONFIG_FILE, JOB_FILE, TOKENIZER_NAMES, find_checkpoints, read_job_file
+from .._rundir import CONFIG_FILE, JOB_FILE, TOKENIZER_NAMES, find_checkpoints
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "JOB_FILE",
-    "TOKENIZER_NAMES",
-    "find_run_files",
-    "kind_of",
-    "load_with_tokenizers",
-    "read_job_file",
-    "resolve_model_dir",
-]
+__all__ = ["find_run_files", "kind_of", "load_with_tokenizers", "resolve_model_dir"]
 
 _VIEWS: list[str] = []
 

@@ -1,8 +1,6 @@
-"""Evaluation: translate text with a saved model, and score it (sacreBLEU, chrF, exact match).
+"""Evaluation: score translations (sacreBLEU, chrF, exact match); translating itself is
+:mod:`attnlab.inference.translator`'s (its :class:`Translator` is still importable from here).
 
-* :class:`Translator` (:mod:`attnlab.inference.translator`, re-exported here): a model
-  directory turned into ``translate(list of str) -> list of str``, with constraints, prefixes
-  and token scores.
 * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
   and the fraction of exact matches; and which of them to read first (:func:`headline`).
@@ -30,19 +28,15 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._checks import check_positive_int
-from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong
-from .modeldir import load_with_tokenizers
-from .translator import Translator, length_batches, load_translator
+from .bounds import CHARS_PER_TOKEN, MAX_TOKENS
+from .translator import Translator, length_batches
 
 __all__ = [
     "BLEU_MAX_ORDER",
     "BLEU_TOKENIZERS_BY_LANGUAGE",
     "BLEU_TOKENIZER_EXTRAS",
-    "CHARS_PER_TOKEN",
-    "TOO_LONG_CHOICES",
     "Headline",
     "Scores",
-    "TooLong",
     "Translator",
     "bleu_metric",
     "bleu_tokenizer",
@@ -50,8 +44,6 @@ __all__ = [
     "classify",
     "headline",
     "lm_perplexity",
-    "load_translator",
-    "load_with_tokenizers",
     "perplexity",
     "score",
     "tokenized_bleu",

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from .._ops import dropout
-from ..nn.layers import DecoderCache
+from ..nn.cache import DecoderCache
 from ..nn.masks import key_mask
 from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .config import TransformerConfig

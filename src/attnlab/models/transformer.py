@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import shape_of
-from ..nn.layers import Decoder, DecoderCache, Encoder
+from ..nn.cache import DecoderCache
+from ..nn.layers import Decoder, Encoder
 from ..nn.positional import ALiBi, AttentionPositional, LearnedPositionalEmbedding, RotaryEmbedding
 from .config import TransformerConfig
 from .embeddings import Embeddings, check_ids, decoder_input, key_mask_or_none
@@ -264,7 +265,7 @@ class Transformer(_TransformerModel):
     def new_cache(
         self, memory: Tensor, memory_mask: Tensor | None = None, *, capacity: int
     ) -> DecoderCache:
-        """A :class:`attnlab.nn.layers.DecoderCache` for decoding against ``memory`` ``(B, S,
+        """A :class:`attnlab.nn.cache.DecoderCache` for decoding against ``memory`` ``(B, S,
         d_model)`` (from :meth:`encode`) with its ``memory_mask``: each decoder layer projects
         the memory's keys and values here, once. ``capacity``: target positions to preallocate."""
         self._check_memory(memory, None)
@@ -385,7 +386,7 @@ class TransformerLM(_TransformerModel):
         return logits
 
     def new_cache(self, *, capacity: int) -> DecoderCache:
-        """An empty :class:`attnlab.nn.layers.DecoderCache` preallocating ``capacity`` positions."""
+        """An empty :class:`attnlab.nn.cache.DecoderCache` preallocating ``capacity`` positions."""
         return self.decoder.new_cache(capacity)
 
     @torch.no_grad()

@@ -15,8 +15,8 @@ computes the same numbers and returns them. Attention dropout on CPU also takes 
 path: torch's SDPA has no fused CPU kernel with dropout either (it falls back to its math path,
 which materialises the scores too), and attnlab's dropout draws its mask faster.
 
-Beside this module: :mod:`attnlab.nn.cache` (:class:`KVCache`, re-exported here, for incremental
-decoding), :mod:`attnlab.nn.torch_nn` (the copies to and from ``torch.nn.MultiheadAttention``
+Beside this module: :mod:`attnlab.nn.cache` (:class:`KVCache`, for incremental decoding),
+:mod:`attnlab.nn.torch_nn` (the copies to and from ``torch.nn.MultiheadAttention``
 behind :meth:`MultiHeadAttention.from_torch` / ``to_torch``) and the argument checks.
 """
 
@@ -36,7 +36,7 @@ from .masks import causal_mask, check_attention_mask, combine_masks
 from .positional import ALiBi, AttentionPositional, RotaryEmbedding
 from .torch_nn import attention_kwargs, attention_to_torch, copy_attention
 
-__all__ = ["KVCache", "MultiHeadAttention", "scaled_dot_product_attention"]
+__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
 
 
 def _torch_sdpa_has_gqa() -> bool:

@@ -18,8 +18,8 @@ Each sub-layer is wrapped in a residual connection with dropout on the sub-layer
 Parameter names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
 (``self_attn``, ``linear1``, ``norm1``, ...), and ``from_torch`` copies those modules exactly
 (the reading and copying live in :mod:`attnlab.nn.torch_nn`). Masks follow
-:mod:`attnlab.nn.masks` (bool ``True`` = may attend). :class:`DecoderCache`, what a decoder keeps
-between steps of incremental decoding, lives in :mod:`attnlab.nn.cache` and is re-exported here.
+:mod:`attnlab.nn.masks` (bool ``True`` = may attend). What a decoder keeps between steps of
+incremental decoding is :mod:`attnlab.nn.cache`'s ``DecoderCache``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .cache import DecoderCache, KVCache
 from .positional import AttentionPositional
 from .torch_nn import copy_layer, layer_kwargs, stack_kwargs
 
-__all__ = ["Decoder", "DecoderCache", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
+__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
 
 
 # -- the position-wise feed-forward network (sec. 3.3, eq. 2) --------------------------------

@@ -98,7 +98,8 @@ class Text(Task):
         engine: str = "torch",
     ) -> dict[str, Any]:
         """Perplexity of the model on the lines of ``split``."""
-        from ..inference.scores import lm_perplexity, load_with_tokenizers
+        from ..inference.modeldir import load_with_tokenizers
+        from ..inference.scores import lm_perplexity
 
         self.refuse_decoding(decoding, engine, "perplexity")
         if split not in data:

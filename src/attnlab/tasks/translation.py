@@ -510,8 +510,7 @@ def _starting_model(init_from: str, config, src_tok, tgt_tok):
     """The model a fine-tuning run starts from: ``init_from``'s weights in a model of
     ``config`` (its own with the job's dropout rates), checked against the tokenizers it came
     with."""
-    from ..inference.modeldir import resolve_model_dir
-    from ..inference.scores import load_with_tokenizers
+    from ..inference.modeldir import load_with_tokenizers, resolve_model_dir
     from ..models.transformer import Transformer
 
     start = resolve_model_dir(init_from, name="[model] init_from")
