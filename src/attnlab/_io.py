@@ -72,12 +72,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Non
         if temp is not None:
             with _interrupt.deferred(), contextlib.suppress(OSError):  # cleaned up whole
                 os.unlink(temp)
-        if isinstance(error, OSError):
-            named = _not_written(error, path)
-            if named is error:
-                raise
-            raise named from error
-        raise
+        named = _not_written(error, path) if isinstance(error, OSError) else error
+        if named is error:
+            raise
+        raise named from error
     fsync_dir(path.parent)
 
 
@@ -107,12 +105,10 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], object]) -
         if temp is not None:
             with _interrupt.deferred():
                 shutil.rmtree(temp, ignore_errors=True)
-        if isinstance(error, OSError):
-            named = _not_written(error, path)
-            if named is error:
-                raise
-            raise named from error
-        raise
+        named = _not_written(error, path) if isinstance(error, OSError) else error
+        if named is error:
+            raise
+        raise named from error
     return path
 
 

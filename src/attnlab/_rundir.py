@@ -83,8 +83,7 @@ def read_job_file(
     """The JSON object of ``job.json`` in ``directory`` (a model directory or a run), as it is:
     the one place that file is opened and parsed (``Job.from_dict`` of :mod:`attnlab.jobs`
     makes a job of it; :meth:`attnlab.decode.options.DecodingOptions.carried_by` reads its
-    ``[eval]``). FileNotFoundError ``PATH: missing; {why}``; ValueError naming the file for
-    bytes that are not UTF-8, invalid JSON, or another value than an object."""
+    ``[eval]``). FileNotFoundError ``PATH: missing; {why}``; else as :func:`read_json`."""
     path = Path(directory) / JOB_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; {why}")

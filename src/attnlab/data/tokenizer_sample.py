@@ -75,22 +75,21 @@ def train_tokenizer_on_sample(
     temperature: float | None = None,
 ) -> tuple[Any, Any]:
     """Train the BPE :class:`~attnlab.data.tokenizer.Tokenizer` on a seeded sample of
-    ``sample_size`` lines of each file (every line when there are no more), read in a stream:
-    memory is bounded by the sample's indices (8 bytes a line) and the trainer's word counts,
-    whatever the corpus size. Lines are stripped, empty ones skipped.
+    ``sample_size`` lines of each file (every line when there are no more), read in a stream
+    (the memory it takes: the module's docstring). Lines are stripped, empty ones skipped.
 
     Several corpora with ``weights`` or ``temperature`` (their mixture): the sample follows
     the mixture, as an epoch draws (:class:`~attnlab.data.mixture.Mixture`, on the files'
     line counts): each corpus gives its share of ``min(sample_size, an epoch)`` lines, a
-    seeded sample of its own. Without either, the corpora are sampled as one stream.
+    seeded sample of its own. Without either (``src_path`` and ``tgt_path`` lists), the
+    corpora are sampled as one stream, corpus after corpus.
 
     ``tgt_path`` None: one text file (a language model), one tokenizer. ``joint``: one
     tokenizer over both sides (each sampled pair's source, then its target, as the job
     trains on a corpus in memory), returned twice; else one per side, on the same lines.
 
     Returns:
-        ``(src_tokenizer, tgt_tokenizer)`` (the same object when joint or one file). Several
-    corpora: ``src_path`` and ``tgt_path`` lists, sampled as one stream (corpus after corpus).
+        ``(src_tokenizer, tgt_tokenizer)`` (the same object when joint or one file).
 
     Raises:
         ValueError: the files fail :func:`~attnlab.data.textfiles.check_parallel` (``name``

@@ -47,12 +47,8 @@ MARIAN_LAYER_NORM_EPS = 1e-5
 
 def unsupported(model: object, target: str) -> list[str]:
     """Why ``model`` cannot be exported to ``target``: one line per option the target cannot
-    express, each naming the option (empty when it can be exported).
-
-    Both targets take the encoder-decoder :class:`attnlab.Transformer`. CTranslate2 expresses
-    every option of its config except ALiBi positions; Marian (Hugging Face) needs post-LN,
-    sinusoidal positions, no embedding LayerNorm and LayerNorm epsilon 1e-5.
-    """
+    express, each naming the option (empty when it can be exported); the rules are
+    :mod:`attnlab.formats`'s."""
     target = check_target(target)
     name = TARGET_NAMES[target]
     from ..models.transformer import Transformer

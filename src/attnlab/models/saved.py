@@ -51,7 +51,6 @@ __all__ = [
     "load_pretrained",
     "load_weights",
     "model_class",
-    "model_types",
     "read_config",
     "read_config_file",
     "register_model_type",
@@ -94,11 +93,6 @@ def register_model_type(cls: M) -> M:
     return cls
 
 
-def model_types() -> list[str]:
-    """The registered model types, in registration order."""
-    return list(_MODEL_TYPES)
-
-
 def model_class(model_type: object) -> type[PretrainedModel]:
     """The class registered as ``model_type``; ValueError naming the known ones otherwise."""
     if model_type not in _MODEL_TYPES:
@@ -124,9 +118,8 @@ def unique_state(module: nn.Module) -> dict[str, Tensor]:
 
 def read_config_file(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON object of ``config.json`` in ``directory``, as it is (unchecked): the one place
-    that file is opened and parsed. FileNotFoundError for a missing directory or file;
-    ValueError, naming the file, for bytes that are not UTF-8, invalid JSON or another value
-    than an object. :func:`read_config` checks its fields."""
+    that file is opened and parsed. FileNotFoundError for a missing directory or file; else as
+    :func:`read_json`. :func:`read_config` checks its fields."""
     path = Path(directory) / CONFIG_FILE
     if not Path(directory).is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")

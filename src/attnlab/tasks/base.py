@@ -148,8 +148,19 @@ class Task:
         return TransformerConfig
 
     def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
-        """The model's config from the job's ``[model]`` table, for these vocabularies."""
-        raise NotImplementedError
+        """The model's config from the job's ``[model]`` table, for these vocabularies: by
+        default a :class:`attnlab.TransformerConfig` of its preset (``small``), its embeddings
+        shared when ``joint``."""
+        from ..models.config import TransformerConfig
+
+        options = dict(model)
+        preset = options.pop("preset", "small")
+        options.update(
+            vocab_size=src_vocab,
+            tgt_vocab_size=None if joint else tgt_vocab,
+            share_embeddings=joint,
+        )
+        return TransformerConfig.preset(preset, **options)
 
     def config_for(self, ctx: TaskContext, src_vocab: int = 0, tgt_vocab: int = 0):
         """The config of the model ``ctx`` trains, for these vocabularies: :meth:`model_config`

@@ -46,7 +46,6 @@ from .translation import DiskPlan, TrainCorpus, TranslationTask
 
 __all__ = ["Files"]
 
-_SPLITS = ("train", "valid", "test")
 _CORPUS_KEYS = ("name", "src", "tgt", "weight")
 
 

@@ -40,12 +40,7 @@ class Text(Task):
         )
 
     def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
-        from ..models.config import TransformerConfig
-
-        options = dict(model)
-        preset = options.pop("preset", "small")
-        options.update(vocab_size=src_vocab, tgt_vocab_size=None, share_embeddings=True)
-        return TransformerConfig.preset(preset, **options)
+        return super().model_config(model, True, src_vocab, src_vocab)  # one vocabulary
 
     def objective(self) -> type:
         from ..train.objectives import LanguageModelObjective

@@ -125,18 +125,6 @@ class TranslationTask(Task):
         splits = ", ".join(f"{k} {len(v):,}" for k, v in data.splits.items())
         return f"task {data.name} {data.src_lang}->{data.tgt_lang}: {splits}"
 
-    def model_config(self, model: Mapping[str, Any], joint: bool, src_vocab: int, tgt_vocab: int):
-        from ..models.config import TransformerConfig
-
-        options = dict(model)
-        preset = options.pop("preset", "small")
-        options.update(
-            vocab_size=src_vocab,
-            tgt_vocab_size=None if joint else tgt_vocab,
-            share_embeddings=joint,
-        )
-        return TransformerConfig.preset(preset, **options)
-
     def config_for(self, ctx: TaskContext, src_vocab: int = 0, tgt_vocab: int = 0):
         """A fresh model's config, or a fine-tuning run's: its starting model's with the job's
         dropout rates."""
