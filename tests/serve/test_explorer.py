@@ -686,5 +686,6 @@ def test_the_server_decodes_as_the_models_recipe_chose(numbers_model_dir):
     greedy = Translator.load(numbers_model_dir, device="cpu", decoding=DecodingOptions(beam_size=1))
     assert answer["translation"] == greedy.translate([SENTENCES[0]])[0]
     given = DecodingOptions(beam_size=3, alpha=1.0)
-    explorer = Explorer.load(numbers_model_dir, decoding=given, device="cpu")
+    loaded = Translator.load(numbers_model_dir, decoding=given, device="cpu")
+    explorer = Explorer(loaded, numbers_model_dir)
     assert explorer.decoding == given and explorer.translator.decoding == given

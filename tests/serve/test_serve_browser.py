@@ -105,9 +105,10 @@ class Expected:
 def _weights_cap(model_dir: Path) -> int:
     """A --max-weights for which an answer on SENTENCE holds two heads of one layer: so the
     page has heads and layers to fetch as it shows them."""
+    from attnlab.inference.translator import Translator
     from attnlab.serve import Explorer
 
-    answer = Explorer.load(model_dir, device="cpu").translate(SENTENCE)
+    answer = Explorer(Translator.load(model_dir, device="cpu"), model_dir).translate(SENTENCE)
     s, t = len(answer["source_tokens"]), len(answer["output_tokens"])
     return int(2.5 * (s * s + t * t + t * s))  # one head of one layer: s^2 + t^2 + t s
 

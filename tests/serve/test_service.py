@@ -31,10 +31,10 @@ from fastapi.testclient import TestClient
 from _helpers import default_sigint
 from attnlab.decode.options import DecodingOptions as Options
 from attnlab.serve import create_app
-from attnlab.serve.app import make_server, url_of
 from attnlab.serve.batcher import Batcher
 from attnlab.serve.libre import MAX_ALTERNATIVES, MAX_CHARACTERS, MAX_SENTENCES
 from attnlab.serve.limits import MAX_BEAM, Busy, ClientGone
+from attnlab.serve.process import make_server, url_of
 
 WAIT = 120.0  # seconds: the most any wait below may take before the test fails
 SENTENCES = [
@@ -681,6 +681,6 @@ def _read_answer(sock: socket.socket) -> bytes:
 
 
 def _translate_alone(model_dir, text: str) -> str:
-    from attnlab.inference.scores import Translator
+    from attnlab.inference.translator import Translator
 
     return Translator.load(model_dir, device="cpu").translate([text])[0]

@@ -1,5 +1,5 @@
 """Evaluation: score translations (sacreBLEU, chrF, exact match); translating itself is
-:mod:`attnlab.inference.translator`'s (its :class:`Translator` is still importable from here).
+:mod:`attnlab.inference.translator`'s.
 
 * :func:`score`: corpus BLEU and chrF from sacreBLEU (Post 2018), cased and on detokenised
   text, as the WMT convention, with their signatures (what makes two BLEU numbers comparable),
@@ -29,7 +29,7 @@ import torch
 
 from .._checks import check_positive_int
 from .bounds import CHARS_PER_TOKEN, MAX_TOKENS
-from .translator import Translator, length_batches
+from .translator import length_batches
 
 __all__ = [
     "BLEU_MAX_ORDER",
@@ -37,7 +37,6 @@ __all__ = [
     "BLEU_TOKENIZER_EXTRAS",
     "Headline",
     "Scores",
-    "Translator",
     "bleu_metric",
     "bleu_tokenizer",
     "bleu_tokenizer_names",

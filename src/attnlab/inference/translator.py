@@ -1,5 +1,4 @@
-"""Translating text with a saved model: :class:`Translator` (also importable from
-:mod:`attnlab.inference.scores`).
+"""Translating text with a saved model: :class:`Translator`.
 
 A model directory written by training (``config.json``, ``model.safetensors`` and the
 tokenizers) becomes ``translate(list of str) -> list of str``, with beam search (Vaswani et al.

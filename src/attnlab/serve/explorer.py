@@ -153,21 +153,6 @@ class Explorer:
         self.device = next(self.model.parameters()).device
         self.lock = lock if lock is not None else threading.Lock()
 
-    @classmethod
-    def load(
-        cls,
-        model_dir: str | os.PathLike,
-        *,
-        device: str | torch.device | None = None,
-        decoding: DecodingOptions | None = None,
-    ) -> Explorer:
-        """The explorer of the model in ``model_dir`` (``OUT/model``), loaded on ``device``
-        (default CUDA when available), decoding with ``decoding`` (None: what the directory
-        carries, :meth:`~attnlab.decode.options.DecodingOptions.carried_by`)."""
-        if not Path(model_dir).is_dir():
-            raise FileNotFoundError(f"model_dir: {model_dir}: no such directory")
-        return cls(Translator.load(model_dir, device=device, decoding=decoding), model_dir)
-
     # -- /api/model ----------------------------------------------------------------------------
 
     def info(self) -> dict:
