@@ -107,9 +107,10 @@ def through(translator: Translator, one_call: bool) -> Callable[[list[str]], lis
     text, or (``one_call``) all in one call."""
 
     def run(texts: list[str]) -> list[list[int]]:
+        # scored=False: what `attnlab translate` asks for plain text (no second pass)
         if one_call:
-            return [found[0].ids for found in translator.hypotheses(texts)]
-        return [translator.hypotheses([text])[0][0].ids for text in texts]
+            return [found[0].ids for found in translator.hypotheses(texts, scored=False)]
+        return [translator.hypotheses([text], scored=False)[0][0].ids for text in texts]
 
     return run
 

@@ -115,11 +115,8 @@ class Generation:
     def tolist(self, *, keep_eos: bool = False) -> list[list[int]]:
         """The generated ids of each row as lists, without padding (and without EOS unless
         ``keep_eos``)."""
-        rows = []
-        for seq, length, done in zip(self.sequences, self.lengths, self.finished, strict=True):
-            n = int(length) - (1 if bool(done) and not keep_eos else 0)
-            rows.append(seq[:n].tolist())
-        return rows
+        rows = self.sequences.tolist(), self.lengths.tolist(), self.finished.tolist()
+        return [seq[: n - (done and not keep_eos)] for seq, n, done in zip(*rows, strict=True)]
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:

@@ -206,9 +206,8 @@ class CTranslate2Engine:
     ) -> Generation:
         """``found`` as a Generation: ``log_probs`` each row's ``log P`` (its score
         ``log P / |Y| ** penalty``), ``token_log_probs`` the tokens' or None."""
-        sequences = torch.full((len(found), max(map(len, found), default=0)), self.pad_id)
-        for r, ids in enumerate(found):
-            sequences[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        width = max(map(len, found), default=0)
+        sequences = torch.tensor([ids + [self.pad_id] * (width - len(ids)) for ids in found])
         lengths = torch.tensor([len(ids) for ids in found])
         return Generation(
             sequences=sequences,
