@@ -304,6 +304,28 @@ def test_the_cli_refuses_before_loading(tmp_path, capsys, flags, named):
     assert "\n" not in err and f"--engine ctranslate2: {named}" in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--engine", "ctranslate2"], "--engine ctranslate2: the explorer page"),
+        (["--model", "MODEL"], "2 --model (an ensemble): the explorer page"),
+        (["--engine", "ctranslate2", "--model", "MODEL", "--api-only"], "--engine ctranslate2"),
+    ],
+)
+def test_serve_refuses_what_the_page_or_the_engine_cannot_show_before_loading(
+    tmp_path, capsys, flags, named
+):
+    """The page needs one torch model (--api-only lifts that, and an ensemble on ctranslate2
+    is then the engine's refusal): exit status 2, one line, before any model is read."""
+    from attnlab.cli import main
+
+    (tmp_path / "model").mkdir()  # no model in it: never read
+    argv = ["serve", "--model", str(tmp_path / "model"), "--port", "0"]
+    assert main(argv + [str(tmp_path / "model") if f == "MODEL" else f for f in flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err
+
+
 @pytest.mark.slow
 def test_translate_with_ctranslate2_is_translate_with_torch(numbers_model_dir, capsys):
     from attnlab.cli import main

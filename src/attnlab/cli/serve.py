@@ -59,6 +59,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve import run
+    from ..serve.explorer import page_refusal
     from ..serve.limits import Limits
 
     models = model_dirs(args)  # several: an ensemble (the torch engine, --api-only)
@@ -67,12 +68,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--model: {model}: no such model directory (OUT/model)")
     args.model = models[0]
     engine = engine_of(args, len(models))  # what the engine cannot do: before any work
-    if not args.api_only and (len(models) > 1 or engine != "torch"):
-        why = f"--engine {engine}" if engine != "torch" else f"{len(models)} --model"
-        raise ValueError(
-            f"{why}: the explorer page shows one model's attention on the torch engine; add "
-            f"--api-only to serve the translation API alone"
-        )
+    why = None if args.api_only else page_refusal(engine, len(models))
+    if why:
+        raise ValueError(why)
     apply_threads(args)
     if not 0 < args.request_timeout <= 3600:
         raise ValueError(

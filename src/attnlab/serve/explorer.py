@@ -110,6 +110,15 @@ class AttentionJob:
         return self.translate.fields
 
 
+def page_refusal(engine: str, models: int) -> str | None:
+    """Why the explorer page cannot show a model of ``models`` (several: an ensemble) on
+    ``engine``, in one line; None where it can (one model on torch: it shows attention)."""
+    if engine == "torch" and models == 1:
+        return None
+    why = f"--engine {engine}" if engine != "torch" else f"{models} --model (an ensemble)"
+    return f"{why}: the explorer page shows one torch model's attention; add --api-only"
+
+
 def cosine_similarity(rows: Tensor) -> Tensor:
     """Cosine similarity of every pair of rows of ``rows`` ``(N, D)``: ``(N, N)``."""
     unit = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
@@ -132,16 +141,10 @@ class Explorer:
     def __init__(
         self, translator: Translator, model_dir: str | os.PathLike, lock: Any = None
     ) -> None:
-        if translator.engine != "torch":
-            raise ValueError(
-                f"--engine {translator.engine}: the explorer page shows attention weights, "
-                f"which only the torch engine computes; serve this engine with --api-only"
-            )
-        if not isinstance(translator.model, Transformer):
-            raise ValueError(
-                "--model: the explorer page shows one model's attention, not an ensemble's; "
-                "serve several --model with --api-only"
-            )
+        models = 1 if isinstance(translator.model, Transformer) else 2
+        why = page_refusal(translator.engine, models)
+        if why:
+            raise ValueError(why)
         self.model_dir = Path(model_dir)
         self.translator = translator
         self.model: Transformer = translator.model.eval()
