@@ -219,7 +219,7 @@ def differences(english_name: str, english: str, chinese_name: str, chinese: str
 def tables(text: str) -> list[tuple[int, Counter[str], frozenset[str]]]:
     """Each Markdown table of ``text`` outside fenced code: (its first line, its numbers, its
     inline code spans), read as :func:`read` reads a page's prose."""
-    found, lines, in_code, start = [], text.splitlines() + [""], False, None
+    found, lines, in_code, start = [], [*text.splitlines(), ""], False, None
     for number, line in enumerate(lines, 1):
         if FENCE.match(line):
             in_code = not in_code
@@ -264,7 +264,9 @@ def test_a_drifted_table_fails():
     chinese = "# 表\n\n| 运行 | `--steps` |\n|---|---|\n| a | 1200 |\n"
     assert table_differences("en.md", english, "zh.md", chinese) == []
     [a, b] = table_differences("en.md", english, "zh.md", chinese.replace("1200", "1500"))
-    assert a == "en.md / zh.md: the table at zh.md:3 matches no table of en.md (numbers and inline code)"
+    assert a == (
+        "en.md / zh.md: the table at zh.md:3 matches no table of en.md (numbers and inline code)"
+    )
     assert b.startswith("en.md / zh.md: the table at en.md:5 matches no table of zh.md")
 
 
