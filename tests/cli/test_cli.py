@@ -156,7 +156,7 @@ def test_viz_attention_of_each_model_type(saved_models, tmp_path, capsys) -> Non
         ["pe", "--d-model", "32", "--length", "20"],
         ["masks", "--lengths", "3,2"],
         ["lr", "--steps", "2000", "--warmup", "400", "--extra", "256:400"],
-        ["learned-pe", "LM", "--length", "16"],
+        ["learned-pe", "--model", "LM", "--length", "16"],
     ],
     ids=["pe", "masks", "lr", "learned-pe"],
 )

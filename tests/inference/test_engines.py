@@ -262,7 +262,7 @@ def test_the_length_penalty_a_model_carries(numbers_model_dir, tmp_path):
     (model_dir / "job.json").write_text(json.dumps(job), "utf-8")
     translator = Translator.load(model_dir, device="cpu", engine="ctranslate2")
     assert translator.decoding.ct2_length_penalty == 0.8  # carried, as alpha is
-    best = translator.hypotheses(TEXTS[:1], decoding=DecodingOptions(beam_size=2, alpha=0.0))
+    best = translator.hypotheses(TEXTS[:1], decoding=translator.decoding.updated(beam_size=2))
     assert best[0][0].score == pytest.approx(best[0][0].log_prob / len(best[0][0].ids) ** 0.8)
 
 

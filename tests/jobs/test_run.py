@@ -17,6 +17,7 @@ from _paths import needs_multi30k
 from attnlab import load_pretrained
 from attnlab.cli import main
 from attnlab.data.tokenizer import load_tokenizers
+from attnlab.decode.options import DecodingOptions
 from attnlab.jobs import TASKS, Job, evaluate_model, recipe
 
 SMALL = [
@@ -197,8 +198,10 @@ def test_a_language_model_on_a_text_file(tmp_path, capsys):
         assert main(["evaluate", "--model", str(out / "model"), *extra]) == 2
         err = capsys.readouterr().err
         assert f"error: {extra[-2]}: " in err and "perplexity" in err and err.count("\n") == 1
-    with pytest.raises(ValueError, match=r"^alpha: the text task"):
-        evaluate_model(out / "model", alpha=1.0)
+    with pytest.raises(ValueError, match=r"^decoding: the text task"):
+        evaluate_model(out / "model", decoding=DecodingOptions(alpha=1.0))
+    with pytest.raises(ValueError, match=r"^engine ctranslate2: the text task"):
+        evaluate_model(out / "model", engine="ctranslate2")
 
 
 @pytest.mark.parametrize("task", [name for name, task in TASKS.items() if task.recipe])

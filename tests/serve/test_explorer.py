@@ -37,7 +37,7 @@ from attnlab.models.transformer import (
 from attnlab.nn.masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
 from attnlab.nn.positional import ALiBi, RotaryEmbedding
 from attnlab.serve import MAX_BODY_BYTES, create_app
-from attnlab.serve import app as serve_app
+from attnlab.serve import process as serve_process
 from attnlab.serve.app import STATIC_DIR
 from attnlab.serve.process import make_server, url_of
 
@@ -662,17 +662,17 @@ def test_run_prints_the_real_url_and_warns_beyond_loopback(monkeypatch, capsys, 
 
     app = types.SimpleNamespace(state=types.SimpleNamespace(queue=types.SimpleNamespace()))
     app.state.queue.close = lambda: None
-    monkeypatch.setattr(serve_app, "create_app", lambda model_dir, **options: app)
-    monkeypatch.setattr(serve_app, "_server", lambda app, log_level: Server())
-    serve_app.run(tmp_path, port=0)
+    monkeypatch.setattr(serve_process, "create_app", lambda model_dir, **options: app)
+    monkeypatch.setattr(serve_process, "_server", lambda app, log_level: Server())
+    serve_process.run(tmp_path, port=0)
     out, err = capsys.readouterr()
     port = served[0][1]
     assert port != 0 and f"http://127.0.0.1:{port}/" in out and "warning" not in err
-    serve_app.run(tmp_path, host="0.0.0.0", port=0)
+    serve_process.run(tmp_path, host="0.0.0.0", port=0)
     out, err = capsys.readouterr()
     assert "warning" in err and "no authentication" in err and "http://0.0.0.0:" in out
     with pytest.raises(ValueError, match="port"):
-        serve_app.run(tmp_path, port=70000)
+        serve_process.run(tmp_path, port=70000)
 
 
 def test_the_server_decodes_as_the_models_recipe_chose(numbers_model_dir):

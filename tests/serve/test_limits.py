@@ -293,7 +293,8 @@ def test_attention_answers_are_capped_and_say_so(numbers_model_dir):
 def test_the_default_cap_bounds_the_largest_answer(numbers_model_dir):
     app = create_app(numbers_model_dir, device="cpu")
     explorer = app.state.explorer
-    job = explorer.prepare_attention(" ".join(["seven hundred and seventy-seven"] * 12), 1)
+    greedy = explorer.decoding.updated(beam_size=1)
+    job = explorer.prepare_attention(" ".join(["seven hundred and seventy-seven"] * 12), greedy)
     result = explorer.run_attention(job)
     answer = explorer.attention_answer(result, job, 5000)
     assert answer["elements"] <= 3 * 4 * 64 * 64  # at most the first layer: 64 x 64 maps
