@@ -270,10 +270,12 @@ def decoding_of(
 
 
 def as_flags(message: str) -> str:
-    """A :class:`~attnlab.decode.options.DecodingOptions` error in the flags' names."""
-    for field, flag in (("n_best", "--n-best"), ("beam_size", "--beam-size")):
+    """A :class:`~attnlab.decode.options.DecodingOptions` (or engine) error in the flags'
+    names."""
+    names = (("n_best", "--n-best"), ("beam_size", "--beam-size"), ("sample=True", "--sample"))
+    for field, flag in (*names, ("constraints:", "--constraints:"), ("quantize:", "--quantize:")):
         message = message.replace(field, flag)
-    return message.replace("constraints:", "--constraints:").replace("sample=True", "--sample")
+    return message
 
 
 def engine_of(args: argparse.Namespace, models: int) -> str:
@@ -286,7 +288,7 @@ def engine_of(args: argparse.Namespace, models: int) -> str:
     try:
         return check_engine(args.engine, models=models, constraints=constrained, quantize=quantize)
     except ValueError as e:
-        raise ValueError("--" + as_flags(str(e)).replace("quantize:", "--quantize:")) from None
+        raise ValueError("--" + as_flags(str(e))) from None
 
 
 def add_guide_flags(parser: argparse.ArgumentParser) -> None:

@@ -140,12 +140,8 @@ class Translator:
                     f"{where}: expected an encoder-decoder attnlab.Transformer, got "
                     f"{type(member).__name__}; only a Transformer translates"
                 )
-        if decoding is not None and not isinstance(decoding, DecodingOptions):
-            raise TypeError(
-                f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
-            )
         #: How this translator decodes (its beam, length penalty, length limit, sampling).
-        self.decoding: DecodingOptions = decoding or DecodingOptions()
+        self.decoding: DecodingOptions = _options(decoding, DecodingOptions())
         check_positive_int(max_tokens, "max_tokens")
         self.engine = check_engine(engine, models=len(members), quantize=quantize)
         if engine == "torch" and check_quantize(quantize) is not None:
@@ -326,7 +322,7 @@ class Translator:
         ``token_log_probs`` are then empty, and ``log_prob`` and ``score`` CTranslate2's own,
         computed with pad and BOS left out); the torch engine scores anyway, at no cost. The
         other arguments: as :meth:`translate`'s."""
-        options = self._call_options(decoding)
+        options = _options(decoding, self.decoding)
         n = options.n_best
         encoded, order, refused = encode_sources(
             self.src_tokenizer, texts, self.max_len, self.too_long, on_too_long
@@ -383,14 +379,6 @@ class Translator:
                     on_refused(report)
         return out
 
-    def _call_options(self, decoding: DecodingOptions | None) -> DecodingOptions:
-        """The options of one call: ``decoding``, else the translator's."""
-        if decoding is not None and not isinstance(decoding, DecodingOptions):
-            raise TypeError(
-                f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
-            )
-        return self.decoding if decoding is None else decoding
-
     def _capped(self, source: list[int], options: DecodingOptions) -> bool:
         """Whether ``source``'s output length limit is one number for its batch: a given
         ``max_new_tokens``, or a default budget (source + 50) over ``max_len``; else each row
@@ -430,6 +418,15 @@ def search(
         quantize=t.quantize,
         generator=t.generator if seeded else options.generator(t.generator_device),
     )
+
+
+def _options(decoding: object, default: DecodingOptions) -> DecodingOptions:
+    """``decoding`` (a DecodingOptions, checked: TypeError naming it), else ``default``."""
+    if decoding is not None and not isinstance(decoding, DecodingOptions):
+        raise TypeError(
+            f"decoding: expected a DecodingOptions or None, got {type(decoding).__name__}"
+        )
+    return default if decoding is None else decoding
 
 
 def _model_dirs(model_dir: object) -> list[str | os.PathLike]:

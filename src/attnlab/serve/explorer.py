@@ -21,6 +21,7 @@ from torch import Tensor
 
 from .._checks import is_int
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
+from ..decode.ensemble import Ensemble
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, length_penalty
 from ..inference.bounds import CHARS_PER_TOKEN
@@ -141,8 +142,10 @@ class Explorer:
     def __init__(
         self, translator: Translator, model_dir: str | os.PathLike, lock: Any = None
     ) -> None:
-        models = 1 if isinstance(translator.model, Transformer) else 2
-        why = page_refusal(translator.engine, models)
+        model = translator.model
+        why = page_refusal(
+            translator.engine, len(model.models) if isinstance(model, Ensemble) else 1
+        )
         if why:
             raise ValueError(why)
         self.model_dir = Path(model_dir)
