@@ -245,7 +245,7 @@ tokenizers: token strings are `[tok.backend.id_to_token(i) for i in tok.encode(t
 escapes such as `\\xc3`, where the `tokenizers` decoder writes U+FFFD).
 
 Length penalty: attnlab's beam search ranks by `log P / ((5 + |Y|) / 6) ** alpha` (|Y| counts
-EOS; alpha 0.6 by default), CTranslate2 by `log P / |Y| ** length_penalty` (|Y| without EOS).
+EOS; alpha 0.6 by default), CTranslate2 by `log P / |Y| ** length_penalty` (|Y| counts EOS too).
 With `length_penalty=0` and attnlab's `alpha=0` both rank by the log-probability.
 Source vocabulary: {len(src_tokens)} tokens; target: {len(tgt_tokens)}.
 """
