@@ -45,8 +45,8 @@ survives ``from_pretrained`` and ``save_pretrained`` unchanged.
 Length penalties differ between the three engines: attnlab's beam search ranks finished
 hypotheses by ``log P / ((5 + |Y|) / 6)^alpha`` (Wu et al. 2016), transformers by
 ``log P / |Y|^length_penalty`` (``|Y|`` counting EOS), CTranslate2 by
-``log P / |Y|^length_penalty`` (``|Y|`` counting EOS too, as CTranslate2 4.x does). They coincide at ``alpha = 0`` and
-``length_penalty = 0`` (plain log-probability). Then all three stop a sentence once its
+``log P / |Y|^length_penalty`` (``|Y|`` counting EOS too). They coincide at ``alpha = 0``
+and ``length_penalty = 0`` (plain log-probability). Then all three stop a sentence once its
 best finished hypothesis outranks every live one (transformers with
 ``early_stopping="never"``, which the export writes; CTranslate2 when its best-ranked
 candidate ends), and they return the same outputs up to ties within rounding.
