@@ -156,24 +156,23 @@ class Session:
         self.config = config
         device = next(model.parameters()).device
         pad = config.pad_id
+        self.position_limit = config.max_len if config.positional == "learned" else None
         if isinstance(model, Transformer):
             self.source = pack(as_ids(inputs, "src_ids", pad, device), pad, real_first=True)
             self.input_lengths = (self.source != pad).sum(dim=1)
             self.start = torch.full((self.source.shape[0], 1), config.bos_id, device=device)
             self.prompt_length = 1
-            self.position_limit = config.max_len if config.positional == "learned" else None
         else:
             ids = as_ids(inputs, "ids", pad, device)
             self.input_lengths = (ids != pad).sum(dim=1)
             self.start = pack(ids, pad, real_first=False)
             self.prompt_length = self.start.shape[1]
-            limit = config.max_len if config.positional == "learned" else None
+            limit = self.position_limit
             if limit is not None and int(self.input_lengths.max()) > limit:
                 raise ValueError(
                     f"ids: a prompt of {int(self.input_lengths.max())} tokens exceeds the "
                     f"model's max_len={limit} (learned positions)"
                 )
-            self.position_limit = limit
         self.vocab_size = model.lm_head.out_features
         self.cache: DecoderCache | None = None
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_positive_int, shape_of
+from .._checks import check_positive_int, is_int, shape_of
 from .._ops import dropout
 from .cache import KVCache
 from .masks import causal_mask, check_attention_mask, combine_masks
@@ -497,12 +497,7 @@ def check_heads(d_model: int, num_heads: int, num_kv_heads: int | None) -> int:
         )
     if num_kv_heads is None:
         return num_heads
-    if (
-        not isinstance(num_kv_heads, int)
-        or isinstance(num_kv_heads, bool)
-        or num_kv_heads < 1
-        or num_heads % num_kv_heads
-    ):
+    if not is_int(num_kv_heads) or num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(
             f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, "
             f"got {num_kv_heads!r}"

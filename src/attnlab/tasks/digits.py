@@ -98,14 +98,7 @@ class Digits(Task):
         return result
 
     @classmethod
-    def report(
-        cls,
-        result: Mapping[str, Any],
-        *,
-        show: int = 3,
-        beam_size: int | None = None,
-        tokenized: bool = False,
-    ) -> list[str]:
+    def report(cls, result: Mapping[str, Any], *, show: int = 3, **_: Any) -> list[str]:
         lines = [
             f"{result['split']} ({result['images']:,} images): accuracy "
             f"{result['accuracy']:.2%} ({result['correct']:,} correct)"
@@ -122,9 +115,7 @@ class Digits(Task):
         return lines
 
     @classmethod
-    def json_view(
-        cls, result: Mapping[str, Any], *, tokenized: bool = False, model: str = "the model"
-    ) -> dict[str, Any]:
+    def json_view(cls, result: Mapping[str, Any], **_: Any) -> dict[str, Any]:
         keys = ("accuracy", "correct", "images", "per_class", "split", "task")
         return {k: result[k] for k in keys}
 

@@ -106,14 +106,7 @@ class Text(Task):
         return result
 
     @classmethod
-    def report(
-        cls,
-        result: Mapping[str, Any],
-        *,
-        show: int = 3,
-        beam_size: int | None = None,
-        tokenized: bool = False,
-    ) -> list[str]:
+    def report(cls, result: Mapping[str, Any], **_: Any) -> list[str]:
         return [
             f"{result['split']} ({result['sentences']:,} lines, {result['tokens']:,} tokens): "
             f"perplexity {result['perplexity']:.2f} (cross-entropy {result['loss']:.4f} nats)"
