@@ -74,39 +74,22 @@ class TooLongLines:
     counts the refused ones."""
 
     def __init__(self, command: str, source: str) -> None:
-        self.command, self.source, self.refused, self.first = command, source, 0, 1
-
-    def at(self, first: int) -> TooLongLines:
-        """The reporter for a batch whose first line is line ``first`` (from 1)."""
-        self.first = first
-        return self
+        self.command, self.source, self.refused = command, source, 0
 
     def unmet(self, report) -> None:
         """A line refused for its prefix or constraints (a :class:`attnlab.inference.translator.
         Refused`)."""
         self.refused += 1
-        where = f"{self.source} {self.first + report.index:,}"
-        print(
-            f"attnlab {self.command}: error: {where}: {report.describe()}; its output line is "
-            f"left empty",
-            file=sys.stderr,
-            flush=True,
-        )
+        self._say("error", report, "; its output line is left empty")
 
     def __call__(self, report) -> None:
-        where = f"{self.source} {self.first + report.index:,}"
         if report.refused:
             self.refused += 1
-            print(
-                f"attnlab {self.command}: error: {where}: {report.describe()} (--too-long "
-                f"refuse); its output line is left empty",
-                file=sys.stderr,
-                flush=True,
-            )
+            self._say("error", report, " (--too-long refuse); its output line is left empty")
         else:
-            print(
-                f"attnlab {self.command}: note: {where}: {report.describe()} (--too-long "
-                f"refuse would leave it out)",
-                file=sys.stderr,
-                flush=True,
-            )
+            self._say("note", report, " (--too-long refuse would leave it out)")
+
+    def _say(self, kind: str, report, outcome: str) -> None:
+        where = f"{self.source} {report.index + 1:,}"
+        message = f"attnlab {self.command}: {kind}: {where}: {report.describe()}{outcome}"
+        print(message, file=sys.stderr, flush=True)

@@ -45,8 +45,6 @@ __all__ = [
 
 PathLike = str | os.PathLike
 
-SPLITS = ("train", "valid", "test")
-
 
 class _SplitError(KeyError):
     """A KeyError whose message prints as written (KeyError quotes its argument)."""
@@ -173,8 +171,7 @@ def parallel_files(
     for split, paths in (("train", train), ("valid", valid), ("test", test)):
         if paths is None and split != "train":
             continue
-        src_path, tgt_path = _check_path_pair(paths, split)
-        splits[split] = _read_pairs(src_path, tgt_path)
+        splits[split] = parallel_split(paths, split)
     return ParallelCorpus("files", src_lang, tgt_lang, splits)
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import (
+    check_bool,
     check_positive_int,
     check_positive_number,
     check_rate,
@@ -144,8 +145,7 @@ class VisionConfig(PresetConfig):
         for name in ("dropout", "attention_dropout"):
             check_rate(getattr(self, name), name)
         check_positive_number(self.layer_norm_eps, "layer_norm_eps")
-        if not isinstance(self.bias, bool):
-            raise ValueError(f"bias: expected a bool, got {self.bias!r}")
+        check_bool(self.bias, "bias")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"activation: expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
@@ -183,9 +183,7 @@ def count_vit_parameters(config: VisionConfig) -> int:
     the final LayerNorm ``2 D``; the head ``D K + K``. ViT-B/16 with 1000 classes has
     86,567,656 (the "86M" of Table 1; timm's ``vit_base_patch16_224`` has as many).
     """
-    if not isinstance(config, VisionConfig):
-        raise TypeError(f"config: expected a VisionConfig, got {type(config).__name__}")
-    config.validate()
+    _check_vision_config(config)
     d, d_ff, bias = config.d_model, config.d_ff, int(config.bias)
     patches = config.in_channels * config.patch_size**2 * d + d
     class_token = d
@@ -523,12 +521,7 @@ def attention_rollout(
     rollout = None
     for a in attentions:
         a = a.detach().to(dtype)
-        if head_fusion == "mean":
-            fused = a.mean(dim=1)  # (B, T, T)
-        elif head_fusion == "max":
-            fused = a.amax(dim=1)
-        else:
-            fused = a.amin(dim=1)
+        fused = {"mean": a.mean, "max": a.amax, "min": a.amin}[head_fusion](dim=1)  # (B, T, T)
         if residual:
             fused = 0.5 * fused + 0.5 * eye
         fused = fused / fused.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
