@@ -11,7 +11,9 @@ import difflib
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
+
+T = TypeVar("T")
 
 
 def is_number(value: object) -> TypeGuard[int | float]:
@@ -23,6 +25,14 @@ def is_int(value: object) -> TypeGuard[int]:
     """An int, and not a bool (True is not a count). For checks whose message or exception is
     their own (a TypeError, an API's error); otherwise :func:`check_int`."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_type(value: object, kind: type[T] | tuple[type[T], ...], name: str, expected: str) -> T:
+    """Return ``value``, or raise TypeError unless it is an instance of ``kind``:
+    ``config: expected a TrainConfig, got dict`` (``expected`` says what was wanted)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
+    return value
 
 
 def check_choice(value: object, choices: Iterable[str], name: str, *, none: bool = False) -> Any:

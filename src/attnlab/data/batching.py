@@ -32,6 +32,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from .._checks import check_type
 from .examples import ExamplesProtocol
 from .mixture import Mixture, check_int, index_dtype
 
@@ -221,8 +222,7 @@ class TokenBatcher:
             i = int(np.flatnonzero(self.tgt_lengths < 1)[0])
             raise ValueError(f"tgt_lengths: example {i} has an empty target (expected >= 1)")
         if mixture is not None:
-            if not isinstance(mixture, Mixture):
-                raise TypeError(f"mixture: expected a Mixture, got {type(mixture).__name__}")
+            check_type(mixture, Mixture, "mixture", "a Mixture")
             if mixture.total != len(self.src_lengths):
                 raise ValueError(
                     f"mixture: its corpora hold {mixture.total} examples, but there are "
@@ -237,8 +237,7 @@ class TokenBatcher:
     ) -> TokenBatcher:
         """A batcher over examples (:class:`ExamplesProtocol`: their source and target tensor
         lengths, and their :class:`Mixture` when they have one)."""
-        if not isinstance(examples, ExamplesProtocol):
-            raise TypeError(f"examples: expected Examples, got {type(examples).__name__}")
+        check_type(examples, ExamplesProtocol, "examples", "Examples")
         options.setdefault("mixture", examples.mixture)
         return cls(examples.src_lengths, examples.tgt_lengths, max_tokens, **options)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_bool, check_keys, check_optional_int, is_number
+from .._checks import check_bool, check_keys, check_optional_int, check_type, is_number
 
 __all__ = [
     "KEPT",
@@ -95,8 +95,7 @@ class CleaningOptions:
     def from_dict(cls, data: Mapping[str, Any]) -> CleaningOptions:
         """From a mapping of fields (a job's table); unknown keys are a ValueError with "did
         you mean" for a near miss."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"cleaning: expected a mapping of fields, got {type(data).__name__}")
+        check_type(data, Mapping, "cleaning", "a mapping of fields")
         check_keys(data, [f.name for f in dataclasses.fields(cls)], "cleaning")
         return cls(**data)
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int, check_optional_int
+from .._checks import check_int, check_optional_int, check_type
 from .._io import fsync_dir, fsync_file, replace_dir, write_json
 from . import clean
 from .clean import CleaningOptions
@@ -253,8 +253,7 @@ def _write(
 def _checked(cleaning: CleaningOptions | None, src: object, tgt: object) -> CleaningOptions:
     """The cleaning options (default: every filter on), the tokenizers checked."""
     options = CleaningOptions() if cleaning is None else cleaning
-    if not isinstance(options, CleaningOptions):
-        raise TypeError(f"cleaning: expected CleaningOptions or None, got {type(options).__name__}")
+    check_type(options, CleaningOptions, "cleaning", "CleaningOptions or None")
     for name, tokenizer in (("src_tokenizer", src), ("tgt_tokenizer", tgt)):
         for attribute in ("encode_batch", "fingerprint", "vocab_size"):
             if not hasattr(tokenizer, attribute):

@@ -60,7 +60,7 @@ from typing import Any
 
 import sentencepiece
 
-from .._checks import is_int
+from .._checks import check_type, is_int
 from .._io import atomic_write, read_json
 from ._ids import as_id_list, as_id_rows, check_id, check_texts
 from .tokens import TokenizerProtocol
@@ -226,10 +226,7 @@ class SentencePieceTokenizer(TokenizerProtocol):
         Raises:
             TypeError / ValueError: an argument of the wrong type or value, named.
         """
-        if not isinstance(model, (bytes, bytearray)):
-            raise TypeError(
-                f"model: expected the bytes of a SentencePiece model, got {type(model).__name__}"
-            )
+        check_type(model, (bytes, bytearray), "model", "the bytes of a SentencePiece model")
         try:
             processor = sentencepiece.SentencePieceProcessor(model_proto=bytes(model))
         except RuntimeError:
@@ -335,8 +332,7 @@ class SentencePieceTokenizer(TokenizerProtocol):
         """The ids of ``text``, ending with :attr:`eos_id` when :attr:`add_eos`; as
         ``MarianTokenizer(text)["input_ids"]`` (source) or ``(text_target=text)`` without its
         final ``</s>`` (target). An empty text is ``[eos_id]`` or ``[]``."""
-        if not isinstance(text, str):
-            raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        check_type(text, str, "text", "a string")
         return self._encode(text)
 
     def _encode(self, text: str) -> list[int]:
@@ -383,8 +379,7 @@ class SentencePieceTokenizer(TokenizerProtocol):
         """The pieces of ``text`` as readable text, one per id of ``encode(text)`` (so
         ``</s>`` last on a source side): ``▁`` shown as a space (``"▁men"`` -> ``" men"``),
         special tokens by their names. A piece that the vocabulary lacks shows as ``<unk>``."""
-        if not isinstance(text, str):
-            raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        check_type(text, str, "text", "a string")
         return self.labels(self._encode(text))
 
     def labels(self, ids: Sequence[int]) -> list[str]:

@@ -50,7 +50,7 @@ from typing import Any
 
 import tokenizers as hf
 
-from .._checks import is_int
+from .._checks import check_type, is_int
 from .._io import atomic_write, read_json
 from .._rundir import SRC_TOKENIZER_FILE, TGT_TOKENIZER_FILE, TOKENIZER_FILE
 from ._ids import as_id_list, as_id_rows, check_id, check_texts
@@ -222,10 +222,7 @@ class Tokenizer(TokenizerProtocol):
         """Wrap a Hugging Face ``tokenizers.Tokenizer`` laid out as attnlab's format 2 or 1,
         whose vocabulary starts with the four special tokens at ids 0..3 (use :meth:`train`
         or :meth:`load` rather than this)."""
-        if not isinstance(backend, hf.Tokenizer):
-            raise TypeError(
-                f"backend: expected a tokenizers.Tokenizer, got {type(backend).__name__}"
-            )
+        check_type(backend, hf.Tokenizer, "backend", "a tokenizers.Tokenizer")
         problem = _specials_problem(backend)
         if problem is not None:
             raise ValueError(f"backend: {problem}")
@@ -282,8 +279,7 @@ class Tokenizer(TokenizerProtocol):
             raise ValueError(f"min_frequency: expected an int >= 1, got {min_frequency}")
         if isinstance(texts, str):
             raise TypeError("texts: expected an iterable of strings, got one str")
-        if not isinstance(texts, Iterable):
-            raise TypeError(f"texts: expected an iterable of strings, got {type(texts).__name__}")
+        check_type(texts, Iterable, "texts", "an iterable of strings")
 
         backend = _char_backend()
         trainer = hf.trainers.BpeTrainer(
@@ -401,8 +397,7 @@ class Tokenizer(TokenizerProtocol):
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``, without special tokens."""
-        if not isinstance(text, str):
-            raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        check_type(text, str, "text", "a string")
         return self._backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -457,8 +452,7 @@ class Tokenizer(TokenizerProtocol):
         labels for pictures. Spaces are kept (``"Two men"`` -> ``["Two", " men"]``), so
         ``"".join(tokens(text)) == text`` unless a piece holds part of a multi-byte
         character (a byte token); such bytes are shown escaped (``"\\xc3"``)."""
-        if not isinstance(text, str):
-            raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        check_type(text, str, "text", "a string")
         return self.labels(self.encode(text))
 
     def labels(self, ids: Sequence[int]) -> list[str]:

@@ -42,7 +42,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._checks import check_optional_int, check_positive_int, check_positive_number, is_number
+from .._checks import (
+    check_optional_int,
+    check_positive_int,
+    check_positive_number,
+    check_type,
+    is_number,
+)
 from ..models.transformer import Transformer, TransformerLM
 from .constraints import Guide, allocate
 from .ensemble import Ensemble, open_session
@@ -638,8 +644,7 @@ def decode(
             ``options.seed`` where it is set).
     """
     options = DecodingOptions() if options is None else options
-    if not isinstance(options, DecodingOptions):
-        raise TypeError(f"options: expected a DecodingOptions, got {type(options).__name__}")
+    check_type(options, DecodingOptions, "options", "a DecodingOptions")
     limit = options.max_new_tokens if max_new_tokens is None else max_new_tokens
     guided = prefixes if prefixes is not None and any(prefixes) else None
     options.check_constraints(constraints is not None)

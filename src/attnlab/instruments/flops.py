@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .._checks import check_positive_int
+from .._checks import check_positive_int, check_type
 
 __all__ = [
     "Cost",
@@ -239,8 +239,7 @@ def model_costs(
     """
     from ..models.transformer import TransformerConfig
 
-    if not isinstance(config, TransformerConfig):
-        raise TypeError(f"config: expected a TransformerConfig, got {type(config).__name__}")
+    check_type(config, TransformerConfig, "config", "a TransformerConfig")
     if model_type not in ("transformer", "lm", "encoder"):
         raise ValueError(
             f"model_type: expected 'transformer', 'lm' or 'encoder', got {model_type!r}"

@@ -16,6 +16,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_type
 from .._ops import dropout
 from ..nn.cache import DecoderCache
 from ..nn.masks import key_mask
@@ -147,8 +148,7 @@ def _real_positions(real: Tensor, before: Tensor | None) -> Tensor:
 
 def check_ids(ids: object, vocab_size: int, name: str) -> None:
     """Raise unless ``ids`` is a non-empty ``(B, T)`` integer tensor of ids below ``vocab_size``."""
-    if not isinstance(ids, Tensor):
-        raise TypeError(f"{name}: expected a (B, T) integer tensor, got {type(ids).__name__}")
+    ids = check_type(ids, Tensor, name, "a (B, T) integer tensor")
     if ids.dim() != 2:
         raise ValueError(f"{name}: expected shape (B, T), got {tuple(ids.shape)}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import shape_of
+from .._checks import check_type, shape_of
 from ..nn.cache import DecoderCache
 from ..nn.layers import Decoder, Encoder
 from ..nn.positional import ALiBi, AttentionPositional, LearnedPositionalEmbedding, RotaryEmbedding
@@ -174,8 +174,7 @@ class _TransformerModel(PretrainedModel):
 def _check_config(config: object, cls: type[_TransformerModel]) -> TransformerConfig:
     """Validate ``config`` for building ``cls``: the layers it uses exist, and a single-stack
     model has one vocabulary."""
-    if not isinstance(config, TransformerConfig):
-        raise TypeError(f"config: expected a TransformerConfig, got {type(config).__name__}")
+    config = check_type(config, TransformerConfig, "config", "a TransformerConfig")
     config.validate()
     for name in cls.uses_layers:
         if getattr(config, name) < 1:

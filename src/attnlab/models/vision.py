@@ -35,6 +35,7 @@ from .._checks import (
     check_positive_int,
     check_positive_number,
     check_rate,
+    check_type,
     shape_of,
 )
 from .._ops import dropout
@@ -227,10 +228,7 @@ def check_images(images: object, image_size: int, in_channels: int) -> None:
     """Raise unless ``images`` is a float ``(B, C, H, W)`` tensor of ``in_channels`` channels
     and ``image_size x image_size`` pixels; the error says what to change."""
     expected = f"(B, {in_channels}, {image_size}, {image_size})"
-    if not isinstance(images, Tensor):
-        raise TypeError(
-            f"images: expected a float tensor of shape {expected}, got {type(images).__name__}"
-        )
+    check_type(images, Tensor, "images", f"a float tensor of shape {expected}")
     if images.dim() == 3:
         hint = (
             "add the channel dimension: images.unsqueeze(1)"
@@ -331,8 +329,7 @@ def sincos_2d_table(grid: int, d_model: int, *, base: float = 10000.0) -> Tensor
 
 
 def _check_vision_config(config: object) -> VisionConfig:
-    if not isinstance(config, VisionConfig):
-        raise TypeError(f"config: expected a VisionConfig, got {type(config).__name__}")
+    config = check_type(config, VisionConfig, "config", "a VisionConfig")
     config.validate()
     return config
 
@@ -542,8 +539,7 @@ def class_token_rollout(
     ViT's figure 6 shows such maps upsampled over the images
     (:func:`attnlab.instruments.viz.attention_rollout_map` draws one).
     """
-    if not isinstance(model, VisionTransformer):
-        raise TypeError(f"model: expected a VisionTransformer, got {type(model).__name__}")
+    check_type(model, VisionTransformer, "model", "a VisionTransformer")
     rollout = attention_rollout(model.attention(images), head_fusion=head_fusion, residual=residual)
     grid = model.config.grid_size
     patches = rollout[:, 0, 1:]  # (B, N): the class token's share of each patch

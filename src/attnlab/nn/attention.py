@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_positive_int, is_int, shape_of
+from .._checks import check_positive_int, check_type, is_int, shape_of
 from .._ops import dropout
 from .cache import KVCache
 from .masks import causal_mask, check_attention_mask, combine_masks
@@ -587,8 +587,7 @@ def check_context(
 def check_cache(cache: object, x: Tensor, context: Tensor | None, offset: int) -> None:
     """A :class:`attnlab.KVCache` given to :meth:`attnlab.MultiHeadAttention.forward`: the
     right kind for ``context``, filled, and holding ``x``'s batch."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache: expected an attnlab KVCache, got {type(cache).__name__}")
+    cache = check_type(cache, KVCache, "cache", "an attnlab KVCache")
     if cache.cross:
         if cache.keys is None:
             raise ValueError(

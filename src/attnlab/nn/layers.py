@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_positive_int, check_positive_number, check_rate, shape_of
+from .._checks import check_positive_int, check_positive_number, check_rate, check_type, shape_of
 from .._ops import dropout
 from .attention import MultiHeadAttention
 from .cache import DecoderCache, KVCache
@@ -600,10 +600,7 @@ class Decoder(_Stack):
         """Raise unless ``cache`` is a :class:`DecoderCache` made for this decoder
         (:meth:`new_cache`): one self-attention cache per layer, cross-attention caches exactly
         when the layers have cross-attention."""
-        if not isinstance(cache, DecoderCache):
-            raise TypeError(
-                f"cache: expected a DecoderCache (Decoder.new_cache), got {type(cache).__name__}"
-            )
+        cache = check_type(cache, DecoderCache, "cache", "a DecoderCache (Decoder.new_cache)")
         if len(cache.self_attn) != len(self.layers):
             raise ValueError(
                 f"cache: holds {len(cache.self_attn)} layers, the decoder has {len(self.layers)}"

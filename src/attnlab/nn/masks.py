@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .._checks import check_positive_int
+from .._checks import check_positive_int, check_type
 
 __all__ = [
     "causal_mask",
@@ -199,8 +199,7 @@ def check_attention_mask(
     Raises TypeError for an integer mask or a floating mask of another dtype than the scores,
     ValueError for a shape that does not broadcast, or a float mask holding NaN or +inf.
     """
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{name}: expected a Tensor, got {type(mask).__name__}")
+    check_type(mask, Tensor, name, "a Tensor")
     if mask.dtype != torch.bool:
         if not mask.dtype.is_floating_point:
             raise TypeError(

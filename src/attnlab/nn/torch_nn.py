@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import check_type
+
 __all__ = [
     "attention_kwargs",
     "attention_to_torch",
@@ -74,10 +76,7 @@ class AttentionLike(Protocol):
 def attention_kwargs(module: nn.MultiheadAttention) -> dict[str, Any]:
     """:class:`attnlab.MultiHeadAttention`'s constructor arguments for a
     ``torch.nn.MultiheadAttention``, on its device and dtype; raises for options attnlab lacks."""
-    if not isinstance(module, nn.MultiheadAttention):
-        raise TypeError(
-            f"module: expected torch.nn.MultiheadAttention, got {type(module).__name__}"
-        )
+    check_type(module, nn.MultiheadAttention, "module", "torch.nn.MultiheadAttention")
     if module.bias_k is not None or module.bias_v is not None:
         raise ValueError("module: add_bias_kv=True has no attnlab equivalent")
     if module.add_zero_attn:
@@ -166,10 +165,7 @@ def attention_to_torch(mha: AttentionLike, *, batch_first: bool) -> nn.Multihead
 def layer_kwargs(layer: nn.Module, torch_class: type[nn.Module]) -> dict[str, Any]:
     """Constructor arguments of the attnlab layer equivalent to a torch
     ``Transformer{Encoder,Decoder}Layer`` (``torch_class``, checked), on its device and dtype."""
-    if not isinstance(layer, torch_class):
-        raise TypeError(
-            f"layer: expected torch.nn.{torch_class.__name__}, got {type(layer).__name__}"
-        )
+    check_type(layer, torch_class, "layer", f"torch.nn.{torch_class.__name__}")
     torch_layer: Any = layer
     activation = torch_layer.activation
     if activation is F.relu or isinstance(activation, nn.ReLU):
@@ -235,10 +231,7 @@ def stack_kwargs(
     """Read a torch ``TransformerEncoder`` or ``TransformerDecoder`` (``torch_class``, checked):
     its layers' shared constructor arguments (:func:`layer_kwargs`), its layers, and its final
     norm (None without one). Raises when the layers' options differ."""
-    if not isinstance(stack, torch_class):
-        raise TypeError(
-            f"stack: expected torch.nn.{torch_class.__name__}, got {type(stack).__name__}"
-        )
+    check_type(stack, torch_class, "stack", f"torch.nn.{torch_class.__name__}")
     torch_stack: Any = stack
     layers = list(torch_stack.layers)
     kwargs = [layer_kwargs(layer, _STACK_LAYERS[torch_class]) for layer in layers]

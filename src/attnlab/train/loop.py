@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from .._checks import check_type
 from .._io import write_json
 from ..models.saved import PretrainedModel
 from .best import BestModel
@@ -115,8 +116,7 @@ class Trainer:
                 f"model: {objective.__name__} trains an attnlab "
                 f"{objective.model_class.__name__}, got {type(model).__name__}"
             )
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"config: expected a TrainConfig, got {type(config).__name__}")
+        check_type(config, TrainConfig, "config", "a TrainConfig")
         config.validate()
         if on_evaluate is not None and not callable(on_evaluate):
             raise TypeError(f"on_evaluate: expected a callable, got {type(on_evaluate).__name__}")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._checks import is_number
+from .._checks import check_type, is_number
 from .._io import atomic_write
 from .progress import TRAIN_LOG, Progress, TrainLog, evaluation_line, step_line, terminal_bar
 from .rng import global_rng_untouched
@@ -302,10 +302,7 @@ def hook_metrics(result: object, columns: Sequence[str]) -> dict[str, float]:
     None), as floats; TypeError / ValueError naming the hook otherwise."""
     if result is None:
         return {}
-    if not isinstance(result, Mapping):
-        raise TypeError(
-            f"on_evaluate: expected a dict of metric name -> number, got {type(result).__name__}"
-        )
+    check_type(result, Mapping, "on_evaluate", "a dict of metric name -> number")
     metrics: dict[str, float] = {}
     for key, value in result.items():
         if not isinstance(key, str) or key in columns or not key:

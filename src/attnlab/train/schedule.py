@@ -26,7 +26,7 @@ from numbers import Real
 import torch
 from torch import Tensor
 
-from .._checks import check_int, check_positive_number
+from .._checks import check_int, check_positive_number, check_type
 
 __all__ = [
     "cosine_lambda",
@@ -91,8 +91,7 @@ def transformer_lr_tensor(
     (torch's float64 ``rsqrt`` is not correctly rounded: relative differences up to ~2e-16).
     """
     d, w, f = _check_curve(d_model, warmup, factor)
-    if not isinstance(steps, Tensor):
-        raise TypeError(f"steps: expected a Tensor, got {type(steps).__name__}")
+    check_type(steps, Tensor, "steps", "a Tensor")
     if steps.dtype == torch.bool or steps.is_complex():
         raise TypeError(f"steps: expected an integer or floating tensor, got dtype {steps.dtype}")
     s = steps.to(torch.float64)

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..._checks import check_positive_number
+from ..._checks import check_positive_number, check_type
 from ..._io import atomic_write
 
 PathLike = str | os.PathLike
@@ -36,8 +36,7 @@ def figure(width: float, height: float, dpi: float) -> Figure:
 
 def finish(fig: Figure, path: PathLike | None) -> Figure:
     if path is not None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}")
+        check_type(path, (str, os.PathLike), "path", "a str or os.PathLike")
         target = Path(path)
         if target.is_dir():
             raise ValueError(f"path: {target} is a directory, expected a PNG file name")

@@ -11,7 +11,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..._checks import check_positive_int, check_positive_number, shape_of
+from ..._checks import check_positive_int, check_positive_number, check_type, shape_of
 from ._figures import (
     PathLike,
     check_dpi,
@@ -90,8 +90,7 @@ def vit_positional_similarity(
 def _image_array(image: object) -> np.ndarray:
     """``image`` ``(C, H, W)`` with C 1 or 3, or ``(H, W)``, as a float array scaled to [0, 1]
     (min-max, so normalised inputs display too): ``(H, W)`` or ``(H, W, 3)``."""
-    if not isinstance(image, Tensor):
-        raise TypeError(f"image: expected a (C, H, W) or (H, W) Tensor, got {type(image).__name__}")
+    check_type(image, Tensor, "image", "a (C, H, W) or (H, W) Tensor")
     if image.dim() == 4:
         raise ValueError(
             f"image: expected one (C, H, W) or (H, W) image, got {tuple(image.shape)}; select "
@@ -140,8 +139,7 @@ def attention_rollout_map(
     """
     pixels = _image_array(image)
     height, width = pixels.shape[:2]
-    if not isinstance(rollout, Tensor):
-        raise TypeError(f"rollout: expected a (grid, grid) Tensor, got {type(rollout).__name__}")
+    check_type(rollout, Tensor, "rollout", "a (grid, grid) Tensor")
     if rollout.dim() != 2:
         hint = "; select one image: rollout[b]" if rollout.dim() == 3 else ""
         raise ValueError(f"rollout: expected shape (grid, grid), got {tuple(rollout.shape)}{hint}")
