@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ._checks import check_type
+
 __all__ = [
     "FLOAT_DTYPES",
     "MAX_HEADER_BYTES",
@@ -189,10 +191,7 @@ def save_safetensors(
     for name, tensor in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensors: names must be str, got {type(name).__name__}")
-        if not isinstance(tensor, Tensor):
-            raise TypeError(
-                f"tensors: {name}: expected a torch.Tensor, got {type(tensor).__name__}"
-            )
+        check_type(tensor, Tensor, f"tensors: {name}", "a torch.Tensor")
         if tensor.dtype not in _NAMES:
             raise ValueError(f"tensors: {name}: dtype {tensor.dtype} is not one of {list(_NAMES)}")
         named[name] = tensor

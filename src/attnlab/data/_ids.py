@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._checks import is_int
+from .._checks import check_type, is_int
 
 __all__ = ["as_id_list", "as_id_rows", "check_id", "check_texts"]
 
@@ -59,6 +59,5 @@ def check_texts(texts: object, name: str) -> list[str]:
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise TypeError(f"{name}: expected a list of strings, got {type(texts).__name__}")
     for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}]: expected a string, got {type(text).__name__}")
+        check_type(text, str, f"{name}[{i}]", "a string")
     return list(texts)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_optional_int
+from .._checks import check_optional_int, check_type
 from .mixture import Mixture, check_int
 
 __all__ = [
@@ -98,8 +98,7 @@ class Examples(Sequence[Example]):
     def __init__(self, examples: Iterable[Example], *, dropped: int = 0) -> None:
         self._examples = list(examples)
         for i, example in enumerate(self._examples):
-            if not isinstance(example, Example):
-                raise TypeError(f"examples[{i}]: expected an Example, got {type(example).__name__}")
+            check_type(example, Example, f"examples[{i}]", "an Example")
             if len(example.tgt) < 2:
                 raise ValueError(
                     f"examples[{i}]: the target must be framed (bos, ..., eos), got {example.tgt}"

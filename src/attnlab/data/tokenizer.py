@@ -295,8 +295,7 @@ class Tokenizer(TokenizerProtocol):
 
         def checked() -> Iterator[str]:
             for i, text in enumerate(texts):
-                if not isinstance(text, str):
-                    raise TypeError(f"texts[{i}]: expected a string, got {type(text).__name__}")
+                check_type(text, str, f"texts[{i}]", "a string")
                 if text:
                     seen[0] += 1
                     characters.update(text)

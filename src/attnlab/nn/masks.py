@@ -158,8 +158,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     if not present:
         return None
     for i, m in enumerate(present):
-        if not isinstance(m, Tensor):
-            raise TypeError(f"masks[{i}]: expected a Tensor or None, got {type(m).__name__}")
+        check_type(m, Tensor, f"masks[{i}]", "a Tensor or None")
         if m.dtype != torch.bool and not m.dtype.is_floating_point:
             raise TypeError(f"masks[{i}]: expected bool or floating dtype, got {m.dtype}")
     try:

@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..._checks import check_positive_int, is_int, shape_of
+from ..._checks import check_positive_int, check_type, is_int, shape_of
 from ...models.transformer import AttentionMaps
 from ._figures import (
     PathLike,
@@ -284,11 +284,7 @@ def attention_maps(
     Returns:
         ``{kind: Figure}`` for the kinds present, in the order encoder, decoder, cross.
     """
-    if not isinstance(maps, AttentionMaps):
-        raise TypeError(
-            f"maps: expected attnlab.AttentionMaps (from model.attention(...)), got "
-            f"{type(maps).__name__}"
-        )
+    check_type(maps, AttentionMaps, "maps", "attnlab.AttentionMaps (from model.attention(...))")
     present = {kind: getattr(maps, kind) for kind in _KINDS if getattr(maps, kind)}
     if not present:
         raise ValueError("maps: no attention weights (encoder, decoder and cross are all empty)")
