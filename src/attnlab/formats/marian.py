@@ -102,9 +102,7 @@ def name_map(config: Any) -> list[Entry]:
         entries.append(Entry(f"{name}.weight", f"{prefix}.weight", 0))
         entries.append(Entry(f"{name}.bias", f"{prefix}.bias", 0))
 
-    def norm(name: str, prefix: str) -> None:
-        entries.append(Entry(f"{name}.weight", f"{prefix}.weight", 0))
-        entries.append(Entry(f"{name}.bias", f"{prefix}.bias", 0))
+    norm = writes_stream  # a LayerNorm's weight and bias lie along the stream, permuted alike
 
     def attention(name: str, prefix: str) -> None:
         reads_stream(f"{name}.q_proj", f"{prefix}.in_proj", slice(0, d))

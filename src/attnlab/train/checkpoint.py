@@ -85,7 +85,6 @@ __all__ = [
 CHECKPOINT_FORMAT = "attnlab-checkpoint-2"
 #: Read too: a checkpoint of the first format has no digests, and is checked for the rest.
 OLD_FORMATS = ("attnlab-checkpoint-1",)
-TOKENIZER_FILES = TOKENIZER_NAMES
 DAMAGED_PREFIX = "damaged-"
 
 
@@ -130,10 +129,10 @@ def tokenizer_files(directory: str | os.PathLike | None) -> list[Path]:
     path = Path(directory)
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizers_dir: directory not found: {path}")
-    files = [path / name for name in TOKENIZER_FILES if (path / name).is_file()]
+    files = [path / name for name in TOKENIZER_NAMES if (path / name).is_file()]
     if not files:
         raise FileNotFoundError(
-            f"tokenizers_dir: {path} holds none of {list(TOKENIZER_FILES)} (save_tokenizers "
+            f"tokenizers_dir: {path} holds none of {list(TOKENIZER_NAMES)} (save_tokenizers "
             f"writes them)"
         )
     return files
@@ -408,13 +407,9 @@ def _check_same_run(
         )
     ours = getattr(model, "config", None)
     if hasattr(ours, "to_dict"):
-        _, theirs = read_config(path)
-        if theirs.to_dict() != ours.to_dict():  # type: ignore[union-attr]
-            diff = [
-                f"{k}={v!r} -> {ours.to_dict()[k]!r}"  # type: ignore[union-attr]
-                for k, v in theirs.to_dict().items()
-                if ours.to_dict().get(k) != v  # type: ignore[union-attr]
-            ]
+        mine, theirs = ours.to_dict(), read_config(path)[1].to_dict()  # type: ignore[union-attr]
+        if theirs != mine:
+            diff = [f"{k}={v!r} -> {mine[k]!r}" for k, v in theirs.items() if mine.get(k) != v]
             raise ValueError(
                 f"resume: {path} holds another model ({', '.join(diff)}); resume with the "
                 f"same model config, or start a new run directory"

@@ -258,14 +258,9 @@ class Reporter:
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.log is not None:
-            self.log.close()
-        if self.writer is not None:
-            self.writer.close()
-        if self.train_log is not None:
-            self.train_log.close()
+        for part in (self.bar, self.log, self.writer, self.train_log):
+            if part is not None:
+                part.close()
 
 
 def _since(start: float) -> Callable[[], float]:
