@@ -32,7 +32,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from .._checks import check_type
+from .._checks import check_bool, check_type, is_number
 from .examples import ExamplesProtocol
 from .mixture import Mixture, check_int, index_dtype
 
@@ -194,19 +194,13 @@ class TokenBatcher:
                 f"{len(self.tgt_lengths)}; expected one of each per example"
             )
         self.max_tokens = check_int(max_tokens, "max_tokens", 1)
-        if not isinstance(shuffle, bool):
-            raise ValueError(f"shuffle: expected a bool, got {shuffle!r}")
-        self.shuffle = shuffle
+        self.shuffle = check_bool(shuffle, "shuffle")
         self.seed = check_int(seed, "seed", 0)
         self.num_replicas = check_int(num_replicas, "num_replicas", 1)
         self.rank = check_int(rank, "rank", 0)
         if self.rank >= self.num_replicas:
             raise ValueError(f"rank: expected 0 <= rank < num_replicas={num_replicas}, got {rank}")
-        if not (
-            isinstance(length_noise, (int, float))
-            and not isinstance(length_noise, bool)
-            and 1.0 <= length_noise < float("inf")
-        ):
+        if not (is_number(length_noise) and 1.0 <= length_noise < float("inf")):
             raise ValueError(f"length_noise: expected a finite number >= 1, got {length_noise!r}")
         self.length_noise = float(length_noise)
         for side, lengths in (("source", self.src_lengths), ("target", self.tgt_lengths)):

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import check_offset, check_positive_int, is_number, shape_of
+from .._checks import check_bool, check_offset, check_positive_int, is_number, shape_of
 from .batching import share
 
 __all__ = ["DIGITS_CLASSES", "ImageBatcher", "LabelledImages", "digits", "random_affine"]
@@ -130,8 +130,7 @@ class ImageBatcher:
     ) -> None:
         check_positive_int(n, "n")
         check_positive_int(batch_size, "batch_size")
-        if not isinstance(shuffle, bool):
-            raise ValueError(f"shuffle: expected a bool, got {shuffle!r}")
+        check_bool(shuffle, "shuffle")
         check_offset(seed, "seed")
         check_positive_int(num_replicas, "num_replicas")
         check_offset(rank, "rank")

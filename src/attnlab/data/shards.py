@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_optional_int
+from .._checks import check_bool, check_optional_int
 from .examples import Example, ExamplesProtocol
 from .mixture import Mixture, check_int, index_dtype
 from .shardformat import META_FILE, OFFSETS_DTYPE, read_meta
@@ -301,9 +301,7 @@ class ShardExamples:
         check_optional_int(max_len, "max_len")
         self.bos_id = check_int(bos_id, "bos_id", 0)
         self.eos_id = check_int(eos_id, "eos_id", 0)
-        if not isinstance(lm, bool):
-            raise ValueError(f"lm: expected a bool, got {lm!r}")
-        self.max_len, self.lm = max_len, lm
+        self.max_len, self.lm = max_len, check_bool(lm, "lm")
         items = [shards] if isinstance(shards, (TokenShards, str, os.PathLike)) else shards
         self.shards = [s if isinstance(s, TokenShards) else TokenShards(s) for s in items]
         if not self.shards:
@@ -449,6 +447,9 @@ class ShardExamples:
 
     # -- what a checkpoint remembers -----------------------------------------------------------
 
+    def _framing(self) -> dict[str, Any]:
+        return dict(max_len=self.max_len, bos_id=self.bos_id, eos_id=self.eos_id, lm=self.lm)
+
     def describe(self) -> dict[str, Any]:
         """What these examples are (JSON): each corpus's directory, key, pairs and kept
         pairs; ``max_len``, the framing, ``lm``, the mixture. :meth:`fingerprint` hashes it
@@ -458,10 +459,7 @@ class ShardExamples:
                 {"directory": str(s.directory), "key": s.key, "pairs": len(s), "kept": n}
                 for s, n in zip(self.shards, self.corpus_sizes, strict=True)
             ],
-            "max_len": self.max_len,
-            "bos_id": self.bos_id,
-            "eos_id": self.eos_id,
-            "lm": self.lm,
+            **self._framing(),
             "mixture": self.mixture.to_dict() if self.mixture is not None else None,
         }
 
@@ -476,14 +474,7 @@ class ShardExamples:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its shards' directories and options (a few hundred bytes): a DataLoader
         worker under ``spawn`` recomputes the lengths; under ``fork`` it shares them."""
-        options = {
-            "max_len": self.max_len,
-            "bos_id": self.bos_id,
-            "eos_id": self.eos_id,
-            "lm": self.lm,
-            **self._mixing,
-        }
-        return (_rebuild, (self.shards, options))
+        return (_rebuild, (self.shards, {**self._framing(), **self._mixing}))
 
     def __repr__(self) -> str:
         corpora = ", ".join(str(s.directory) for s in self.shards)
