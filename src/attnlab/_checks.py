@@ -82,10 +82,10 @@ def check_offset(offset: object, name: str = "offset") -> None:
     check_int(offset, name, minimum=0)
 
 
-def check_bool(value: object, name: str) -> bool:
-    """Return ``value``, or raise ValueError unless it is a bool (0 and 1 are not)."""
+def check_bool(value: object, name: str, error: type[Exception] = ValueError) -> bool:
+    """Return ``value``, or raise ``error`` unless it is a bool (0 and 1 are not)."""
     if not isinstance(value, bool):
-        raise ValueError(f"{name}: expected a bool, got {value!r}")
+        raise error(f"{name}: expected a bool, got {value!r}")
     return value
 
 

@@ -60,7 +60,7 @@ from typing import Any
 
 import sentencepiece
 
-from .._checks import check_type, is_int
+from .._checks import check_bool, check_type, is_int
 from .._io import atomic_write, read_json
 from ._ids import as_id_list, as_id_rows, check_id, check_texts
 from .tokens import TokenizerProtocol
@@ -235,8 +235,7 @@ class SentencePieceTokenizer(TokenizerProtocol):
                 f"parse)"
             ) from None
         index = _vocab_index(vocab)
-        if not isinstance(add_eos, bool):
-            raise TypeError(f"add_eos: expected a bool, got {add_eos!r}")
+        check_bool(add_eos, "add_eos", TypeError)
         specials = {"eos_token": eos_token, "unk_token": unk_token, "pad_token": pad_token}
         for name, token in specials.items():
             if not isinstance(token, str):
@@ -252,11 +251,7 @@ class SentencePieceTokenizer(TokenizerProtocol):
                 f"model_max_length: expected an int in [1, {MAX_LENGTH_LIMIT}], got "
                 f"{model_max_length!r}"
             )
-        if not isinstance(clean_up_tokenization_spaces, bool):
-            raise TypeError(
-                f"clean_up_tokenization_spaces: expected a bool, got "
-                f"{clean_up_tokenization_spaces!r}"
-            )
+        check_bool(clean_up_tokenization_spaces, "clean_up_tokenization_spaces", TypeError)
         self._model = bytes(model)
         self._spm = processor
         self._vocab = list(vocab)

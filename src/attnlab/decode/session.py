@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import check_int, check_optional_int, is_int
+from .._checks import check_bool, check_int, check_optional_int, is_int
 from ..models.config import TransformerConfig
 from ..models.transformer import Transformer, TransformerLM
 from ..nn.cache import DecoderCache
@@ -139,8 +139,7 @@ class Session:
                 f"model: expected an attnlab Transformer or TransformerLM, got "
                 f"{type(model).__name__}"
             )
-        if not isinstance(fast, bool):
-            raise TypeError(f"fast: expected a bool, got {fast!r}")
+        check_bool(fast, "fast", TypeError)
         check_quantize(quantize)
         #: Why this batch decodes on the reference path ("" when it takes the fast one).
         self.why_not_fast_path = why_not_fast_path(model, quantize) if fast else "fast=False"

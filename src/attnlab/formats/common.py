@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._checks import check_choice
+from .._checks import check_bool, check_choice
 
 __all__ = [
     "MARIAN_LAYER_NORM_EPS",
@@ -152,8 +152,7 @@ def same_tokenizer(src: Any, tgt: Any) -> bool:
 
 def check_out_dir(out_dir: PathLike, force: bool) -> Path:
     out = Path(out_dir)
-    if not isinstance(force, bool):
-        raise TypeError(f"force: expected a bool, got {force!r}")
+    check_bool(force, "force", TypeError)
     if out.exists() or out.is_symlink():
         if not out.is_dir() or out.is_symlink():
             raise FileExistsError(f"out_dir: {out} exists and is not a directory")

@@ -490,8 +490,7 @@ def attention_rollout(
     """
     if head_fusion not in HEAD_FUSIONS:
         raise ValueError(f"head_fusion: expected one of {list(HEAD_FUSIONS)}, got {head_fusion!r}")
-    if not isinstance(residual, bool):
-        raise TypeError(f"residual: expected a bool, got {residual!r}")
+    check_bool(residual, "residual", TypeError)
     if isinstance(attentions, Tensor) or not isinstance(attentions, Sequence):
         given = type(attentions).__name__
         if isinstance(attentions, Tensor):

@@ -10,7 +10,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..._checks import check_positive_int
+from ..._checks import check_bool, check_positive_int
 from ...nn.masks import causal_mask, combine_masks, key_mask, padding_mask
 from ._figures import (
     PathLike,
@@ -86,8 +86,7 @@ def masks(
         raise TypeError(f"lengths: expected a sequence of ints, got {type(lengths).__name__}")
     if not 1 <= len(lengths) <= _MAX_SENTENCES:
         raise ValueError(f"lengths: expected 1 to {_MAX_SENTENCES} sentences, got {len(lengths)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal: expected a bool, got {causal!r}")
+    check_bool(causal, "causal", TypeError)
     if max_len is not None:
         check_positive_int(max_len, "max_len")
     dpi = check_dpi(dpi)
