@@ -5,6 +5,7 @@ metrics), decoding as the model's recipe chose unless told."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def _pair(text: str) -> tuple[str, str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve import run
     from ..serve.explorer import page_refusal
+    from ..serve.keys import Gate
     from ..serve.limits import Limits
 
     models = model_dirs(args)  # several: an ensemble (the torch engine, --api-only)
@@ -84,6 +86,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_tokens=args.max_tokens,
         batch_delay=args.batch_delay,
     )
+    try:  # the keys file before any work: one line naming it, the line and what was expected
+        gate = Gate(args.api_keys, args.req_limit, args.char_limit, args.trusted_proxy)
+    except ValueError as e:
+        raise ValueError(f"--api-keys: {e}") from None
     device = device_of(args.device)  # --device cuda without CUDA: before anything is said
     decoding, notice = decoding_of(args, "serve")
     run(
@@ -99,6 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         languages_served=args.languages,
         engine=engine,
         quantize=args.quantize,
+        gate=gate,
     )
     return 0
 
@@ -203,5 +210,28 @@ def add_parsers(sub) -> None:
         metavar="N",
         default=256,
         help="sentences that may wait for the translation batcher, 1-4096; more get a 503 (256)",
+    )
+    serve.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="only clients with a key in FILE may use the model routes and /metrics: one a line, "
+        "KEY [requests=N] [characters=N] [name=NAME]; SIGHUP reads it again",
+    )
+    for flag, what in (("--req-limit", "model requests"), ("--char-limit", "characters of q")):
+        serve.add_argument(
+            flag,
+            type=positive_int,
+            metavar="N",
+            help=f"{what} a client (a key, else an address) may send a minute; more get a 429 "
+            "(default no limit; a key's own come first)",
+        )
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        type=ipaddress.ip_address,
+        default=[],
+        metavar="ADDRESS",
+        help="a proxy whose X-Forwarded-For names the client for the per-address limits "
+        "(repeatable; default none: the connection's peer)",
     )
     serve.set_defaults(func=resolving(cmd_serve))

@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..decode.options import DecodingOptions
 from .errors import FORM_TYPE, BodyGuard, clip, install_error_handlers, json_type, media_type
 from .explorer import Explorer
+from .keys import Gate
 from .libre import BadRequest, languages, parse_translate
 from .limits import (
     LOOPBACK_NAMES,
@@ -120,6 +121,7 @@ def create_app(
     warm_up: bool = True,
     engine: str = "torch",
     quantize: str | None = None,
+    gate: Gate | None = None,
 ) -> FastAPI:
     """The server's ASGI app for the encoder-decoder model in ``model_dir`` (loaded now,
     once, into the model host, :class:`~attnlab.serve.service.TranslationService`; a list of
@@ -137,6 +139,7 @@ def create_app(
     else ``("src", "tgt")``); ``warm_up``: start the warm-up now, in a thread (else
     ``/health`` says not ready until ``app.state.service.warm_up()`` has run). The app's
     lifespan drains the host when the server stops (the admitted requests are answered).
+    ``gate``: the keys and limits of the model routes (default none; ``/metrics`` too with keys).
 
     Raises:
         FileNotFoundError: ``model_dir`` is not a directory.
@@ -167,6 +170,8 @@ def create_app(
     draining = threading.Event()
     pair = languages_served if languages_served is not None else model_languages(dirs[0])
     metrics = ServeMetrics()
+    gate = gate if gate is not None else Gate()
+    metrics.registry.add(gate.counts)
     service = TranslationService(
         translator,
         pair,
@@ -211,6 +216,7 @@ def create_app(
     app.state.service = service
     app.state.metrics = metrics
     app.state.draining = draining
+    app.state.gate = gate
     # Starlette runs the last added outermost: metrics, errors, Host, draining, HEAD, bodies.
     app.add_middleware(
         BodyGuard, bodies=BODIES, timeout=limits.body_timeout, forms=frozenset({"/translate"})
@@ -232,6 +238,7 @@ def create_app(
         """LibreTranslate's translate: ``q`` (a string or a list), ``source``, ``target``,
         ``format`` (text), ``alternatives``; as JSON or a URL-encoded form (docs/serve.md)."""
         fields = _fields(await request.body(), request.headers.get("content-type"))
+        gate.check(request.scope, fields)
         call = parse_translate(
             fields, service.languages, service.translator.decoding, max_beam=MAX_BEAM
         )
@@ -254,8 +261,9 @@ def create_app(
         return JSONResponse(answer, status_code=200 if ready else 503)
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics_text() -> Response:
+    def metrics_text(request: Request) -> Response:
         """Prometheus' text format: requests, batches, queue depth, latency."""
+        gate.check(request.scope, {}, limited=False)  # with keys, a known key
         return Response(metrics.exposition(), media_type=ServeMetrics.CONTENT_TYPE)
 
     if explorer is not None:
@@ -270,7 +278,9 @@ def explorer_routes(
     app: FastAPI, explorer: Explorer, queue: ModelQueue, limits: Limits, static: Path
 ) -> None:
     """The explorer's page (``/``, ``/static/``) and API (``/api/``) on ``app``: its model
-    routes wait in ``queue``, the model's bounded line."""
+    routes pass ``app.state.gate`` (if any: a key in an Authorization header), then wait in
+    ``queue``, the model's bounded line."""
+    gate: Gate = getattr(app.state, "gate", None) or Gate()
     busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
     @app.get("/api/model", response_model=ModelInfo)
@@ -281,6 +291,7 @@ def explorer_routes(
     @app.post("/api/translate", response_model=TranslateResponse, responses=busy)
     async def translate(body: TranslateRequest, request: Request) -> dict:
         """Translate one sentence (beam search; beam_size 1 is greedy)."""
+        gate.check(request.scope, {"text": body.text})
         job = await run_in_threadpool(
             explorer.prepare_translate,
             body.text,
@@ -294,6 +305,7 @@ def explorer_routes(
     async def attention(body: AttentionRequest, request: Request) -> Response:
         """Translate, and return the attention weights of the asked-for layers and heads
         (all by default), at most ``max_elements`` of them."""
+        gate.check(request.scope, {"text": body.text})
         job = await run_in_threadpool(
             explorer.prepare_attention,
             body.text,

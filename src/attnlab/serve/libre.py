@@ -42,8 +42,8 @@ MAX_ALTERNATIVES = 8
 MAX_CODE = 32
 #: ``source`` for "detect it": accepted as the model's source language (nothing is detected).
 AUTO = "auto"
-#: The fields ``/translate`` reads; LibreTranslate's clients send others (``api_key``,
-#: ``apiKey``, ``secret``), which are ignored as LibreTranslate ignores what it does not read.
+#: The fields ``/translate`` reads (``api_key`` is :mod:`attnlab.serve.keys`'); others that
+#: LibreTranslate's clients send (``apiKey``, ``secret``) are ignored, as LibreTranslate does.
 FIELDS = ("q", "source", "target", "format", "alternatives", "beam_size")
 
 #: English names of common ISO 639-1 codes, for ``/languages`` (another code names itself).

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from .._checks import is_int
 from ..decode.options import DecodingOptions
 from .app import create_app
+from .keys import Gate
 from .limits import LOOPBACK_NAMES, Limits, server_config
 
 __all__ = ["allowed_hosts_for", "bind", "make_server", "run", "url_of"]
@@ -115,13 +116,14 @@ def run(
     languages_served: tuple[str, str] | None = None,
     engine: str = "torch",
     quantize: str | None = None,
+    gate: Gate | None = None,
 ) -> None:
     """Serve the explorer and the translation service of ``model_dir`` until Ctrl-C or
     SIGTERM; prints its URL. ``port`` 0 picks a free port (the printed URL has the real one).
     The Host header must be a loopback name, ``host``, or one of ``allow_hosts`` (``"*"``:
     any). ``decoding``, ``device``, ``api_only``, ``engine``, ``quantize``,
-    ``languages_served``: as :func:`create_app`'s. ``notice``: a line for stderr once the
-    model has loaded (the decoding it uses, say).
+    ``languages_served``, ``gate``: as :func:`create_app`'s (SIGHUP reads its keys again).
+    ``notice``: a line for stderr once the model has loaded (the decoding it uses, say).
 
     Ctrl-C or SIGTERM drains: the listening socket closes, requests that arrive meanwhile get a
     503, the requests in flight are answered, then it returns (a second Ctrl-C stops at once).
@@ -139,6 +141,7 @@ def run(
             languages_served=languages_served,
             engine=engine,
             quantize=quantize,
+            gate=gate,
         )
     except BaseException:
         sock.close()
@@ -147,10 +150,11 @@ def run(
         print(notice, file=sys.stderr, flush=True)
     server = _server(app, log_level)
     if not _is_loopback(host):
+        who = "a key's holder" if gate and gate.keys else "anyone (no authentication: --api-keys)"
         print(
-            f"attnlab serve: warning: listening on {host}, beyond this machine; the API has no "
-            f"authentication: anyone who can reach the port can use it (Host names answered: "
-            f"{', '.join(allowed)}; add more with --allow-host)",
+            f"attnlab serve: warning: listening on {host}, beyond this machine, in plain HTTP: "
+            f"{who} can use the API (Host names answered: {', '.join(allowed)}; add more with "
+            f"--allow-host)",
             file=sys.stderr,
             flush=True,
         )
@@ -159,6 +163,10 @@ def run(
     sys.stdout.flush()
     installed = threading.current_thread() is threading.main_thread()  # signals: main only
     previous = signal.signal(signal.SIGTERM, _terminated) if installed else None
+    keyed, hup = installed and gate is not None and gate.path is not None, None
+    if keyed:  # the keys read again in a thread: no request waits for them
+        reload = gate.reload  # type: ignore[union-attr]
+        hup = signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reload).start())
     try:
         # uvicorn drains on Ctrl-C or SIGTERM, then raises the signal again: KeyboardInterrupt
         # or _Terminated here, once every request in flight is answered.
@@ -168,6 +176,8 @@ def run(
     finally:
         if installed:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            if keyed:
+                signal.signal(signal.SIGHUP, hup or signal.SIG_DFL)
         sock.close()
         service = getattr(app.state, "service", None)
         if service is not None:  # the requests it admitted are answered by now
