@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 
-.PHONY: test test-wheel test-fast test-load demo tour train-multi30k train-multi30k-seeds distill-multi30k finetune-numbers train-digits serve bench bench-constrained explain lint docs format clean
+.PHONY: test test-wheel test-fast test-load soak demo tour train-multi30k train-multi30k-seeds distill-multi30k finetune-numbers train-digits serve bench bench-constrained explain lint docs format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +119,12 @@ tour: $(STAMP)
 # threads 1 and 2 (run `make demo` first, or set MODEL); only 200s and 503s may come back.
 test-load: $(STAMP)
 	$(PY) benchmarks/serve_load.py --model $(MODEL) --out benchmarks/results/serve_load.json
+
+# An hour under hostile load (docs/serve.md): `attnlab serve` with keys and limits against 64
+# clients, a tenth flooding, a tenth leaving mid-request, a tenth of the requests malformed,
+# bursts of 4x; no 5xx but 503, none unanswered, every answer right (run `make demo` first).
+soak: $(STAMP)
+	$(PY) benchmarks/serve_soak.py --model $(MODEL) --minutes 60 --out benchmarks/results/serve_soak.json
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py
