@@ -504,13 +504,8 @@ class _BeamSearch:
             pruned = keep.shape[0] < n
             session.select(rows, cross=pruned)
             if pruned:
-                sentences, live, history, history_log_probs, token = (
-                    sentences[keep],
-                    live[keep],
-                    history[keep],
-                    history_log_probs[keep],
-                    token[keep],
-                )
+                kept = (t[keep] for t in (sentences, live, history, history_log_probs, token))
+                sentences, live, history, history_log_probs, token = kept
                 if constrained is not None:
                     constrained.keep(keep)
             ids = token.reshape(-1, 1)

@@ -21,6 +21,8 @@ nothing else in attnlab accepts that polarity.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -168,18 +170,12 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         raise ValueError(f"masks: shapes {shapes} do not broadcast together") from None
     float_dtypes = {m.dtype for m in present if m.dtype.is_floating_point}
     if not float_dtypes:
-        out = present[0]
-        for m in present[1:]:
-            out = out & m
-        return out
+        return functools.reduce(operator.and_, present)
     if len(float_dtypes) > 1:
         names = ", ".join(sorted(str(d) for d in float_dtypes))
         raise TypeError(f"masks: floating masks have different dtypes ({names})")
     dtype = float_dtypes.pop()
-    out = to_additive_mask(present[0], dtype)
-    for m in present[1:]:
-        out = out + to_additive_mask(m, dtype)
-    return out
+    return functools.reduce(operator.add, (to_additive_mask(m, dtype) for m in present))
 
 
 def check_attention_mask(
