@@ -17,6 +17,7 @@ from attnlab._checks import (
     check_optional_int,
     check_positive_number,
     check_rate,
+    check_type,
     is_int,
     is_number,
 )
@@ -63,6 +64,16 @@ def test_check_bool_refuses_ints():
     assert check_bool(False, "flag") is False
     with pytest.raises(ValueError, match=r"^flag: expected a bool, got 1$"):
         check_bool(1, "flag")
+    with pytest.raises(TypeError, match=r"^flag: expected a bool, got 'yes'$"):
+        check_bool("yes", "flag", TypeError)
+
+
+def test_check_type_returns_the_value_or_names_the_type_given():
+    assert check_type(b"x", (bytes, bytearray), "model", "bytes") == b"x"
+    marker = object()
+    assert check_type(marker, object, "value", "anything") is marker
+    with pytest.raises(TypeError, match=r"^config: expected a TrainConfig, got dict$"):
+        check_type({}, str, "config", "a TrainConfig")
 
 
 @pytest.mark.parametrize("value", [0, 0.5, 0.999])
