@@ -373,3 +373,91 @@ def test_evaluate_reports_the_literatures_bleu_on_request(numbers_model_dir, tmp
     files = [*argv, "--src", str(src), "--ref", str(ref), "--json", "--tokenized-bleu"]
     status, out, _ = _run(files, capsys)
     assert status == 0 and "moses:de" in json.loads(out)["bleu_tokenized_signature"]
+
+
+def test_translate_a_file_to_a_file_resumes_after_a_kill_to_the_same_bytes(
+    numbers_model_dir, tmp_path, monkeypatch, capsys
+):
+    """-i with -o translates in chunks (attnlab.inference.corpus), each kept in OUT.work/ as it
+    finishes: a run killed in the middle leaves no OUT, and the same command resumes after the
+    chunks it finished, to the bytes of a run never killed; an input changed in between is
+    translated anew (the work directory is keyed by it). Progress lines go to stderr on a
+    terminal (elsewhere, as the bar, none)."""
+    import attnlab.inference.corpus as corpus
+
+    monkeypatch.setattr(corpus, "CHUNK_SIZE", 8)
+    lines = [SOURCES[i % len(SOURCES)] + " " * (i % 3) for i in range(37)]
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "2", "--n-best", "2"]
+    argv += ["--scores", "-i", str(source), "--batch-lines", "8"]
+
+    def whole() -> str:  # a run never killed
+        assert _run([*argv, "-o", str(tmp_path / "whole" / "out.txt")], capsys)[0] == 0
+        return (tmp_path / "whole" / "out.txt").read_text(encoding="utf-8")
+
+    (tmp_path / "whole").mkdir()
+    expected = whole()
+    streamed = _run(argv, capsys)[1]  # on stdout, no chunks: the same translations
+    assert [line.split("\t")[1] for line in expected.splitlines()] == [
+        line.split("\t")[1] for line in streamed.splitlines()
+    ]
+    real, calls = Translator.hypotheses, []
+
+    def killed_in_chunk_3(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "hypotheses", killed_in_chunk_3)
+    assert _run([*argv, "-o", str(out)], capsys)[0] == 130
+    work = tmp_path / "out.txt.work"
+    assert not out.exists() and len(list(work.glob("chunk-*.json"))) == 2
+    monkeypatch.setattr(Translator, "hypotheses", real)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    status, printed, err = _run([*argv, "-o", str(out)], capsys)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    assert status == 0 and printed == ""
+    assert "attnlab translate: resuming: 2 chunks of 8 sources decoded by an earlier run" in err
+    assert f"preparing {out}: 37 / 37 lines (100.0%)" in err
+    assert out.read_text(encoding="utf-8") == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt", "whole"]
+
+    # Killed again, then the input changes: nothing of the earlier input's chunks is kept.
+    calls.clear()
+    monkeypatch.setattr(Translator, "hypotheses", killed_in_chunk_3)
+    assert _run([*argv, "-o", str(out)], capsys)[0] == 130
+    monkeypatch.setattr(Translator, "hypotheses", real)
+    source.write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    expected = whole()
+    status, _, err = _run([*argv, "-o", str(out)], capsys)
+    assert status == 0 and "resuming" not in err
+    assert out.read_text(encoding="utf-8") == expected
+
+
+def test_translate_a_file_to_a_file_numbers_its_lines_as_streaming_does(
+    numbers_model_dir, tmp_path, monkeypatch, capsys
+):
+    """The chunks are sorted by length, yet --json numbers each line by its place in the input
+    and a line over --too-long is named by its own number, as on stdout."""
+    import attnlab.inference.corpus as corpus
+
+    monkeypatch.setattr(corpus, "CHUNK_SIZE", 4)
+    lines = [SOURCES[i % len(SOURCES)] for i in range(11)]
+    lines[6] = " ".join(["seven"] * 200)  # over the model's max_len
+    source, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "1", "--json"]
+    argv += ["-i", str(source), "--too-long", "refuse"]
+    status, expected, streamed = _run(argv, capsys)
+    assert status == 2 and f"--input {source} line 7: " in streamed
+    status, _, err = _run([*argv, "-o", str(out)], capsys)
+    assert status == 2 and f"--input {source} line 7: " in err
+    found = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    streamed_rows = [json.loads(line) for line in expected.splitlines()]
+    assert [row["line"] for row in found] == list(range(1, 12))
+    # The same translations; a score may differ in its last bits (other batches, other sums).
+    for row, other in zip(found, streamed_rows, strict=True):
+        assert (row["line"], row["translation"]) == (other["line"], other["translation"])
+        assert row.get("log_prob", 0.0) == pytest.approx(other.get("log_prob", 0.0), abs=1e-4)

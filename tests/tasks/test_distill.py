@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -525,3 +526,168 @@ def test_a_teacher_imported_from_opus_mt_teaches_a_student(tmp_path, monkeypatch
     assert targets[:8] == [t.replace("\n", " ") for t in expected]
     assert result["distill"]["teachers"][0]["sha256"] == sha256(teacher / "model.safetensors")
     assert (tmp_path / "student" / "model" / "tokenizer.json").is_file()  # its own BPE
+
+
+# -- engines, weights, a run killed while its teachers decode, and torchrun ------------------------
+
+
+def test_an_engine_is_one_teacher_s_and_a_weight_a_files_job_s(tmp_path, capsys):
+    """[distill] engine = "ctranslate2" decodes one teacher: an ensemble on it is refused when
+    the job is read, in one line naming the key; a weight is a positive number, and a task that
+    mixes no corpora by weight refuses it before any decoding. Both are written back to
+    job.json only where they are not their defaults (the cache keys of the defaults' corpora
+    do not change)."""
+    with pytest.raises(ValueError) as error:
+        DistillOptions.from_table({"teachers": ["a", "b"], "engine": "ctranslate2"})
+    assert str(error.value) == (
+        "[distill] engine ctranslate2: an ensemble (2 models): it decodes one model; the torch "
+        "engine can"
+    )
+    with pytest.raises(ValueError, match=r"^\[distill\] engine: expected one of torch, ct"):
+        DistillOptions.from_table({"teachers": ["a"], "engine": "ct2"})
+    with pytest.raises(ValueError, match=r"^\[distill\] weight: expected a positive number"):
+        DistillOptions.from_table({"teachers": ["a"], "weight": 0})
+    assert set(DistillOptions.from_table({"teachers": ["a"]}).to_dict()) == {
+        "teachers", "beam_size", "n_best", "select", "keep_original", "alpha", "chunk_size",
+        "digests",
+    }  # fmt: skip
+    table = {"teachers": ["a"], "engine": "ctranslate2", "weight": 2.0}
+    assert DistillOptions.from_table(table).to_dict()["engine"] == "ctranslate2"
+    assert DistillOptions.from_table(DistillOptions.from_table(table).to_dict()).weight == 2.0
+    teacher = fake_teacher(tmp_path / "t0")
+    out = tmp_path / "run"
+    argv = ["train", "--task", "numbers", "--out", str(out), "--max-steps", "2", "--warmup", "1"]
+    argv += ["--set", f'distill.teachers=["{teacher}"]', "--set", "distill.weight=2.0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "[distill] weight: a files job's weights; numbers trains on each pair once" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_overwrite_starts_over_a_run_killed_while_its_teachers_decode(tmp_path, capsys):
+    """A student's run killed before training (its teachers decoding, for hours) holds its
+    job.json and train.log: --overwrite removes it as any run (it once held train.log alone,
+    and was refused as "not an attnlab run")."""
+    teacher = fake_teacher(tmp_path / "t0")  # its loading fails: the decoding stops there
+    job = Job.from_dict(tables(train=STUDENT_TRAIN, distill={"teachers": [teacher]}))
+    out = tmp_path / "run"
+    with pytest.raises(Exception):  # noqa: B017 - what a fake teacher raises: not the point
+        train_job(job, out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["job.json", "train.log"]
+    config = tmp_path / "numbers.toml"
+    config.write_text(toml(tables(train=STUDENT_TRAIN)), encoding="utf-8")
+    argv = ["train", "--config", str(config), "--out", str(out), "--no-progress", "--overwrite"]
+    assert main(argv) == 0
+    assert f"--overwrite: removed the earlier run in {out}/" in capsys.readouterr().out
+    assert (out / "results.json").is_file()
+
+
+@pytest.mark.slow
+def test_one_teacher_decodes_on_ctranslate2_into_a_corpus_of_its_own(
+    teachers, tmp_path, monkeypatch
+):
+    """engine = "ctranslate2": greedy search gives the torch engine's translations, in a corpus
+    of its own key (the engine is part of it: beam outputs may differ); the n best by chrF come
+    from CTranslate2's n best."""
+    pytest.importorskip("ctranslate2")
+    from attnlab.tasks.distill import student_task
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+
+    def corpus(**distill) -> Path:
+        table = {"teachers": teachers[:1], "chunk_size": 16, **distill}
+        job = Job.from_dict(tables(distill=table))
+        data = job.task.load()
+        _, _, record = student_task(
+            job.task, job.distill, job.eval.max_tokens, data, rank=0, note=lambda line: None
+        )
+        return Path(record["corpora"][0]["directory"])
+
+    on_torch = corpus(beam_size=1, select="best")
+    on_ct2 = corpus(beam_size=1, select="best", engine="ctranslate2")
+    assert on_torch != on_ct2
+    assert (on_ct2 / TGT_FILE).read_bytes() == (on_torch / TGT_FILE).read_bytes()
+    chosen = corpus(beam_size=3, engine="ctranslate2")  # select chrf of CTranslate2's 3 best
+    meta = json.loads((chosen / META_FILE).read_text("utf-8"))
+    assert (meta["engine"], meta["n_best"], meta["pairs"]) == ("ctranslate2", 3, 60)
+    assert "engine" not in json.loads((on_torch / META_FILE).read_text("utf-8"))
+
+
+@pytest.mark.parametrize("weight", [None, 0.1])
+def test_cleaning_the_distilled_pairs_leaves_the_originals_share_of_an_epoch(
+    weight, tmp_path, monkeypatch
+):
+    """A files job's student mixes each distilled corpus with ``[distill] weight`` times its
+    corpus's weight (default 1): the originals' share of an epoch is 1 / (1 + weight) whether
+    cleaning keeps every distilled pair or removes most of them (here the teachers' empty
+    translations). An epoch ends when the corpus drawn fastest for its size has been seen once:
+    a lower weight lets the originals be seen whole beside a few distilled pairs."""
+    import attnlab.tasks.distill as distill
+    from attnlab.data.corpora import numbers
+
+    corpus = numbers(**{k: v for k, v in TASK.items() if k != "name"})
+    task = {"name": "files", "src_lang": "en", "tgt_lang": "de", "cache_dir": str(tmp_path)}
+    for split in ("train", "valid"):
+        for side, lang in enumerate(("en", "de")):
+            path = tmp_path / f"{split}.{lang}"
+            path.write_text("".join(p[side] + "\n" for p in corpus[split]), encoding="utf-8")
+            task[f"{split}_{'src' if side == 0 else 'tgt'}"] = str(path)
+    monkeypatch.setattr(distill, "_teachers", lambda options, max_tokens: None)
+    found = []
+    for kept in (60, 6):  # the teachers' translations: the references, or mostly empty
+
+        def chunk_targets(translator, sources, references, *, select, kept=kept):
+            return [r if i < kept else "" for i, r in enumerate(references)]
+
+        monkeypatch.setattr(distill, "chunk_targets", chunk_targets)
+        table = {"teachers": [fake_teacher(tmp_path / f"t{kept}", str(kept).encode())]}
+        table.update({} if weight is None else {"weight": weight})
+        job = Job.from_dict({**tables(train=STUDENT_TRAIN, distill=table), "task": task})
+        lines: list[str] = []
+        train_job(job, tmp_path / f"student{kept}", progress=False, log=lines.append)
+        epoch = next(line for line in lines if line.startswith("an epoch: "))
+        parts = re.search(
+            r"train-distilled \d+ of (\d+) .*, train (\d+) of (\d+) \(.*; ([\d.]+)%\)$", epoch
+        )
+        assert parts is not None, epoch
+        pairs = int(epoch.split()[2])  # "an epoch: N pairs: ..."
+        found.append([*(float(x) for x in parts.groups()), 100 / pairs])
+    assert found[1][0] < found[0][0] / 5  # most distilled pairs were cleaned away
+    share = 100 / (1 + (weight or 1.0))  # 50% or 90.9%
+    for _, _, _, found_share, one_pair in found:  # exact but for the rounding of one pair
+        assert found_share == pytest.approx(share, abs=one_pair)
+    if weight is not None:  # the originals are seen whole in an epoch, however few distilled
+        assert found[1][1] == found[1][2]
+
+
+@pytest.mark.slow
+def test_every_process_of_a_torchrun_group_decodes_and_the_corpus_is_the_same(teachers, tmp_path):
+    """Under torchrun every process decodes its share of the chunks (chunk n % 2 == rank),
+    rank 0 assembles them, and the corpus is the one a plain run makes, byte for byte; the
+    student's results.json records the processes and the decoding time."""
+    task = {**TASK, "high": 359}  # 340 training pairs: 22 chunks of 16
+    distill = {"teachers": teachers[:1], "beam_size": 2, "chunk_size": 16}
+    config = tmp_path / "student.toml"
+    config.write_text(
+        toml({**tables(train=STUDENT_TRAIN, distill=distill), "task": task}), encoding="utf-8"
+    )
+    plain = finish(run_worker(config, tmp_path / "plain", tmp_path / "cache1"))
+    assert "process 0 of" not in plain
+    env = dict(os.environ, ATTNLAB_CACHE=str(tmp_path / "cache2"), OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    command += ["2", str(ROOT / "tests" / "_distill_worker.py"), str(config), str(tmp_path / "tr")]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert ran.returncode == 0, (ran.stdout[-3000:], ran.stderr[-3000:])
+    assert "on 2 processes" in ran.stdout
+    assert "rank 1: distill train: translating 340 sources with the teachers, process 1 of 2, " in (
+        ran.stdout
+    )
+    (a,), (b,) = corpora_in(tmp_path / "cache1"), corpora_in(tmp_path / "cache2")
+    assert a.name == b.name  # the same key
+    for name in (SRC_FILE, TGT_FILE):
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+    result = json.loads((tmp_path / "tr" / "results.json").read_text(encoding="utf-8"))
+    (made,) = result["distill"]["corpora"]
+    assert made["processes"] == 2 and made["decode_seconds"] > 0 and made["pairs"] == 340
+    plain_result = json.loads((tmp_path / "plain" / "results.json").read_text(encoding="utf-8"))
+    assert plain_result["distill"]["corpora"][0]["processes"] == 1

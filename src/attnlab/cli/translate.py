@@ -5,7 +5,9 @@ Translator`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -43,7 +45,8 @@ def add_parsers(sub) -> None:
             "(-i), in batches, with beam search (or greedy with --beam-size 1, or sampling with "
             "--sample); one translation per line, in order. A file is read in bounded chunks of "
             "--batch-lines lines (memory stays flat however long it is), with a progress bar on "
-            "a terminal; --out (-o) writes the output file atomically (all of it, or nothing). "
+            "a terminal; --out (-o) writes the output file atomically (all of it, or nothing), "
+            "from -i in chunks kept in OUT.work/ (a killed run resumes; see the guide). "
             "--model may be OUT/model, a checkpoint OUT/checkpoints/step-N or a run OUT. Each "
             "translation is at most --max-new-tokens tokens long (default: its source's length + "
             "50), and never more than the model's max_len; a source is at most max_len tokens "
@@ -192,6 +195,7 @@ def _scored_line(best, n_best: bool) -> str:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    from .._io import atomic_write
     from ..decode.options import DecodingOptions
     from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
@@ -236,20 +240,22 @@ def cmd_translate(args: argparse.Namespace) -> int:
         print(notice, file=sys.stderr, flush=True)
     too_long = TooLongLines("translate", source or "standard input line")
 
-    def translate(batch: list[str], first: int) -> list[str]:
-        phrases = constraints.take(len(batch)) if constraints is not None else None
+    def translate(batch: list[str], numbers: list[int], phrases=None) -> list[str]:  # lines from 1
+        if phrases is None and constraints is not None:
+            phrases = constraints.take(len(batch))
+        at = lambda report: dataclasses.replace(report, index=numbers[report.index] - 1)  # noqa: E731
         found = loaded.hypotheses(
             batch,
             constraints=phrases,
             prefixes=args.prefix,
-            on_too_long=too_long.at(first),
-            on_refused=too_long.unmet,
+            on_too_long=lambda report: too_long(at(report)),
+            on_refused=lambda report: too_long.unmet(at(report)),
             scored=args.json or args.scores or args.n_best is not None,  # else texts alone
         )
         if args.json:
             return [
-                json.dumps(_json_line(first + k, text, row, args.n_best), ensure_ascii=False)
-                for k, (text, row) in enumerate(zip(batch, found, strict=True))
+                json.dumps(_json_line(number, text, row, args.n_best), ensure_ascii=False)
+                for number, text, row in zip(numbers, batch, found, strict=True)
             ]
         if args.n_best is None:
             if args.scores:
@@ -263,14 +269,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
         """Translate ``lines`` in chunks, writing each translation; yield each chunk."""
         first = 1
         for batch in _chunks(lines, args.batch_lines):
-            for line in translate(batch, first):
+            for line in translate(batch, list(range(first, first + len(batch)))):
                 write(line + "\n")
             first += len(batch)
             yield batch
 
     def translations(write: Callable[[str], object]) -> None:
         if from_text:
-            for line in translate(args.text, 1):
+            for line in translate(args.text, list(range(1, len(args.text) + 1))):
                 write(line + "\n")
             return
         if not args.input:
@@ -293,8 +299,42 @@ def cmd_translate(args: argparse.Namespace) -> int:
             for batch in translate_all(lines, write):
                 bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
 
+    if args.input and args.out and not args.sample:  # in chunks, kept in OUT.work/: resumable
+        from ..data.progress import progress_printer
+        from ..data.textfiles import sha256_file
+        from ..inference import corpus
+
+        work = Path(args.out).with_name(Path(args.out).name + ".work")
+        files = {
+            f: p for f, p in (("--input", args.input), ("--constraints", args.constraints)) if p
+        }
+        rows = lambda: zip(*(read_lines(p, f, args.errors) for f, p in files.items()), strict=True)  # noqa: E731
+        digests = [sha256_file(path) for path in files.values()]
+        digests += [sha256_file(Path(m) / "model.safetensors") for m in models]  # resolved
+        settings = {k: v for k, v in vars(args).items() if k not in ("func", "out", "debug")}
+        key = json.dumps([digests, settings], sort_keys=True, default=str)  # in OUT.work/plan.json
+
+        def chunk(numbers: list[int], rows: list) -> list[str]:
+            phrases = [r[1].split("\t") if r[1] else [] for r in rows] if constraints else None
+            return translate([r[0] for r in rows], [n + 1 for n in numbers], phrases)
+
+        corpus.translate_chunks(
+            rows, _count_lines(args.input), work=work, translate=chunk,
+            note=lambda line: print(f"attnlab translate: {line}", file=sys.stderr, flush=True),
+            chunk_size=corpus.CHUNK_SIZE, key=key,
+            progress=progress_printer(args.out, every_s=10.0) if sys.stderr.isatty() else None,
+            progress_lines=args.batch_lines,
+        )  # fmt: skip
+
+        def assemble(path: str) -> None:
+            with open(path, "w", encoding="utf-8") as out:
+                for _, line in corpus.assembled(rows, work):
+                    out.write(line + "\n")
+
+        atomic_write(args.out, assemble)
+        shutil.rmtree(work)
+        return EXIT_REFUSED if too_long.refused else 0
     if args.out:
-        from .._io import atomic_write
 
         def fill(path: str) -> None:
             with open(path, "w", encoding="utf-8") as out:

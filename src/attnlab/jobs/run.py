@@ -58,6 +58,8 @@ def train_job(
     if rank != 0:
         log = lambda message: None  # noqa: E731 - one voice in a distributed run
     out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:  # first: a run killed before training (its teachers decoding) is a run
+        write_json(out / JOB_FILE, job.to_dict())
 
     def note(line: str) -> None:  # shown, and kept in train.log
         log(line)
@@ -69,8 +71,6 @@ def train_job(
         data = task.load()
         note(task.describe(data))
         setup = task.setup(context, data, resume=resume, rank=rank, note=note)
-    if rank == 0:
-        write_json(out / JOB_FILE, job.to_dict())
     trainer = Trainer(
         setup.model,
         setup.train,

@@ -12,6 +12,8 @@ sources, and the student trains on those translations (and on the original pairs
     keep_original = true   # train on the original pairs too
     # alpha = 1.0          # the length penalty (default: the first teacher's own decoding)
     # chunk_size = 2000    # sources decoded, then written to disk, at a time
+    # engine = "torch"     # "ctranslate2": one teacher decoded by CTranslate2
+    # weight = 1.0         # files: a distilled corpus's weight, times its corpus's
 
 The teachers' translations of a corpus are a corpus too, made once and cached
 (:func:`distill_corpus`): under the task's cache directory (``[task] cache_dir``, else
@@ -21,18 +23,16 @@ holds two line-aligned text files, ``src.txt`` (the sources) and ``tgt.txt`` (th
 translations), and ``meta.json``, written last: a directory with its ``meta.json`` is
 complete, and nothing else is read as a distilled corpus.
 
-Decoding is done in chunks of ``chunk_size`` sources, each written to ``distilled/KEY.work/``
-atomically and durably as it finishes, so a killed run resumes after the chunks it finished.
-The chunks are cut from the sources sorted by length (within windows of
-``WINDOW_CHUNKS * chunk_size`` lines, so that memory stays bounded), so that the batches inside
-a chunk are full; the chunks are the same whether a run was interrupted or not, and the
-corpus, assembled in the sources' order once every chunk is there, is the same too.
+Decoding is :mod:`attnlab.inference.corpus`'s: in length-sorted chunks of ``chunk_size``
+sources, each written to ``distilled/KEY.work/`` as it finishes (a killed run resumes), shared
+by the processes of a ``torchrun`` group (each decodes its share, rank 0 assembles); the
+corpus is the same whether a run was interrupted or not, and however many processes made it.
 
 The student's tokenizers are its own, trained as its task trains them, on the text it trains
 on: the distilled pairs (and the original ones when kept). The in-memory tasks (numbers,
 multi30k) replace their training split with those pairs; the ``files`` task trains from the
 distilled files as one more corpus of its shard path (each of its corpora distilled, with
-the corpus's weight in the mixture).
+``weight`` times the corpus's weight in the mixture).
 """
 
 from __future__ import annotations
@@ -40,18 +40,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .. import _checks
 from .._checks import check_bool, check_choice, check_int, check_keys, check_optional_int
 from .._io import read_json
 from ..decode.options import DecodingOptions
+from ..inference.corpus import CHUNK_SIZE
+from ..inference.engines import check_engine
 
 __all__ = [
     "BEAM_SIZE",
@@ -73,19 +74,9 @@ BEAM_SIZE = 8
 #: How a translation is chosen from a source's n best: ``chrf``, the one with the best sentence
 #: chrF against the reference (as mozilla/translations keeps); ``best``, the teachers' top one.
 SELECTIONS = ("chrf", "best")
-#: Sources decoded, then written to disk, at a time.
-CHUNK_SIZE = 2000
-#: Chunks per window: the lines of a window are sorted by length together.
-WINDOW_CHUNKS = 50
-#: Sources translated between two progress reports (a chunk of the Multi30K teachers' beam 8
-#: takes minutes: the progress line should not wait for it).
-PROGRESS_LINES = 200
 FORMAT = "attnlab-distilled"
 VERSION = 1
 SRC_FILE, TGT_FILE, META_FILE = "src.txt", "tgt.txt", "meta.json"
-#: The plan of a decoding in progress (``KEY.work/``): a work directory of another plan is
-#: started over.
-PLAN_FILE = "plan.json"
 _SHA256_HEX = 64
 
 
@@ -100,7 +91,8 @@ class DistillOptions:
     fills in what it leaves to them: the length penalty (the first teacher's, where the table
     gives no ``alpha``: ``teacher_alpha``) and ``digests`` (the SHA-256 of each teacher's
     ``model.safetensors``, in order), which the student's ``job.json`` records. A job that
-    gives ``digests`` is refused unless its teachers still have those weights."""
+    gives ``digests`` is refused unless its teachers still have those weights. ``engine`` and
+    ``weight`` are written back only where not their defaults (as a job before them was)."""
 
     teachers: list[str]
     decoding: DecodingOptions = field(default_factory=lambda: DecodingOptions(BEAM_SIZE))
@@ -109,11 +101,13 @@ class DistillOptions:
     chunk_size: int = CHUNK_SIZE
     digests: list[str] | None = None
     teacher_alpha: bool = True
+    engine: str = "torch"
+    weight: float = 1.0
 
     #: The keys of the ``[distill]`` table.
     KEYS: ClassVar[tuple[str, ...]] = (
         "teachers", "beam_size", "n_best", "select", "keep_original", "alpha", "chunk_size",
-        "digests",
+        "digests", "engine", "weight",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -130,6 +124,11 @@ class DistillOptions:
         check_choice(self.select, SELECTIONS, "[distill] select")
         check_bool(self.keep_original, "[distill] keep_original")
         check_int(self.chunk_size, "[distill] chunk_size")
+        try:  # the one rule of what an engine can do (its package there, one model)
+            check_engine(self.engine, models=len(teachers))
+        except ValueError as e:
+            raise ValueError(f"[distill] {e}") from None
+        _checks.check_positive_number(self.weight, "[distill] weight")
         digests = self.digests
         if digests is not None and (
             not isinstance(digests, list)
@@ -166,7 +165,9 @@ class DistillOptions:
         table: dict[str, Any] = {"teachers": self.teachers, "beam_size": d.beam_size}
         table.update(n_best=d.n_best, select=self.select, keep_original=self.keep_original)
         table.update(alpha=None if self.teacher_alpha else d.alpha, chunk_size=self.chunk_size)
-        return {**table, "digests": self.digests}
+        table["digests"] = self.digests
+        defaults = {"engine": "torch", "weight": 1.0}
+        return table | {k: getattr(self, k) for k, v in defaults.items() if getattr(self, k) != v}
 
     def check(self) -> None:
         """Each teacher is a model directory with its weights (FileNotFoundError or ValueError
@@ -259,7 +260,8 @@ def distilled_root(cache_dir: str | os.PathLike | None) -> Path:
 def corpus_key(teachers: Sequence[str], corpus: str, options: dict[str, Any]) -> str:
     """The cache key of a distilled corpus: a SHA-256 hex digest of the teachers' weights
     digests (in order), the corpus's digest and the ``options`` that change the translations
-    (beam, n best, selection, length penalty), with the format's version."""
+    (beam, n best, selection, length penalty; an engine not torch's, whose beams may differ),
+    with the format's version."""
     data = {"format": FORMAT, "version": VERSION, "teachers": list(teachers)}
     data.update(corpus=corpus, options=options)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
@@ -269,10 +271,11 @@ def load_distilled(directory: str | os.PathLike) -> DistilledCorpus | None:
     """The complete distilled corpus in ``directory`` (its ``meta.json`` is there and of this
     format), else None."""
     directory = Path(directory)
-    meta = _read_json(directory / META_FILE)
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    try:
+        meta = read_json(directory / META_FILE)
+    except (OSError, ValueError):  # none (yet), or damaged
         return None
-    if meta.get("version") != VERSION:
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         return None
     return DistilledCorpus(directory, meta, cached=True)
 
@@ -282,159 +285,59 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ")
 
 
-def _windows(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
-    window: list[tuple[str, str]] = []
-    for pair in pairs:
-        window.append(pair)
-        if len(window) == size:
-            yield window
-            window = []
-    if window:
-        yield window
-
-
-def _plan(window: list[tuple[str, str]], chunk_size: int) -> list[list[int]]:
-    """The chunks of a window: its lines' indices sorted by source length (then index), cut
-    every ``chunk_size``."""
-    order = sorted(range(len(window)), key=lambda i: (len(window[i][0]), i))
-    return [order[k : k + chunk_size] for k in range(0, len(order), chunk_size)]
-
-
 def distill_corpus(
     pairs: Callable[[], Iterable[tuple[str, str]]],
     total: int,
     *,
     directory: str | os.PathLike,
     translate: Callable[[list[str], list[str]], list[str]],
-    chunk_size: int = CHUNK_SIZE,
-    window_chunks: int = WINDOW_CHUNKS,
     meta: dict[str, Any] | None = None,
-    progress: Callable[[int, int, float, float], object] | None = None,
-    progress_lines: int = PROGRESS_LINES,
-    note: Callable[[str], object] = lambda line: None,
+    **options: Any,
 ) -> DistilledCorpus:
     """The distilled corpus in ``directory``: returned at once when it is complete, else made.
 
-    ``pairs()`` gives the ``total`` (source, reference) pairs, in order, each time it is
-    called (read twice: to decode, then to assemble). ``translate(sources, references)``
-    gives one translation per source. Chunks of ``chunk_size`` sources (cut from windows of
-    ``window_chunks`` chunks sorted by source length) are decoded and each written to
-    ``DIRECTORY.work/`` atomically and durably as it finishes; a chunk already there is not
-    decoded again (a killed run resumes). Once every chunk is there the corpus is assembled in
-    the sources' order into a temporary sibling, ``src.txt`` and ``tgt.txt`` then ``meta.json``
-    (``meta`` and the counts), flushed, and renamed into place in one step; the work directory
-    is then removed. ``progress(done, total, lines_per_s, eta_s)`` is called after each chunk
-    and, inside one, after every ``progress_lines`` sources it translates (``translate`` is
-    called that many at a time; :func:`attnlab.data.progress.progress_printer` makes one),
-    ``note`` with a line saying what is decoded and what resumed."""
-    from .._io import atomic_write, atomic_write_dir, write_json
+    ``pairs()`` gives the ``total`` (source, reference) pairs, in order, at each call;
+    ``translate(sources, references)`` one translation per source, in the chunks of
+    :func:`attnlab.inference.corpus.translate_chunks` (``options``: its own) in
+    ``DIRECTORY.work/``. Rank 0 then assembles them, in the sources' order, into a temporary
+    sibling: ``src.txt``, ``tgt.txt``, then ``meta.json`` (``meta``, the counts, the
+    ``processes``, the chunks' ``decode_seconds`` summed), renamed into place in one step; the
+    work directory is removed. Another rank returns what rank 0 made."""
+    from .._io import atomic_write_dir, write_json
+    from ..inference.corpus import assembled, translate_chunks
 
-    check_int(chunk_size, "chunk_size")
-    check_int(window_chunks, "window_chunks")
-    check_int(progress_lines, "progress_lines")
     directory = Path(directory)
-    done = load_distilled(directory)
-    if done is not None:
+    if (done := load_distilled(directory)) is not None:
         return done
     work = directory.with_name(directory.name + ".work")
-    plan = {"chunk_size": chunk_size, "window_chunks": window_chunks, "lines": total}
-    if work.is_dir() and _read_json(work / PLAN_FILE) != plan:
-        shutil.rmtree(work)  # another plan's chunks (or none written yet): start over
-    work.mkdir(parents=True, exist_ok=True)
-    if not (work / PLAN_FILE).is_file():
-        write_json(work / PLAN_FILE, plan)
-    window_lines = chunk_size * window_chunks
-    present = sum(1 for _ in work.glob("chunk-*.json"))
-    if present:
-        chunks = f"{present:,} chunk{'s' if present != 1 else ''}"
-        note(f"resuming: {chunks} of {chunk_size:,} sources decoded by an earlier run")
-    started = time.perf_counter()
-    decoded = lines = number = 0
-
-    def report(done: int, translated: int) -> None:  # lines done, of them translated here
-        if progress is not None:
-            elapsed = time.perf_counter() - started
-            rate = translated / elapsed if translated and elapsed > 0 else 0.0
-            eta = (total - done) / rate if rate else (0.0 if done >= total else math.inf)
-            progress(done, total, rate, eta)
-
-    for w, window in enumerate(_windows(pairs(), window_lines)):
-        for indices in _plan(window, chunk_size):
-            path = work / f"chunk-{number:06d}.json"
-            fresh = not path.is_file()  # else decoded by an earlier run: the note says so
-            if fresh:
-                began = time.perf_counter()
-                sources = [window[i][0] for i in indices]
-                references = [window[i][1] for i in indices]
-                targets: list[str] = []
-                for start in range(0, len(sources), progress_lines):
-                    part = slice(start, start + progress_lines)
-                    found = translate(sources[part], references[part])
-                    if len(found) != len(sources[part]):
-                        raise RuntimeError(
-                            f"translate: {len(found)} targets for {len(sources[part])}"
-                        )
-                    targets += found
-                    if len(targets) < len(sources):
-                        report(lines + len(targets), decoded + len(targets))
-                record = {
-                    "lines": [w * window_lines + i for i in indices],
-                    "targets": targets,
-                    "seconds": time.perf_counter() - began,
-                }
-                text = json.dumps(record, ensure_ascii=False)
-                atomic_write(path, lambda temp, text=text: Path(temp).write_text(text, "utf-8"))
-                decoded += len(indices)
-            lines += len(indices)
-            number += 1
-            if fresh:  # no line for a chunk read back: its rate would be 0, its ETA unknown
-                report(lines, decoded)
-    if lines != total:
-        raise ValueError(f"the corpus has {lines:,} pairs, not the {total:,} expected")
+    ready = lambda: load_distilled(directory) is not None  # noqa: E731
+    both = lambda _, rows: translate([s for s, _ in rows], [r for _, r in rows])  # noqa: E731
+    whole = translate_chunks(pairs, total, work=work, translate=both, done=ready, **options)
 
     def assemble(temp: Path) -> None:
-        count, number, seconds = 0, 0, 0.0
+        tally = {"chunks": 0, "seconds": 0.0}
         with (
             open(temp / SRC_FILE, "w", encoding="utf-8", newline="\n") as src,
             open(temp / TGT_FILE, "w", encoding="utf-8", newline="\n") as tgt,
         ):
-            for w, window in enumerate(_windows(pairs(), window_lines)):
-                targets: list[str | None] = [None] * len(window)
-                for _ in range(-(-len(window) // chunk_size)):
-                    record = read_json(work / f"chunk-{number:06d}.json")
-                    for line, target in zip(record["lines"], record["targets"], strict=True):
-                        targets[line - w * window_lines] = target
-                    seconds += record["seconds"]
-                    number += 1
-                for (source, _), target in zip(window, targets, strict=True):
-                    if target is None:  # not expected: the chunks cover their window
-                        raise RuntimeError(f"{work}: chunk {number - 1} leaves a line out")
-                    src.write(_one_line(source) + "\n")
-                    tgt.write(_one_line(target) + "\n")
-                    count += 1
-        found = {"format": FORMAT, "version": VERSION, **(meta or {}), "pairs": count}
-        found.update(chunk_size=chunk_size, chunks=number, decode_seconds=seconds)
+            for (source, _), target in assembled(pairs, work, tally):
+                src.write(_one_line(source) + "\n")
+                tgt.write(_one_line(target) + "\n")
+        found = {"format": FORMAT, "version": VERSION, **(meta or {}), "pairs": total}
+        found.update(chunk_size=options.get("chunk_size", CHUNK_SIZE), chunks=tally["chunks"])
+        found.update(processes=options.get("world", 1), decode_seconds=tally["seconds"])
         write_json(temp / META_FILE, found)  # last: it marks the corpus complete
 
-    try:
-        atomic_write_dir(directory, assemble)
-    except FileNotFoundError:
-        done = load_distilled(directory)  # another process assembled it and took the chunks
-        if done is None:
-            raise
-        return done
-    shutil.rmtree(work, ignore_errors=True)
+    if whole:
+        try:
+            atomic_write_dir(directory, assemble)
+        except FileNotFoundError:
+            if not ready():  # else another run assembled it and took the chunks
+                raise
+        shutil.rmtree(work, ignore_errors=True)
     made = load_distilled(directory)
-    assert made is not None
-    return DistilledCorpus(made.directory, made.meta, cached=False)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, None where there is none to read (missing, damaged)."""
-    try:
-        return read_json(path)
-    except (OSError, ValueError):
-        return None
+    assert made is not None  # assembled here, or (done()) by another process
+    return DistilledCorpus(made.directory, made.meta, cached=not whole)
 
 
 # -- the teachers ---------------------------------------------------------------------------------
@@ -447,7 +350,7 @@ def chunk_targets(
     decoding, its ``n_best``), the one with the best sentence chrF against its reference
     (sacreBLEU's ``CHRF().sentence_score``; the higher-ranked one on a tie) for ``select =
     "chrf"``, else the best one. A source the teachers give nothing for translates to ``""``."""
-    found = translator.hypotheses(sources, on_too_long=lambda report: None)
+    found = translator.hypotheses(sources, on_too_long=lambda report: None, scored=False)
     if select == "chrf" and translator.decoding.n_best > 1:
         from sacrebleu.metrics import CHRF
 
@@ -470,6 +373,7 @@ def _teachers(options: DistillOptions, max_tokens: int):
         teachers if len(teachers) > 1 else teachers[0],
         decoding=options.decoding,
         max_tokens=max_tokens,
+        engine=options.engine,
     )
 
 
@@ -500,24 +404,30 @@ def student_task(
     multi30k): ``task`` itself, and its ``data`` with the training split replaced by the
     distilled pairs followed by the original ones (unless ``keep_original`` is false). A task
     of corpora on disk (files): the task training on the distilled corpus of each of its
-    corpora (with that corpus's weight) followed by the original corpora
+    corpora (with ``weight`` times that corpus's weight) followed by the original corpora
     (:meth:`~attnlab.tasks.files.Files.with_corpora`), and ``data`` as it
     was. ``record`` says what was distilled, for the run's ``results.json``. Each distilled
-    corpus is made once (:func:`distill_corpus`, cached by its key) and reused after; rank 0
-    makes them, another rank waits for them on the cache."""
+    corpus is made once (:func:`distill_corpus`, cached by its key) and reused after; under
+    ``torchrun`` every process decodes its share of the chunks and rank 0 assembles them."""
     import torch
 
     from ..data.corpora import ParallelCorpus
     from ..data.progress import progress_printer
     from ..data.textfiles import check_parallel
+    from ..train.distributed import launched_world
 
     if options.digests is None or options.teacher_alpha:
         options.check()  # options not checked with their job: the digests and alpha
     plan = task.disk_plan()
+    if options.weight != 1.0 and (plan is None or "temperature" in plan.mixing):
+        mixed = "mixes by size ([task] temperature)" if plan else "trains on each pair once"
+        raise ValueError(f"[distill] weight: a files job's weights; {task.name} {mixed}")
     root = distilled_root(None if plan is None else plan.cache_dir)
     teachers, decoding = options.teachers, options.decoding
     translation = {"beam_size": decoding.beam_size, "n_best": decoding.n_best}
     translation.update(select=options.select, alpha=decoding.alpha)
+    translation.update({"engine": options.engine} if options.engine != "torch" else {})
+    world = launched_world()[1]
     ensemble = f"{len(teachers)} teachers (their ensemble)" if len(teachers) > 1 else "1 teacher"
     chosen = "best by chrF against the reference" if decoding.n_best > 1 else "the best"
     note(
@@ -538,15 +448,11 @@ def student_task(
         key = corpus_key(options.digests or [], corpus["sha256"], translation)
         directory = root / key
         made = load_distilled(directory)
-        if made is None and rank != 0:
-            note(f"distill {name}: waiting for rank 0 to make {directory}")
-            while made is None:  # no deadline: rank 0 decodes for as long as it takes
-                time.sleep(2.0)
-                made = load_distilled(directory)
         if made is None:
             threads = torch.get_num_threads()
+            share = f"process {rank} of {world}, " if world > 1 else ""
             note(
-                f"distill {name}: translating {total:,} sources with the teachers, "
+                f"distill {name}: translating {total:,} sources with the teachers, {share}"
                 f"{threads} torch threads, chunks of {options.chunk_size:,}, into {directory}"
             )
             meta = {"key": key, "teachers": teachers_meta, "corpus": corpus, **translation}
@@ -560,6 +466,8 @@ def student_task(
                 meta=meta,
                 progress=progress_printer(f"distilled {name}", every_s=10.0, write=note),
                 note=lambda line: note(f"distill {name}: {line}"),
+                rank=rank,
+                world=world,
             )
         where = "reused" if made.cached else "made"
         note(f"distill {name}: {made.pairs:,} pairs {where}: {made.directory}")
@@ -591,6 +499,7 @@ def student_task(
                     src=str(one.src),
                     tgt=str(one.tgt),
                     option=f"[distill] of {c.option}",
+                    weight=c.weight * options.weight,
                 )
             )
         if options.keep_original:
@@ -606,6 +515,7 @@ def student_task(
                 "pairs": m.pairs,
                 "reused": m.cached,
                 "decode_seconds": m.meta.get("decode_seconds"),
+                "processes": m.meta.get("processes", 1),
             }
             for m in made
         ],
