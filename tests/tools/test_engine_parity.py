@@ -79,3 +79,46 @@ def test_a_greedy_recipe_and_a_directory_that_is_not_a_run_are_refused(
             engine_parity.main(argv)
         assert exit_.value.code == 2
         assert message in capsys.readouterr().err
+
+
+#: Where the pages quote the Multi30K parity, and the results file they quote.
+PARITY = ROOT / "benchmarks/results/engine_multi30k.json"
+PARITY_QUOTES = {
+    "docs/guide.md": r"`ct2_length_penalty = (?P<lp>[\d.]+)` on validation, the best of "
+    r"(?P<low>[\d.]+) to (?P<high>[\d.]+) \(validation BLEU [\d.]+ to (?P<best>[\d.]+);.*?"
+    r"scores (?P<valid_ct2>[\d.]+) BLEU on validation against the torch engine's "
+    r"(?P<valid_torch>[\d.]+), and (?P<test_ct2>[\d.]+)\son test against (?P<test_torch>[\d.]+)",
+    "docs/guide.zh.md": r"选定\s*`ct2_length_penalty = (?P<lp>[\d.]+)`，是 (?P<low>[\d.]+) 到 "
+    r"(?P<high>[\d.]+) 中最好的（验证集 BLEU [\d.]+ 到 (?P<best>[\d.]+)；.*?验证集上得 "
+    r"(?P<valid_ct2>[\d.]+) BLEU，torch\s*引擎得 (?P<valid_torch>[\d.]+)；在测试集上分别是 "
+    r"(?P<test_ct2>[\d.]+) 和 (?P<test_torch>[\d.]+)",
+}
+
+
+def test_the_guide_and_the_recipe_hold_the_parity_on_file() -> None:
+    import re
+
+    import tomllib
+
+    found = json.loads(PARITY.read_text(encoding="utf-8"))
+    sweep, scores = found["sweep"], found["scores"]
+    expected = {
+        "lp": f"{found['ct2_length_penalty']:g}",
+        "low": f"{sweep[0]['ct2_length_penalty']:g}",
+        "high": f"{sweep[-1]['ct2_length_penalty']:g}",
+        "best": f"{max(row['bleu'] for row in sweep):.2f}",
+        **{f"{s}_{e[:5] if e == 'torch' else 'ct2'}": f"{scores[s][e]['bleu']:.2f}"
+           for s in ("valid", "test") for e in ("torch", "ctranslate2")},
+    }  # fmt: skip
+    assert found["ct2_length_penalty"] == engine_parity.choose_lp(
+        [{"alpha": r["ct2_length_penalty"], "bleu": r["bleu"]} for r in sweep]
+    )
+    for page, pattern in PARITY_QUOTES.items():
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())  # lines joined
+        match = re.search(pattern, text)
+        assert match is not None, page
+        assert match.groupdict() == expected, page
+    recipe = tomllib.loads((ROOT / "configs/multi30k-en-de.toml").read_text(encoding="utf-8"))
+    assert recipe["eval"]["ct2_length_penalty"] == found["ct2_length_penalty"]
+    assert recipe["eval"]["beam_size"] == found["beam_size"]
+    assert recipe["eval"]["alpha"] == found["alpha"]
