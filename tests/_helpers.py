@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -89,3 +91,16 @@ def default_sigint(then: Callable[[], object] | None = None) -> Callable[[], Non
             then()
 
     return prepare
+
+
+def start_serve(model: object, *flags: str) -> subprocess.Popen:
+    """``attnlab serve --model MODEL --port 0 FLAGS...`` as a child process with text pipes
+    (stdout, stderr), SIGINT at its default (:func:`default_sigint`)."""
+    command = [sys.executable, "-m", "attnlab", "serve", "--model", str(model), "--port", "0"]
+    return subprocess.Popen(
+        [*command, *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint(),
+    )

@@ -17,8 +17,6 @@ import os
 import queue
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +27,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from _helpers import default_sigint
+from _helpers import start_serve
 from attnlab.cli import main
 from attnlab.serve import create_app
 from attnlab.serve.keys import WINDOW, Gate, read_keys
@@ -363,13 +361,8 @@ def test_sighup_reads_the_keys_again_and_keeps_them_when_the_file_is_bad(
     and the old one does not; a malformed file then keeps the keys, said in one log line."""
     old, new = "old-key-31415926", "new-key-27182818"
     path = keys_file(tmp_path, f"{old}\n")
-    command = [sys.executable, "-m", "attnlab", "serve", "--model", str(numbers_model_dir)]
-    process = subprocess.Popen(
-        [*command, "--port", "0", "--api-only", "--device", "cpu", "--api-keys", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint(),
+    process = start_serve(
+        numbers_model_dir, "--api-only", "--device", "cpu", "--api-keys", str(path)
     )
     errors: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [errors.put(x) for x in process.stderr], daemon=True).start()

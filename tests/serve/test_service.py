@@ -17,8 +17,6 @@ import queue
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +26,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from _helpers import default_sigint
+from _helpers import start_serve
 from attnlab.decode.options import DecodingOptions as Options
 from attnlab.serve import create_app
 from attnlab.serve.batcher import Batcher
@@ -599,14 +597,7 @@ def test_sigterm_answers_the_request_in_flight_refuses_new_ones_and_exits_0(numb
     """A request whose body is half sent when SIGTERM comes is in flight: the server waits
     for the rest, answers it 200, refuses new requests (503, or the connection: the listening
     socket is closed), and exits with status 0."""
-    command = [sys.executable, "-m", "attnlab", "serve", "--model", str(numbers_model_dir)]
-    process = subprocess.Popen(
-        [*command, "--port", "0", "--api-only", "--device", "cpu"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint(),
-    )
+    process = start_serve(numbers_model_dir, "--api-only", "--device", "cpu")
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in process.stdout], daemon=True).start()
     try:
