@@ -88,6 +88,12 @@ def test_translate_and_evaluate_a_trained_model(numbers_run, capsys):
     for key in ("bleu", "chrf", "exact_match", "sentences", "beam_size", "alpha"):
         assert report[key] == scored[key], key
     assert report["sentences"] == 10 and report["split"] == "test"
+    # Task.evaluate's result: the scores, the split and the task, then decoding and examples.
+    assert list(scored)[-5:] == ["split", "task", "beam_size", "alpha", "examples"]
+    with pytest.raises(
+        ValueError, match=r"^split: the numbers task has \['test', 'train', 'valid'\], not 'x'$"
+    ):
+        evaluate_model(model_dir, split="x")
 
 
 @pytest.mark.slow
@@ -202,6 +208,11 @@ def test_a_language_model_on_a_text_file(tmp_path, capsys):
         evaluate_model(out / "model", decoding=DecodingOptions(alpha=1.0))
     with pytest.raises(ValueError, match=r"^engine ctranslate2: the text task"):
         evaluate_model(out / "model", engine="ctranslate2")
+    assert list(report)[-2:] == ["split", "task"]
+    with pytest.raises(
+        ValueError, match=r"^split: the text task has \['train', 'valid'\], not 'test'$"
+    ):
+        evaluate_model(out / "model", split="test")
 
 
 @pytest.mark.parametrize("task", [name for name, task in TASKS.items() if task.recipe])

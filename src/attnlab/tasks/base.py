@@ -86,6 +86,7 @@ class Task:
     ``evaluate``), ``decodes`` (its models are scored by decoding, so beam size and length
     penalty apply), ``fine_tunable`` (``[model] init_from`` may start it from a trained model),
     ``distillable`` (a ``[distill]`` table may train it on teachers' translations),
+    ``metric`` (what scores a model that does not decode, as its errors name it),
     ``flags`` (the ``[task]`` options that ``attnlab train`` flags set).
 
     What a task reads of its job comes as a :class:`~attnlab.tasks.context.TaskContext`.
@@ -98,6 +99,7 @@ class Task:
     decodes: ClassVar[bool] = False
     fine_tunable: ClassVar[bool] = False
     distillable: ClassVar[bool] = False
+    metric: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         own = type(self).__dataclass_fields__["name"].default
@@ -204,8 +206,35 @@ class Task:
         decoding: DecodingOptions | None = None,
         engine: str = "torch",
     ) -> dict[str, Any]:
-        """Score the model of ``model_dir`` on ``split`` of ``data``; a task that decodes
-        with ``decoding`` (None: the job's ``[eval]``) on ``engine``."""
+        """Score the model of ``model_dir`` on ``split`` of ``data`` (its first ``limit`` items):
+        the task's :meth:`scores`, then the split and the task's name, then the rest (its
+        decoding, ``examples`` examples). A task that decodes does so with ``decoding`` (None:
+        the job's ``[eval]``) on ``engine``; another is scored by torch and refuses both."""
+        if not self.decodes:
+            if engine != "torch":
+                raise ValueError(
+                    f"engine {engine}: the {self.name} task's model is scored by torch "
+                    f"({self.metric})"
+                )
+            if decoding is not None:
+                raise ValueError(
+                    f"decoding: the {self.name} task's model is scored without beam search "
+                    f"({self.metric}); pass None"
+                )
+        splits = getattr(data, "splits", data)  # a ParallelCorpus, or a dict by split
+        if split not in splits:
+            raise ValueError(f"split: the {self.name} task has {sorted(splits)}, not {split!r}")
+        how = dict(examples=examples, device=device, decoding=decoding, engine=engine)
+        scores, rest = self.scores(model_dir, data[split], limit, ctx, **how)
+        return {**scores, "split": split, "task": self.name, **rest}
+
+    def scores(
+        self, model_dir: Path, items: Any, limit: int | None, ctx: TaskContext, **how: Any
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """:meth:`evaluate`'s scores of the model of ``model_dir`` on the first ``limit`` of
+        ``items`` (a split), and what its result holds after the split and the task's name.
+        ``how``: ``examples``, ``device``, ``decoding`` and ``engine``, as :meth:`evaluate`
+        takes them."""
         raise NotImplementedError
 
     def score_line(self, result: Mapping[str, Any]) -> str:
@@ -240,18 +269,6 @@ class Task:
         before and after). The default adds nothing."""
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def refuse_decoding(self, decoding: DecodingOptions | None, engine: str, metric: str) -> None:
-        """ValueError for decoding settings given to a task that is scored without decoding."""
-        if engine != "torch":
-            raise ValueError(
-                f"engine {engine}: the {self.name} task's model is scored by torch ({metric})"
-            )
-        if decoding is not None:
-            raise ValueError(
-                f"decoding: the {self.name} task's model is scored without beam search "
-                f"({metric}); pass None"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

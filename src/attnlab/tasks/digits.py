@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..decode.options import DecodingOptions
 from .base import Setup, Task, register_task, seeded
 from .context import TaskContext
 
@@ -25,6 +24,7 @@ class Digits(Task):
     seed: int = 0
 
     recipe: ClassVar[str | None] = "digits.toml"
+    metric: ClassVar[str] = "accuracy"
 
     def load(self) -> Any:
         from ..data.images import digits
@@ -66,36 +66,29 @@ class Digits(Task):
         )
         return Setup(model, data["train"], data["valid"])
 
-    def evaluate(
+    def scores(
         self,
         model_dir: Path,
-        data: Any,
+        items: Any,
+        limit: int | None,
         ctx: TaskContext,
         *,
-        split: str,
-        limit: int | None = None,
-        examples: int = 10,
-        device: str | None = None,
-        decoding: DecodingOptions | None = None,
-        engine: str = "torch",
-    ) -> dict[str, Any]:
-        """Accuracy of the classifier on the images of ``split``, and its first errors."""
+        examples: int,
+        device: str | None,
+        **_: Any,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Accuracy of the classifier on the images of a split, and its first errors."""
         import torch
 
         from ..inference.scores import classify
         from ..models.transformer import load_pretrained
 
-        self.refuse_decoding(decoding, engine, "accuracy")
-        if split not in data:
-            raise ValueError(f"split: the digits task has {sorted(data)}, not {split!r}")
-        images, labels = data[split].images[:limit], data[split].labels[:limit]
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         model = load_pretrained(model_dir, device=device)
-        result = classify(model, images, labels, classes=data[split].classes)
-        result.update({"split": split, "task": "digits"})
-        result["examples"] = result.pop("errors")[:examples]
-        return result
+        images, labels = items.images[:limit], items.labels[:limit]
+        result = classify(model, images, labels, classes=items.classes)
+        return result, {"examples": result.pop("errors")[:examples]}
 
     @classmethod
     def report(cls, result: Mapping[str, Any], *, show: int = 3, **_: Any) -> list[str]:

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from ..decode.options import DecodingOptions
 from .base import Setup, Task, note_token_examples, register_task, seeded, shared_tokenizers
 from .context import TaskContext
 
@@ -24,6 +23,8 @@ class Text(Task):
     valid_fraction: float = 0.05
     seed: int = 0
     max_len: int = 200
+
+    metric: ClassVar[str] = "perplexity"
 
     def check(self) -> None:
         if not self.text_file:
@@ -79,31 +80,22 @@ class Text(Task):
     def final_split(self, data: Any) -> str | None:
         return "valid"
 
-    def evaluate(
+    def scores(
         self,
         model_dir: Path,
-        data: Any,
+        items: Any,
+        limit: int | None,
         ctx: TaskContext,
         *,
-        split: str,
-        limit: int | None = None,
-        examples: int = 10,
-        device: str | None = None,
-        decoding: DecodingOptions | None = None,
-        engine: str = "torch",
-    ) -> dict[str, Any]:
-        """Perplexity of the model on the lines of ``split``."""
+        device: str | None,
+        **_: Any,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Perplexity of the model on the lines of a split."""
         from ..inference.modeldir import load_with_tokenizers
         from ..inference.scores import lm_perplexity
 
-        self.refuse_decoding(decoding, engine, "perplexity")
-        if split not in data:
-            raise ValueError(f"split: a text task has {sorted(data)}, not {split!r}")
-        lines = data[split][:limit] if limit else data[split]
         model, tokenizer, _ = load_with_tokenizers(model_dir, device=device)
-        result = lm_perplexity(model, tokenizer, lines)
-        result.update({"split": split, "task": "text"})
-        return result
+        return lm_perplexity(model, tokenizer, items[:limit] if limit else items), {}
 
     @classmethod
     def report(cls, result: Mapping[str, Any], **_: Any) -> list[str]:

@@ -343,32 +343,25 @@ class TranslationTask(Task):
 
     # -- scoring ---------------------------------------------------------------------------
 
-    def evaluate(
+    def scores(
         self,
         model_dir: Path,
-        data: Any,
+        items: Any,
+        limit: int | None,
         ctx: TaskContext,
         *,
-        split: str,
-        limit: int | None = None,
-        examples: int = 10,
-        device: str | None = None,
-        decoding: DecodingOptions | None = None,
-        engine: str = "torch",
-    ) -> dict[str, Any]:
-        """BLEU, chrF and exact match of beam-search translations of ``split`` (``decoding``:
-        None for the job's ``[eval]``), with the literature's tokenised
+        examples: int,
+        device: str | None,
+        decoding: DecodingOptions | None,
+        engine: str,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """BLEU, chrF and exact match of beam-search translations of a split's pairs
+        (``decoding``: None for the job's ``[eval]``), with the literature's tokenised
         BLEU beside them and a few examples."""
         from ..inference.scores import score
         from ..inference.translator import Translator
 
-        if split not in data.splits:
-            raise ValueError(
-                f"split: the {self.name} job has the splits {sorted(data.splits)}, not {split!r}"
-            )
-        pairs = data[split]
-        if limit is not None:
-            pairs = pairs[:limit]
+        pairs = items if limit is None else items[:limit]
         decoding = ctx.eval.decoding if decoding is None else decoding
         translator = Translator.load(
             model_dir,
@@ -380,14 +373,12 @@ class TranslationTask(Task):
         hyps = translator.translate([s for s, _ in pairs])
         refs = [t for _, t in pairs]
         scores = score(hyps, refs, tokenized_lang=self.tgt_lang, **self.bleu_options(ctx))
-        result = scores.to_dict()
-        result.update(split=split, task=self.name, beam_size=decoding.beam_size)
-        result["alpha"] = decoding.alpha
-        result["examples"] = [
-            {"source": s, "reference": t, "hypothesis": h}
-            for (s, t), h in list(zip(pairs, hyps, strict=True))[:examples]
-        ]
-        return result
+        shown = list(zip(pairs, hyps, strict=True))[:examples]
+        return scores.to_dict(), {
+            "beam_size": decoding.beam_size,
+            "alpha": decoding.alpha,
+            "examples": [{"source": s, "reference": t, "hypothesis": h} for (s, t), h in shown],
+        }
 
     @classmethod
     def report(
