@@ -105,7 +105,10 @@ class FeedForward(nn.Module):
 
 
 class _Block(nn.Module):
-    """What encoder and decoder layers share: argument checks, the FFN and residual wiring."""
+    """What encoder and decoder layers share: argument checks, self-attention, the FFN's
+    options and the residual wiring. Its constructor is :class:`EncoderLayer`'s; once
+    self-attention is built it calls ``_after_self_attention``, where each layer adds its
+    other sub-layers in torch's order."""
 
     norm1: nn.LayerNorm  # every layer's first LayerNorm (its self-attention sub-layer's)
 
@@ -115,14 +118,17 @@ class _Block(nn.Module):
         num_heads: int,
         d_ff: int,
         *,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        layer_norm_eps: float,
-        bias: bool,
-        factory: dict[str, Any],
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+        positional: AttentionPositional | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")
@@ -134,12 +140,26 @@ class _Block(nn.Module):
         self.norm_first = norm_first
         self.layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.d_model = d_model
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self._ff_options = {
             "activation": activation,
             "activation_dropout": activation_dropout,
             "bias": bias,
             **factory,
         }
+        self._attention_options: dict[str, Any] = {
+            "num_kv_heads": num_kv_heads,
+            "dropout": attention_dropout,
+            "bias": bias,
+            **factory,
+        }
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, positional=positional, **self._attention_options
+        )
+        self._after_self_attention(d_ff, factory)
+
+    def _after_self_attention(self, d_ff: int, factory: dict[str, Any]) -> None:
+        raise NotImplementedError
 
     def _norm(self, features: int, factory: dict[str, Any]) -> nn.LayerNorm:
         return nn.LayerNorm(features, eps=self.layer_norm_eps, **factory)
@@ -183,50 +203,12 @@ class EncoderLayer(_Block):
     Shape: ``forward(x (B, T, d_model)) -> (out (B, T, d_model), weights (B, H, T, T) or None)``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        *,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        num_kv_heads: int | None = None,
-        positional: AttentionPositional | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        super().__init__(
-            d_model,
-            num_heads,
-            d_ff,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            layer_norm_eps=layer_norm_eps,
-            bias=bias,
-            factory=factory,
-        )
-        self.self_attn = MultiHeadAttention(
-            d_model,
-            num_heads,
-            num_kv_heads=num_kv_heads,
-            dropout=attention_dropout,
-            bias=bias,
-            positional=positional,
-            **factory,
-        )
-        self.ff = FeedForward(d_model, d_ff, **self._ff_options)
-        self.norm1 = self._norm(d_model, factory)
-        self.norm2 = self._norm(d_model, factory)
+    # The constructor, with the arguments above, is _Block's: self-attention, then these.
+
+    def _after_self_attention(self, d_ff: int, factory: dict[str, Any]) -> None:
+        self.ff = FeedForward(self.d_model, d_ff, **self._ff_options)
+        self.norm1 = self._norm(self.d_model, factory)
+        self.norm2 = self._norm(self.d_model, factory)
 
     def extra_repr(self) -> str:
         return f"norm_first={self.norm_first}, dropout={self.dropout}"
@@ -305,7 +287,6 @@ class DecoderLayer(_Block):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         super().__init__(
             d_model,
             num_heads,
@@ -317,25 +298,24 @@ class DecoderLayer(_Block):
             norm_first=norm_first,
             layer_norm_eps=layer_norm_eps,
             bias=bias,
-            factory=factory,
+            num_kv_heads=num_kv_heads,
+            positional=positional,
+            device=device,
+            dtype=dtype,
         )
-        attention: dict[str, Any] = {
-            "num_kv_heads": num_kv_heads,
-            "dropout": attention_dropout,
-            "bias": bias,
-            **factory,
-        }
-        self.self_attn = MultiHeadAttention(d_model, num_heads, positional=positional, **attention)
-        self.norm1 = self._norm(d_model, factory)
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.cross_attn: MultiHeadAttention | None
         self.norm2: nn.LayerNorm | None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, num_heads, **attention)
+            self.cross_attn = MultiHeadAttention(d_model, num_heads, **self._attention_options)
             self.norm2 = self._norm(d_model, factory)
         else:
             self.cross_attn = self.norm2 = None
         self.ff = FeedForward(d_model, d_ff, **self._ff_options)
         self.norm3 = self._norm(d_model, factory)
+
+    def _after_self_attention(self, d_ff: int, factory: dict[str, Any]) -> None:
+        self.norm1 = self._norm(self.d_model, factory)  # cross-attention and FFN: __init__
 
     @property
     def has_cross_attention(self) -> bool:
