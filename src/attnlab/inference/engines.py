@@ -7,7 +7,7 @@ tokenizers.
 :func:`check_engine` is the one rule for what an engine cannot do, refused in one line before
 any work (the CLI calls it on its flags before loading a model). :class:`CTranslate2Engine`
 converts the model once (:func:`~attnlab.formats.ctranslate2.to_ctranslate2`) into a cache entry
-keyed by its weights, and decodes source ids into a :class:`~attnlab.decode.search.Generation`.
+keyed by its weights, and decodes source ids into rows of ids and scores (:data:`Row`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,13 @@ import torch
 
 from .._checks import check_choice
 from ..decode.options import DecodingOptions
-from ..decode.search import Generation
 
-__all__ = ["ENGINES", "CTranslate2Engine", "check_engine"]
+__all__ = ["ENGINES", "CTranslate2Engine", "Row", "check_engine"]
+
+#: One output of a search: its ids (EOS last where it finished), each token's log-probability
+#: (empty where not asked for), ``log P``, the score the search ranked by, and whether it
+#: finished; an n-best row the beam did not fill has no ids.
+Row = tuple[list[int], list[float], float, float, bool]
 
 #: The engines, the first the default.
 ENGINES = ("torch", "ctranslate2")
@@ -129,14 +133,17 @@ class CTranslate2Engine:
         options: DecodingOptions,
         limits: list[int],
         scored: bool = True,
-    ) -> Generation:
-        """``options.n_best`` outputs per source (rows ``i * n_best ...``; an empty row where
-        the beam finished fewer), the output of row ``i`` at most ``limits[i]`` tokens (the
+    ) -> list[Row]:
+        """``options.n_best`` outputs per source as :data:`Row` (rows ``i * n_best ...``; an
+        empty one where the beam finished fewer), the output of row ``i`` at most
+        ``limits[i]`` tokens (the
         prefix included). CTranslate2 takes one length limit a batch: greedy search and
         sampling decode to the longest and cut each row to its own (exact: a row's tokens do not
         depend on its limit), beam search decodes the rows of each limit together. ``scored``:
         each token's log-probability from a second pass (``score_batch``); else none, and each
-        row's score CTranslate2's own (``log P`` from it), unless a row was cut to its limit."""
+        row's score CTranslate2's own (``log P`` from it), unless a row was cut to its limit.
+        Plain lists, not a :class:`~attnlab.decode.search.Generation`: at batch 1 the torch ops
+        of one would cost as much as the rest of the Translator's work on a sentence."""
         n = options.n_best
         # The translator's stream where the call keeps its seed (as the torch engine's
         # generator), else a stream of the call's own seed.
@@ -181,43 +188,33 @@ class CTranslate2Engine:
                     cut |= len(tokens) > limits[i]
         if scored or cut:
             return self._scored(sources, found, n, penalty)
-        lengths = torch.tensor([max(1, len(ids)) for ids in found]).float()
-        return self._generation(found, None, torch.tensor(own) * lengths**penalty, penalty)
+        return [
+            (ids, [], score * max(1, len(ids)) ** penalty, score, self._done(ids))
+            for ids, score in zip(found, own, strict=True)
+        ]
+
+    def _done(self, ids: list[int]) -> bool:
+        return bool(ids) and ids[-1] == self.eos_id
 
     def _scored(
         self, sources: list[list[int]], found: list[list[int]], n: int, penalty: float
-    ) -> Generation:
-        """``found`` (rows of ids, EOS last where finished) as a Generation, each token's
+    ) -> list[Row]:
+        """``found`` (rows of ids, EOS last where finished) as rows, each token's
         log-probability from CTranslate2's ``score_batch`` (which appends EOS to a target)."""
-        done = [bool(ids) and ids[-1] == self.eos_id for ids in found]
+        done = [self._done(ids) for ids in found]
         kept = [r for r, ids in enumerate(found) if ids]
         scored = self.translator.score_batch(
             [[self.src_tokens[t] for t in sources[r // n]] for r in kept],
             [[self.tgt_tokens[t] for t in found[r][: len(found[r]) - done[r]]] for r in kept],
             max_input_length=0,
         )
-        token_log_probs = torch.zeros(len(found), max(map(len, found), default=0))
+        rows: list[Row] = [([], [], 0.0, 0.0, False)] * len(found)
         for r, result in zip(kept, scored, strict=True):
-            token_log_probs[r, : len(found[r])] = torch.tensor(result.log_probs[: len(found[r])])
-        return self._generation(found, token_log_probs, token_log_probs.sum(dim=1), penalty)
-
-    def _generation(
-        self, found: list[list[int]], token_log_probs: Any, log_probs: Any, penalty: float
-    ) -> Generation:
-        """``found`` as a Generation: ``log_probs`` each row's ``log P`` (its score
-        ``log P / |Y| ** penalty``), ``token_log_probs`` the tokens' or None."""
-        width = max(map(len, found), default=0)
-        sequences = torch.tensor([ids + [self.pad_id] * (width - len(ids)) for ids in found])
-        lengths = torch.tensor([len(ids) for ids in found])
-        return Generation(
-            sequences=sequences,
-            lengths=lengths,
-            log_probs=log_probs,
-            scores=log_probs / lengths.clamp(min=1).float() ** penalty,
-            finished=torch.tensor([bool(ids) and ids[-1] == self.eos_id for ids in found]),
-            eos_id=self.eos_id,
-            token_log_probs=token_log_probs,
-        )
+            ids = found[r]
+            tokens = result.log_probs[: len(ids)]
+            log_prob = sum(tokens)
+            rows[r] = (ids, tokens, log_prob, log_prob / len(ids) ** penalty, done[r])
+        return rows
 
 
 def convert(

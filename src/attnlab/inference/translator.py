@@ -33,7 +33,7 @@ from ..decode.ensemble import Ensemble, incompatible
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, decode, length_penalty
 from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong, bound_sources
-from .engines import CTranslate2Engine, check_engine
+from .engines import CTranslate2Engine, Row, check_engine
 
 __all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
 
@@ -368,8 +368,7 @@ class Translator:
                 limit(sources[0]) if kind(batch[0])[0] else None,
                 scored,
             )
-            alpha = options.alpha if self.ct2 is None else None  # None: the engine's score
-            rows = as_hypotheses(generated, self.tgt_tokenizer, alpha)
+            rows = as_hypotheses(generated, self.tgt_tokenizer, config.eos_id)
             for j, i in enumerate(batch):
                 out[i] = [h for h in rows[j * n : (j + 1) * n] if h is not None]
                 if not out[i] and phrases[i]:  # not expected: check_request bounds the search
@@ -398,7 +397,7 @@ def search(
     options: DecodingOptions,
     limit: int | None,
     scored: bool = True,
-) -> Generation:
+) -> list[Row]:
     """One batch of :meth:`Translator.hypotheses`: ``options.n_best`` hypotheses per source
     through :func:`attnlab.decode.search.decode` (constrained where ``constraints`` is given),
     at most ``limit`` tokens long (None: each row's source + 50); or through the CTranslate2
@@ -407,7 +406,7 @@ def search(
         limits = [limit or options.output_limit(len(s), t.max_len) for s in sources]
         return t.ct2.search(sources, prefixes, options, limits, scored)
     seeded = options.seed == t.decoding.seed
-    return decode(
+    generated = decode(
         t.model,
         sources,
         options,
@@ -418,6 +417,7 @@ def search(
         quantize=t.quantize,
         generator=t.generator if seeded else options.generator(t.generator_device),
     )
+    return generation_rows(generated, options.alpha)
 
 
 def _options(decoding: object, default: DecodingOptions) -> DecodingOptions:
@@ -573,36 +573,34 @@ def guide_requests(
     return prefix_ids, phrases, refused
 
 
-def as_hypotheses(generated: Generation, tokenizer, alpha: float | None) -> list[Hypothesis | None]:
-    """The rows of ``generated`` as :class:`Hypothesis` (None for a row that found nothing:
-    an n-best row past what the beam finished), texts and labels from ``tokenizer``; scored
-    ``log P / lp(alpha)``, or with ``alpha`` None ``generated.scores`` (an engine's own)."""
+def generation_rows(generated: Generation, alpha: float) -> list[Row]:
+    """The rows of the torch engine's ``generated`` as the ctranslate2 engine gives its own
+    (:data:`~attnlab.inference.engines.Row`), scored ``log P / lp(alpha)``."""
+    lengths = generated.lengths.tolist()
+    return list(
+        zip(
+            generated.tolist(keep_eos=True),
+            generated.token_scores(),
+            log_probs := generated.log_probs.tolist(),
+            [p / float(length_penalty(k, alpha)) for p, k in zip(log_probs, lengths, strict=True)],
+            generated.finished.tolist(),
+            strict=True,
+        )
+    )
+
+
+def as_hypotheses(rows: list[Row], tokenizer, eos_id: int) -> list[Hypothesis | None]:
+    """``rows`` (of either engine, see :data:`~attnlab.inference.engines.Row`) as
+    :class:`Hypothesis` (None for a row that found nothing: an n-best row past what the beam
+    finished), texts and labels from ``tokenizer``."""
     out: list[Hypothesis | None] = []
-    eos = generated.eos_id
-    unscored = [[]] * len(generated.lengths)  # an engine that skipped them (scored=False)
-    for ids, row_scores, log_prob, score, done in zip(
-        generated.tolist(keep_eos=True),
-        unscored if generated.token_log_probs is None else generated.token_scores(),
-        generated.log_probs.tolist(),
-        generated.scores.tolist(),
-        generated.finished.tolist(),
-        strict=True,
-    ):
+    for ids, token_log_probs, log_prob, score, done in rows:
         if not ids:
             out.append(None)
             continue
-        words = ids[:-1] if done and ids[-1] == eos else ids
-        out.append(
-            Hypothesis(
-                text=tokenizer.decode(words),
-                ids=ids,
-                tokens=tokenizer.labels(ids),
-                token_log_probs=row_scores,
-                log_prob=log_prob,
-                score=score if alpha is None else log_prob / float(length_penalty(len(ids), alpha)),
-                finished=bool(done),
-            )
-        )
+        words = ids[:-1] if done and ids[-1] == eos_id else ids
+        text, tokens = tokenizer.decode(words), tokenizer.labels(ids)
+        out.append(Hypothesis(text, ids, tokens, token_log_probs, log_prob, score, bool(done)))
     return out
 
 

@@ -23,8 +23,9 @@ from .._checks import is_int
 from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.ensemble import Ensemble
 from ..decode.options import DecodingOptions
-from ..decode.search import Generation, length_penalty
+from ..decode.search import length_penalty
 from ..inference.bounds import CHARS_PER_TOKEN
+from ..inference.engines import Row
 from ..inference.translator import Translator, as_hypotheses, search
 from ..models.transformer import Transformer
 from ..nn.masks import causal_mask, combine_masks, key_mask, padding_mask_from_ids
@@ -219,7 +220,7 @@ class Explorer:
 
     def _translate(self, job: TranslateJob) -> tuple[dict, list[int]]:
         """``(answer, generated ids with EOS)``; call under the lock."""
-        found = as_hypotheses(self._generate(job), self.tgt_tokenizer, job.decoding.alpha)[0]
+        found = as_hypotheses(self._generate(job), self.tgt_tokenizer, self.config.eos_id)[0]
         if found is None:  # only with constraints: a beam at the length limit must hold them all
             raise InputError(f"constraints: {UNMET} (with the prefix, if one is given)")
         answer = {
@@ -250,7 +251,7 @@ class Explorer:
         limit = options.output_limit(len(source), self.config.max_len - 1)
         return max(1, limit)
 
-    def _generate(self, job: TranslateJob) -> Generation:
+    def _generate(self, job: TranslateJob) -> list[Row]:
         """The best translation of one source, with its token scores."""
         return search(
             self.translator,
