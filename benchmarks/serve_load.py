@@ -80,6 +80,8 @@ from pathlib import Path
 
 import httpx
 
+from lean_http import Connection, TransportError
+
 MODEL_ROUTES = ("attention", "translate")
 MIX = {"attention": 0.4, "translate": 0.3, "model": 0.1, "positional": 0.1, "masks": 0.1}
 ALLOWED = (200, 503)
@@ -357,27 +359,24 @@ async def translate_client(
     """One client on its own connection: one sentence a request, until ``until`` or
     ``requests`` requests; after a 503 it waits as Retry-After says (as :func:`one_client`)."""
     rng = random.Random(seed)
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+    async with Connection(url) as http:
         done = 0
         while time.monotonic() < until and done < requests:
             text = rng.choice(texts)
             path, body = translate_request(mode, text, pair, beam)
             start = time.perf_counter()
-            response = None
             try:
-                response = await http.post(path, json=body)
-                status = response.status_code
-            except httpx.HTTPError:
-                status = 0
+                status, headers, content = await http.request("POST", path, body)
+            except TransportError:
+                status, headers, content = 0, {}, b""
             seconds = time.perf_counter() - start
             got = None
             if status == 200:
-                got = response.json()["translation" if mode == "queue" else "translatedText"]
+                got = json.loads(content)["translation" if mode == "queue" else "translatedText"]
             answers.append(Answer(mode, status, seconds, text, got))
             done += 1
-            if status == 503 and response is not None:
-                told = response.headers.get("retry-after", "1")
+            if status == 503:
+                told = headers.get("retry-after", "1")
                 wait = min(float(told), 2.0) if told.isdigit() else 1.0
                 await asyncio.sleep(wait * rng.uniform(0.5, 1.0))
 

@@ -74,7 +74,8 @@ class Limits:
         keep_alive: seconds an idle connection is kept open between requests.
         concurrency: uvicorn's ``limit_concurrency``: a request that arrives while this many
             connections are open gets uvicorn's plain-text 503.
-        max_connections: connections beyond this many open ones are closed at once.
+        max_connections: connections beyond this many open ones are closed at once (above
+            ``concurrency``, so that a burst of connections is answered 503, not dropped).
         max_head_bytes: the largest request head (h11's ``max_incomplete_event_size``).
         attention_elements: the most attention weights in one answer (see docs/serve.md).
         translate_waiting: sentences that may wait for the translation batcher; more get a
@@ -89,7 +90,7 @@ class Limits:
     header_timeout: float = 10.0
     keep_alive: float = 5.0
     concurrency: int = 128
-    max_connections: int = 128
+    max_connections: int = 512
     max_head_bytes: int = 16 * 1024
     attention_elements: int = 1 << 18
     translate_waiting: int = 256
