@@ -24,7 +24,6 @@ Requests with other options wait for a batch of their own.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import math
@@ -39,7 +38,7 @@ from starlette.types import Receive
 
 from ..decode.options import DecodingOptions
 from ..inference.bounds import MAX_TOKENS
-from .limits import ANSWERED, LEFT, Busy, ClientGone, answer_or_leave
+from .limits import Busy, awaited
 
 __all__ = ["Batcher"]
 
@@ -153,24 +152,14 @@ class Batcher:
             self._line.append(request)
             self.counts["admitted"] += 1
             self._cond.notify_all()
-        answer = asyncio.wrap_future(request.future)
-        try:
-            outcome = await answer_or_leave(answer, receive, self.timeout)
-        except asyncio.CancelledError:
-            self._give_up(request, "client_gone")
-            raise
-        if outcome == ANSWERED:
-            return answer.result()
-        if outcome == LEFT:
-            self._give_up(request, "client_gone")
-            raise ClientGone()
-        self._give_up(request, "timeout")
-        self.counts["expired"] += 1
-        raise Busy(
-            f"no answer within {self.timeout:g} s: the translation service is busy; try again "
-            f"in {self.retry_after()} s",
-            self.retry_after(),
-        )
+
+        def give_up(reason: str) -> None:
+            self._give_up(request, reason)
+            if reason == "timeout":
+                self.counts["expired"] += 1
+
+        what = "the translation service"
+        return await awaited(request.future, receive, self.timeout, give_up, what, self.retry_after)
 
     def _give_up(self, request: _Request, reason: str) -> None:
         """Drop ``request`` from the line unless its batch has started."""

@@ -188,25 +188,14 @@ class ModelQueue:
         given_up = threading.Event()
         job = self._pool.submit(self._job, work, given_up)
         job.add_done_callback(self._finished)
-        answer = asyncio.wrap_future(job)
-        try:
-            outcome = await answer_or_leave(answer, receive, self.timeout)
-        except asyncio.CancelledError:
+
+        def give_up(reason: str) -> None:
             given_up.set()
-            job.cancel()
-            raise
-        if outcome == ANSWERED:
-            return answer.result()
-        given_up.set()
-        job.cancel()  # succeeds unless it has started
-        if outcome == LEFT:
-            raise ClientGone()
-        self.counts["expired"] += 1
-        raise Busy(
-            f"no answer within {self.timeout:g} s: the model is busy; try again in "
-            f"{self.retry_after()} s",
-            self.retry_after(),
-        )
+            job.cancel()  # succeeds unless it has started
+            if reason == "timeout":
+                self.counts["expired"] += 1
+
+        return await awaited(job, receive, self.timeout, give_up, "the model", self.retry_after)
 
     def _job(self, work: Callable[[], T], given_up: threading.Event) -> T:
         if given_up.is_set():  # its client left, or its deadline passed, while it waited
@@ -237,29 +226,39 @@ def retrieve(future: asyncio.Future) -> None:
         future.exception()
 
 
-#: What :func:`answer_or_leave` saw first.
-ANSWERED, LEFT, TIMED_OUT = "answered", "left", "timed out"
-
-
-async def answer_or_leave(answer: asyncio.Future, receive: Receive | None, timeout: float) -> str:
-    """Wait for the first of ``answer``, the client leaving (``receive`` says
-    ``http.disconnect``; None: not watched) and ``timeout`` seconds: :data:`ANSWERED`,
-    :data:`LEFT` or :data:`TIMED_OUT`. A cancellation of the caller propagates; an answer
-    nobody awaits any more is marked seen (:func:`retrieve`)."""
+async def awaited(
+    job: Future[T],
+    receive: Receive | None,
+    timeout: float,
+    give_up: Callable[[str], object],
+    what: str,
+    retry_after: Callable[[], int],
+) -> T:
+    """``job``'s result, awaited until it comes, the client leaves (``receive`` says
+    ``http.disconnect``; None: not watched) or ``timeout`` seconds pass. Otherwise
+    ``give_up(reason)`` (``"client_gone"``, also when the caller is cancelled, or
+    ``"timeout"``), then ClientGone, or Busy saying ``what`` is busy. An answer nobody awaits
+    any more is marked seen (:func:`retrieve`)."""
+    answer = asyncio.wrap_future(job)
     answer.add_done_callback(retrieve)
-    waits: set[asyncio.Future[Any]] = {answer}
-    left = None
-    if receive is not None:
-        left = asyncio.ensure_future(client_left(receive))
-        waits.add(left)
+    left = None if receive is None else asyncio.ensure_future(client_left(receive))
     try:
+        waits = {answer} if left is None else {answer, left}
         done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+    except asyncio.CancelledError:
+        give_up("client_gone")
+        raise
     finally:
         if left is not None:
             left.cancel()
     if answer in done:
-        return ANSWERED
-    return LEFT if left is not None and left in done else TIMED_OUT
+        return answer.result()
+    if left is not None and left in done:
+        give_up("client_gone")
+        raise ClientGone()
+    give_up("timeout")
+    wait = retry_after()
+    raise Busy(f"no answer within {timeout:g} s: {what} is busy; try again in {wait} s", wait)
 
 
 async def client_left(receive: Receive) -> None:
