@@ -52,8 +52,7 @@ def json_type(value: object) -> str:
 
 
 def short(value: object, limit: int = 40) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(repr(value) if isinstance(value, str) else str(value), limit)
 
 
 def clip(text: str, limit: int = 200) -> str:
@@ -131,21 +130,15 @@ def content_type_problem(value: str | None, form: bool = False) -> str | None:
     return None
 
 
-def form_problem(body: bytes) -> str | None:
-    """Why ``body`` is not a UTF-8 URL-encoded form, or None."""
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return f"body: not UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start})"
-    return None
-
-
-def json_problem(body: bytes) -> str | None:
-    """Why ``body`` is not one UTF-8 JSON document, or None."""
+def body_problem(body: bytes, form: bool = False) -> str | None:
+    """Why ``body`` is not one UTF-8 JSON document (with ``form``: not UTF-8; the route
+    checks a URL-encoded form's fields), or None."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
         return f"body: not UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start})"
+    if form:
+        return None
     if not text.strip():
         return "body: empty; expected a JSON object"
     try:
@@ -220,7 +213,7 @@ class BodyGuard:
                 break
         body = b"".join(chunks)
         is_form = form and media_type(headers.get("content-type")) == FORM_TYPE
-        problem = form_problem(body) if is_form else json_problem(body)
+        problem = body_problem(body, is_form)
         if problem is not None:
             await error_response(400, problem)(scope, receive, send)
             return
