@@ -216,12 +216,8 @@ class ServeMetrics:
             "attnlab_explorer_queue_depth", "explorer requests running or waiting for the model"
         )
         self.ready = Gauge("attnlab_ready", "1 once the model is loaded and warmed up")
-        for metric in (
-            self.requests, self.latency, self.in_flight, self.batch_sentences,
-            self.batch_requests, self.batch_seconds, self.dropped, self.queue_depth,
-            self.explorer_depth, self.ready,
-        ):  # fmt: skip
-            self.registry.add(metric)
+        metrics = [m for m in vars(self).values() if isinstance(m, _Metric)]  # in that order
+        self.registry.metrics += metrics
 
     def exposition(self) -> str:
         return self.registry.exposition()
