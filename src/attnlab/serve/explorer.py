@@ -325,11 +325,9 @@ class Explorer:
                 output = [*job.words, self.config.eos_id]
                 answer["output_tokens"] = self.tgt_tokenizer.labels(output)
             inputs = [self.config.bos_id, *output[:-1]]  # row i predicts output[i]
+            src, tgt = (torch.tensor([ids], device=self.device) for ids in (job.source, inputs))
             if job.words is not None:  # the forced target's own scores (teacher forcing)
-                logits = self.model(
-                    torch.tensor([job.source], device=self.device),
-                    torch.tensor([inputs], device=self.device),
-                )
+                logits = self.model(src, tgt)
                 chosen = torch.tensor(output, device=self.device)[:, None]
                 scores = torch.log_softmax(logits[0].float(), dim=-1).gather(1, chosen)[:, 0]
                 log_prob = float(scores.sum())
@@ -337,10 +335,7 @@ class Explorer:
                 answer["log_prob"] = round(log_prob, DECIMALS)
                 score = log_prob / float(length_penalty(len(output), job.translate.decoding.alpha))
                 answer["score"] = round(score, DECIMALS)
-            maps = self.model.attention(
-                torch.tensor([job.source], device=self.device),
-                torch.tensor([inputs], device=self.device),
-            )
+            maps = self.model.attention(src, tgt)
             tensors = {
                 kind: torch.stack([w[0] for w in getattr(maps, kind)]).to("cpu") for kind in KINDS
             }  # (L, H, T_q, T_k) each
