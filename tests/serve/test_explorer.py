@@ -39,6 +39,7 @@ from attnlab.nn.positional import ALiBi, RotaryEmbedding
 from attnlab.serve import MAX_BODY_BYTES, create_app
 from attnlab.serve import process as serve_process
 from attnlab.serve.app import STATIC_DIR
+from attnlab.serve.limits import Limits
 from attnlab.serve.process import make_server, url_of
 
 ROUNDING = 5e-6  # answers are rounded to 5 decimals
@@ -660,8 +661,10 @@ def test_run_prints_the_real_url_and_warns_beyond_loopback(monkeypatch, capsys, 
         def run(self, sockets):
             served.append(sockets[0].getsockname())
 
-    app = types.SimpleNamespace(state=types.SimpleNamespace(queue=types.SimpleNamespace()))
-    app.state.queue.close = lambda: None
+    closed = types.SimpleNamespace(close=lambda wait=None: None)
+    app = types.SimpleNamespace(
+        state=types.SimpleNamespace(queue=closed, service=closed, limits=Limits())
+    )
     monkeypatch.setattr(serve_process, "create_app", lambda model_dir, **options: app)
     monkeypatch.setattr(serve_process, "_server", lambda app, log_level: Server())
     serve_process.run(tmp_path, port=0)

@@ -179,8 +179,6 @@ def run(
             if keyed:
                 signal.signal(signal.SIGHUP, hup or signal.SIG_DFL)
         sock.close()
-        service = getattr(app.state, "service", None)
-        if service is not None:  # the requests it admitted are answered by now
-            limits = getattr(app.state, "limits", None) or Limits()
-            service.close(wait=limits.request_timeout)
+        # The requests the service admitted are answered by now.
+        app.state.service.close(wait=app.state.limits.request_timeout)
         app.state.queue.close()
