@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from collections.abc import Callable
-from pathlib import Path
 
 from ..inference.bounds import MAX_TOKENS
 from ._args import (
@@ -64,10 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve.keys import Gate
     from ..serve.limits import Limits
 
-    models = model_dirs(args)  # several: an ensemble (the torch engine, --api-only)
-    for model in models:
-        if not Path(model).is_dir():
-            raise FileNotFoundError(f"--model: {model}: no such model directory (OUT/model)")
+    models = model_dirs(args)  # resolved (resolving); several: an ensemble (--api-only)
     args.model = models[0]
     engine = engine_of(args, len(models))  # what the engine cannot do: before any work
     why = None if args.api_only else page_refusal(engine, len(models))
