@@ -109,17 +109,6 @@ def add_parsers(sub) -> None:
     translate.set_defaults(func=resolving(cmd_translate))
 
 
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _check_translate_flags(args: argparse.Namespace) -> None:
     """The flags of ``translate`` that exclude or need each other: before any model work."""
     sampling = (args.temperature != 1.0, args.top_k, args.top_p, args.seed)
@@ -197,6 +186,7 @@ def _scored_line(best, n_best: bool) -> str:
 def cmd_translate(args: argparse.Namespace) -> int:
     from .._io import atomic_write
     from ..decode.options import DecodingOptions
+    from ..inference.corpus import windows
     from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
 
@@ -268,7 +258,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     def translate_all(lines: Iterable[str], write: Callable[[str], object]) -> Iterator[list[str]]:
         """Translate ``lines`` in chunks, writing each translation; yield each chunk."""
         first = 1
-        for batch in _chunks(lines, args.batch_lines):
+        for batch in windows(lines, args.batch_lines):
             for line in translate(batch, list(range(first, first + len(batch)))):
                 write(line + "\n")
             first += len(batch)

@@ -22,12 +22,12 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .._checks import check_int
 from .._io import read_json, write_json
 
-__all__ = ["CHUNK_SIZE", "WAIT_S", "assembled", "translate_chunks"]
+__all__ = ["CHUNK_SIZE", "WAIT_S", "assembled", "translate_chunks", "windows"]
 
 #: Sources translated, then written to disk, at a time; chunks a window sorts together;
 #: sources between two progress reports (a chunk can take minutes: a report should not wait);
@@ -35,9 +35,11 @@ __all__ = ["CHUNK_SIZE", "WAIT_S", "assembled", "translate_chunks"]
 CHUNK_SIZE, WINDOW_CHUNKS, PROGRESS_LINES, WAIT_S = 2000, 50, 200, 3600.0
 PLAN_FILE = "plan.json"
 Row = Sequence[str]
+T = TypeVar("T")
 
 
-def _windows(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:  # size rows at a time
+def windows(rows: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``rows`` as lists of ``size`` (the last may be shorter), read as each is asked for."""
     each = iter(rows)
     return iter(lambda: list(itertools.islice(each, size)), [])
 
@@ -116,7 +118,7 @@ def translate_chunks(
             progress(done, share, rate, (share - done) / rate if rate else math.inf)
 
     try:
-        for first, window in ((w * size, v) for w, v in enumerate(_windows(rows(), size))):
+        for first, window in ((w * size, v) for w, v in enumerate(windows(rows(), size))):
             read += len(window)
             order = sorted(range(len(window)), key=lambda i, w=window: (len(w[i][0]), i))
             for indices in (order[k : k + chunk_size] for k in range(0, len(order), chunk_size)):
@@ -154,7 +156,7 @@ def assembled(
     ``tally`` holds the ``chunks`` read and their ``seconds``, summed."""
     plan, number, seconds = read_json(Path(work) / PLAN_FILE), 0, 0.0
     chunk_size, size = plan["chunk_size"], plan["chunk_size"] * plan["window_chunks"]
-    for first, window in ((w * size, v) for w, v in enumerate(_windows(rows(), size))):
+    for first, window in ((w * size, v) for w, v in enumerate(windows(rows(), size))):
         targets: list[str | None] = [None] * len(window)
         for _ in range(-(-len(window) // chunk_size)):
             record = read_json(Path(work) / f"chunk-{number:06d}.json")
