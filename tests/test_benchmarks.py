@@ -195,6 +195,29 @@ def test_constrained_benchmark_small_run(numbers_model_dir: Path, tmp_path: Path
     assert "constraints met" in done.stdout
 
 
+def test_distill_processes_quick_run(numbers_model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/distill_processes.py --quick with the session's numbers model as the teacher:
+    1,000 sources decoded by 1 process and by 2 under torchrun give the same corpus, and the
+    record holds each run's wall and summed decoding times and their ratio (not its speed)."""
+    out = tmp_path / "distill_processes.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "distill_processes.py"), "--quick",
+         "--teacher", str(numbers_model_dir), "--out", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["same_corpus"] is True
+    one, two = report["one_process"], report["processes"]
+    assert (one["processes"], two["processes"]) == (1, 2)
+    assert one["pairs"] == two["pairs"] == 1000
+    for run in (one, two):
+        assert 0 < run["decode_wall_seconds"] <= run["command_seconds"]
+    assert report["wall_ratio"] == round(two["decode_wall_seconds"] / one["decode_wall_seconds"], 3)
+    assert report["goal"]["passed"] == (report["wall_ratio"] <= 0.62)
+    assert "the same corpus byte for byte: True" in done.stdout
+
+
 @pytest.mark.slow
 @needs_multi30k
 def test_data_scale_benchmark_smoke_run(tmp_path: Path) -> None:

@@ -689,5 +689,6 @@ def test_every_process_of_a_torchrun_group_decodes_and_the_corpus_is_the_same(te
     result = json.loads((tmp_path / "tr" / "results.json").read_text(encoding="utf-8"))
     (made,) = result["distill"]["corpora"]
     assert made["processes"] == 2 and made["decode_seconds"] > 0 and made["pairs"] == 340
+    assert made["decode_wall_seconds"] > 0
     plain_result = json.loads((tmp_path / "plain" / "results.json").read_text(encoding="utf-8"))
     assert plain_result["distill"]["corpora"][0]["processes"] == 1

@@ -42,6 +42,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,8 +302,9 @@ def distill_corpus(
     :func:`attnlab.inference.corpus.translate_chunks` (``options``: its own) in
     ``DIRECTORY.work/``. Rank 0 then assembles them, in the sources' order, into a temporary
     sibling: ``src.txt``, ``tgt.txt``, then ``meta.json`` (``meta``, the counts, the
-    ``processes``, the chunks' ``decode_seconds`` summed), renamed into place in one step; the
-    work directory is removed. Another rank returns what rank 0 made."""
+    ``processes``, the chunks' ``decode_seconds`` summed, and ``decode_wall_seconds``: this
+    run's, from its start to the last chunk, the others' included), renamed into place in one
+    step; the work directory is removed. Another rank returns what rank 0 made."""
     from .._io import atomic_write_dir, write_json
     from ..inference.corpus import assembled, translate_chunks
 
@@ -312,7 +314,9 @@ def distill_corpus(
     work = directory.with_name(directory.name + ".work")
     ready = lambda: load_distilled(directory) is not None  # noqa: E731
     both = lambda _, rows: translate([s for s, _ in rows], [r for _, r in rows])  # noqa: E731
+    started = time.perf_counter()
     whole = translate_chunks(pairs, total, work=work, translate=both, done=ready, **options)
+    wall = time.perf_counter() - started
 
     def assemble(temp: Path) -> None:
         tally = {"chunks": 0, "seconds": 0.0}
@@ -326,6 +330,7 @@ def distill_corpus(
         found = {"format": FORMAT, "version": VERSION, **(meta or {}), "pairs": total}
         found.update(chunk_size=options.get("chunk_size", CHUNK_SIZE), chunks=tally["chunks"])
         found.update(processes=options.get("world", 1), decode_seconds=tally["seconds"])
+        found.update(decode_wall_seconds=round(wall, 3))
         write_json(temp / META_FILE, found)  # last: it marks the corpus complete
 
     if whole:
@@ -515,6 +520,7 @@ def student_task(
                 "pairs": m.pairs,
                 "reused": m.cached,
                 "decode_seconds": m.meta.get("decode_seconds"),
+                "decode_wall_seconds": m.meta.get("decode_wall_seconds"),
                 "processes": m.meta.get("processes", 1),
             }
             for m in made
