@@ -111,12 +111,10 @@ def add_parsers(sub) -> None:
 
 def _check_translate_flags(args: argparse.Namespace) -> None:
     """The flags of ``translate`` that exclude or need each other: before any model work."""
+    names = ("--temperature", "--top-k", "--top-p", "--seed")
     sampling = (args.temperature != 1.0, args.top_k, args.top_p, args.seed)
-    if not args.sample and any(option is not None and option is not False for option in sampling):
-        names = ("--temperature", "--top-k", "--top-p", "--seed")
-        given = [
-            n for n, v in zip(names, sampling, strict=True) if v is not None and v is not False
-        ]
+    given = [n for n, v in zip(names, sampling, strict=True) if v is not None and v is not False]
+    if given and not args.sample:
         raise ValueError(f"{', '.join(given)}: only with --sample")
     if args.input and args.text:
         raise ValueError("--input: give either a FILE or TEXT arguments, not both")
