@@ -184,7 +184,7 @@ def _scored_line(best, n_best: bool) -> str:
 def cmd_translate(args: argparse.Namespace) -> int:
     from .._io import atomic_write
     from ..decode.options import DecodingOptions
-    from ..inference.corpus import windows
+    from ..inference import corpus
     from ..inference.translator import Translator
     from ._lines import check_utf8, lines_of, read_lines
 
@@ -256,41 +256,46 @@ def cmd_translate(args: argparse.Namespace) -> int:
     def translate_all(lines: Iterable[str], write: Callable[[str], object]) -> Iterator[list[str]]:
         """Translate ``lines`` in chunks, writing each translation; yield each chunk."""
         first = 1
-        for batch in windows(lines, args.batch_lines):
+        for batch in corpus.windows(lines, args.batch_lines):
             for line in translate(batch, list(range(first, first + len(batch)))):
                 write(line + "\n")
             first += len(batch)
             yield batch
 
     def translations(write: Callable[[str], object]) -> None:
+        """Every translation to ``write``, a line each; then --constraints must end too."""
         if from_text:
             for line in translate(args.text, list(range(1, len(args.text) + 1))):
                 write(line + "\n")
-            return
-        if not args.input:
+        elif not args.input:
             stdin = getattr(sys.stdin, "buffer", sys.stdin)  # a test's StringIO has no buffer
             for _ in translate_all(lines_of(stdin, "standard input", args.errors), write):
                 pass
-            return
-        from tqdm import tqdm
+        else:
+            from tqdm import tqdm
 
-        size = Path(args.input).stat().st_size
-        lines = read_lines(args.input, "--input", args.errors)
-        with tqdm(
-            total=size,
-            unit="B",
-            unit_scale=True,
-            desc="translate",
-            disable=not sys.stderr.isatty(),
-            file=sys.stderr,
-        ) as bar:
-            for batch in translate_all(lines, write):
-                bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
+            size = Path(args.input).stat().st_size
+            lines = read_lines(args.input, "--input", args.errors)
+            with tqdm(
+                total=size,
+                unit="B",
+                unit_scale=True,
+                desc="translate",
+                disable=not sys.stderr.isatty(),
+                file=sys.stderr,
+            ) as bar:
+                for batch in translate_all(lines, write):
+                    bar.update(sum(len(line.encode("utf-8")) + 1 for line in batch))
+        if constraints is not None:
+            constraints.finish()
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
     if args.input and args.out and not args.sample:  # in chunks, kept in OUT.work/: resumable
         from ..data.progress import progress_printer
         from ..data.textfiles import sha256_file
-        from ..inference import corpus
 
         work = Path(args.out).with_name(Path(args.out).name + ".work")
         files = {
@@ -321,25 +326,15 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
         atomic_write(args.out, assemble)
         shutil.rmtree(work)
-        return EXIT_REFUSED if too_long.refused else 0
-    if args.out:
+    elif args.out:
 
         def fill(path: str) -> None:
             with open(path, "w", encoding="utf-8") as out:
                 translations(out.write)
-                if constraints is not None:
-                    constraints.finish()
 
         atomic_write(args.out, fill)
-        return EXIT_REFUSED if too_long.refused else 0
-
-    def emit(line: str) -> None:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-
-    translations(emit)
-    if constraints is not None:
-        constraints.finish()
+    else:
+        translations(emit)
     return EXIT_REFUSED if too_long.refused else 0
 
 
