@@ -148,13 +148,8 @@ def _bleu_options(model_dir: str) -> dict[str, str | None]:
 def _target_language(model_dir: str) -> str:
     """The target language of the task the model in ``model_dir`` was trained on (its
     job.json), for ``--tokenized-bleu``; ValueError naming the flag without one."""
-    from .._rundir import read_job_file
-
-    try:
-        lang = read_job_file(model_dir)["task"]["tgt_lang"]
-    except (OSError, ValueError, KeyError, TypeError):
-        lang = None
-    if not isinstance(lang, str) or not lang:
+    lang = _bleu_options(model_dir)["tgt_lang"]
+    if not lang:
         raise ValueError(
             f"--tokenized-bleu: {model_dir} names no target language (task.tgt_lang of a "
             f"job.json), which Moses tokenisation needs"
