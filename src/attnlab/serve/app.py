@@ -88,6 +88,8 @@ EXPLORER_ROUTES = (
     "POST /api/masks, GET /, GET /static/<file>"
 )
 ROUTES = f"{EXPLORER_ROUTES}, {API_ROUTES}"
+#: The model routes' answer when it is busy, in the OpenAPI schema.
+BUSY = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 #: Paths counted by name in /metrics.
 METRIC_ROUTES = (
     "/api/model", "/api/translate", "/api/attention", "/api/positional", "/api/masks",
@@ -227,11 +229,10 @@ def create_app(
     app.add_middleware(InternalErrors)
     app.add_middleware(RequestMetrics, metrics=metrics, routes=METRIC_ROUTES)
     install_error_handlers(app, BODIES, API_ROUTES if api_only else ROUTES)
-    busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
     @app.post(
         "/translate",
-        responses={200: {"model": LibreTranslateAnswer}, **busy},
+        responses={200: {"model": LibreTranslateAnswer}, **BUSY},
         openapi_extra={"requestBody": libre_body(pair)},
     )
     async def libre_translate(request: Request) -> dict:
@@ -281,42 +282,35 @@ def explorer_routes(
     routes pass ``app.state.gate`` (if any: a key in an Authorization header), then wait in
     ``queue``, the model's bounded line."""
     gate: Gate = getattr(app.state, "gate", None) or Gate()
-    busy = {503: {"model": ErrorResponse, "description": "the model is busy: try again later"}}
 
     @app.get("/api/model", response_model=ModelInfo)
     async def model_info() -> dict:
         """What the page needs to know about the model."""
         return explorer.info()
 
-    @app.post("/api/translate", response_model=TranslateResponse, responses=busy)
+    async def model_work(request: Request, body: TranslateRequest, prepare, run, *options):
+        """``(job, result)``: ``body``'s client through the gate, ``job = prepare(text,
+        decoding, *options)`` in a worker thread (no model work), then ``run(job)`` in the
+        model's queue."""
+        gate.check(request.scope, {"text": body.text})
+        decoding = body.decoding(explorer.decoding)
+        job = await run_in_threadpool(prepare, body.text, decoding, *options)
+        return job, await queue.run(lambda: run(job), request.receive)
+
+    @app.post("/api/translate", response_model=TranslateResponse, responses=BUSY)
     async def translate(body: TranslateRequest, request: Request) -> dict:
         """Translate one sentence (beam search; beam_size 1 is greedy)."""
-        gate.check(request.scope, {"text": body.text})
-        job = await run_in_threadpool(
-            explorer.prepare_translate,
-            body.text,
-            body.decoding(explorer.decoding),
-            body.constraints,
-            body.prefix,
-        )
-        return await queue.run(lambda: explorer.run_translate(job), request.receive)
+        steps = explorer.prepare_translate, explorer.run_translate
+        _, answer = await model_work(request, body, *steps, body.constraints, body.prefix)
+        return answer
 
-    @app.post("/api/attention", response_model=AttentionResponse, responses=busy)
+    @app.post("/api/attention", response_model=AttentionResponse, responses=BUSY)
     async def attention(body: AttentionRequest, request: Request) -> Response:
         """Translate, and return the attention weights of the asked-for layers and heads
         (all by default), at most ``max_elements`` of them."""
-        gate.check(request.scope, {"text": body.text})
-        job = await run_in_threadpool(
-            explorer.prepare_attention,
-            body.text,
-            body.decoding(explorer.decoding),
-            body.target,
-            body.layers,
-            body.heads,
-            body.constraints,
-            body.prefix,
-        )
-        result = await queue.run(lambda: explorer.run_attention(job), request.receive)
+        steps = explorer.prepare_attention, explorer.run_attention
+        options = body.target, body.layers, body.heads, body.constraints, body.prefix
+        job, result = await model_work(request, body, *steps, *options)
 
         def encode() -> bytes:  # in a worker thread, with the model free for the next request
             answer = explorer.attention_answer(result, job, limits.attention_elements)
