@@ -24,6 +24,7 @@ from ._args import (
     non_negative,
     positive_int,
 )
+from ._lines import read_lines
 from ._model import EXIT_REFUSED, TooLongLines, check_kind, model_dirs, resolving
 
 
@@ -79,8 +80,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..inference.translator import Translator
     from ..tasks import TranslationTask
 
-    sources = _read_lines(args.src, "--src", args.errors)
-    references = _read_lines(args.ref, "--ref", args.errors)
+    sources = list(read_lines(args.src, "--src", args.errors))
+    references = list(read_lines(args.ref, "--ref", args.errors))
     if len(sources) != len(references):
         raise ValueError(
             f"--ref: {args.ref} has {len(references):,} lines, but --src {args.src} has "
@@ -164,7 +165,7 @@ def _evaluate_lm_file(args: argparse.Namespace) -> int:
 
     if args.ref is not None or args.src is None:
         raise ValueError("--ref: a language model is scored on --src FILE alone (perplexity)")
-    lines = _read_lines(args.src, "--src", args.errors)
+    lines = list(read_lines(args.src, "--src", args.errors))
     if args.limit:
         lines = lines[: args.limit]
     model, tokenizer, _ = load_with_tokenizers(args.model, device=device_of(args.device))
@@ -200,14 +201,6 @@ def _evaluate_split(args: argparse.Namespace) -> int:
     tokenized = args.tokenized_bleu
     print_scores(result, job.task, show=args.show, beam_size=args.beam_size, tokenized=tokenized)
     return 0
-
-
-def _read_lines(path: str, flag: str, errors: str = "strict") -> list[str]:
-    """The lines of ``path`` (``flag`` names it in errors), decoded line by line as
-    ``--errors`` says (:mod:`attnlab.cli._lines`)."""
-    from ._lines import read_lines
-
-    return list(read_lines(path, flag, errors))
 
 
 _SCORED_WITHOUT_DECODING = {
