@@ -130,12 +130,11 @@ def load_with_tokenizers(
         files = (joint, joint)
     else:
         files = (directory / SRC_TOKENIZER_FILE, directory / TGT_TOKENIZER_FILE)
-    sides = [("source ", src, files[0], "vocab_size", config.vocab_size)]
-    if isinstance(model, Transformer):
+    two = isinstance(model, Transformer)  # a source and a target side; else one, unnamed
+    sides = [("source " if two else "", src, files[0], "vocab_size", config.vocab_size)]
+    if two:
         field = "vocab_size" if config.tgt_vocab_size is None else "tgt_vocab_size"
         sides.append(("target ", tgt, files[1], field, config.target_vocab_size))
-    else:
-        sides[0] = ("", *sides[0][1:])
     for side, tokenizer, path, field, size in sides:
         if tokenizer.vocab_size > size:
             raise ValueError(
