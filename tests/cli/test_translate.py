@@ -436,6 +436,48 @@ def test_translate_a_file_to_a_file_resumes_after_a_kill_to_the_same_bytes(
     assert out.read_text(encoding="utf-8") == expected
 
 
+def test_a_resumed_file_translation_still_counts_the_lines_an_earlier_run_refused(
+    numbers_model_dir, tmp_path, monkeypatch, capsys
+):
+    """A line refused in a chunk that a killed run finished (here: more constraint phrases
+    than the beam) is not decoded again when the run resumes; the resumed run says so again,
+    and exits with the refusal status, as a run never killed does."""
+    import attnlab.inference.corpus as corpus
+
+    monkeypatch.setattr(corpus, "CHUNK_SIZE", 8)
+    lines = ["one"] + [SOURCES[i % len(SOURCES)] or "six" for i in range(30)]
+    source, phrases = tmp_path / "in.txt", tmp_path / "phrases.tsv"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    phrases.write_text("eins\tzwei\tdrei\n" + "\n" * 30, encoding="utf-8")  # line 1: 3 > beam
+    argv = ["translate", "--model", str(numbers_model_dir), "--beam-size", "2"]
+    argv += ["-i", str(source), "--constraints", str(phrases), "--batch-lines", "8"]
+    (tmp_path / "whole").mkdir()
+    status, _, err = _run([*argv, "-o", str(tmp_path / "whole" / "out.txt")], capsys)
+    assert status == 2 and err.count("--input") == 1 and "line 1: " in err
+    expected = (tmp_path / "whole" / "out.txt").read_text(encoding="utf-8")
+    assert expected.splitlines()[0] == ""
+
+    real, calls = Translator.hypotheses, []
+
+    def killed_in_chunk_3(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    out = tmp_path / "out.txt"
+    monkeypatch.setattr(Translator, "hypotheses", killed_in_chunk_3)
+    status, _, err = _run([*argv, "-o", str(out)], capsys)
+    assert status == 130 and "line 1: " in err  # refused in chunk 0, which was written
+    monkeypatch.setattr(Translator, "hypotheses", real)
+    status, _, err = _run([*argv, "-o", str(out)], capsys)
+    assert status == 2 and "resuming: 2 chunks" in err
+    (said,) = [line for line in err.splitlines() if "line 1: " in line]
+    assert said.endswith("(refused by an earlier run)")
+    assert out.read_text(encoding="utf-8") == expected
+    assert not (tmp_path / "out.txt.work").exists()
+
+
 def test_translate_a_file_to_a_file_numbers_its_lines_as_streaming_does(
     numbers_model_dir, tmp_path, monkeypatch, capsys
 ):

@@ -71,10 +71,10 @@ def model_dirs(args: argparse.Namespace) -> list[str]:
 class TooLongLines:
     """Reports the sources over the model's max_len as one line each on stderr, naming where
     each came from (``--input FILE line N``, ``standard input line N``, ``TEXT N``), and
-    counts the refused ones."""
+    counts the refused ones; ``record(index, message)`` hears of each refusal too."""
 
-    def __init__(self, command: str, source: str) -> None:
-        self.command, self.source, self.refused = command, source, 0
+    def __init__(self, command: str, source: str, record=lambda index, message: None) -> None:
+        self.command, self.source, self.refused, self.record = command, source, 0, record
 
     def unmet(self, report) -> None:
         """A line refused for its prefix or constraints (a :class:`attnlab.inference.translator.
@@ -93,3 +93,5 @@ class TooLongLines:
         where = f"{self.source} {report.index + 1:,}"
         message = f"attnlab {self.command}: {kind}: {where}: {report.describe()}{outcome}"
         print(message, file=sys.stderr, flush=True)
+        if kind == "error":
+            self.record(report.index, message)

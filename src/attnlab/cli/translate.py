@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -226,7 +227,12 @@ def cmd_translate(args: argparse.Namespace) -> int:
     loaded = Translator.load(models, device=device, decoding=decoding, **options)
     if notice:
         print(notice, file=sys.stderr, flush=True)
-    too_long = TooLongLines("translate", source or "standard input line")
+    chunked = bool(args.input and args.out and not args.sample)  # in OUT.work/: resumable
+    work = Path(args.out).with_name(Path(args.out).name + ".work") if chunked else None
+    refusals = work / "refused.tsv" if work else None  # a resumed run's exit status counts them
+    refused_here: set[int] = set()
+    record = _recorder(refusals, refused_here)
+    too_long = TooLongLines("translate", source or "standard input line", record)
 
     def translate(batch: list[str], numbers: list[int], phrases=None) -> list[str]:  # lines from 1
         if phrases is None and constraints is not None:
@@ -293,11 +299,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
         sys.stdout.write(line)
         sys.stdout.flush()
 
-    if args.input and args.out and not args.sample:  # in chunks, kept in OUT.work/: resumable
+    if work is not None and refusals is not None:
         from ..data.progress import progress_printer
         from ..data.textfiles import sha256_file
 
-        work = Path(args.out).with_name(Path(args.out).name + ".work")
         files = {
             f: p for f, p in (("--input", args.input), ("--constraints", args.constraints)) if p
         }
@@ -325,7 +330,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
                     out.write(line + "\n")
 
         atomic_write(args.out, assemble)
+        earlier = _earlier_refusals(refusals, refused_here)
         shutil.rmtree(work)
+        if earlier:
+            return EXIT_REFUSED
     elif args.out:
 
         def fill(path: str) -> None:
@@ -336,6 +344,32 @@ def cmd_translate(args: argparse.Namespace) -> int:
     else:
         translations(emit)
     return EXIT_REFUSED if too_long.refused else 0
+
+
+def _recorder(path: Path | None, mine: set[int]) -> Callable[[int, str], None]:
+    """``record(index, message)`` of a chunked run: each refusal's index kept in ``mine`` and
+    appended to ``path`` (made durable before its chunk is), so that a resumed run knows of
+    the lines an earlier one refused."""
+
+    def record(index: int, message: str) -> None:
+        mine.add(index)
+        if path is not None:
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(f"{index}\t{message}\n")
+                log.flush()
+                os.fsync(log.fileno())
+
+    return record
+
+
+def _earlier_refusals(path: Path, mine: set[int]) -> int:
+    """The lines ``path`` holds as refused (by any run; a line twice where its chunk was
+    decoded again) but this run did not refuse (``mine``): each said again, and counted."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    earlier = {int(i): m for i, _, m in (line.partition("\t") for line in lines)}
+    for index in sorted(set(earlier) - mine):
+        print(f"{earlier[index]} (refused by an earlier run)", file=sys.stderr, flush=True)
+    return len(set(earlier) - mine)
 
 
 def _json_line(number: int, source: str, found: list, n_best: int | None) -> dict:
