@@ -289,3 +289,213 @@ def test_every_page_quotes_the_large_corpus_figures_from_their_results_file():
         if held - quoted:
             wrong.append(f"{name}: does not quote the measure(s) {sorted(held - quoted)}")
     assert not wrong, f"not the figures of {DATA_SCALE_RESULTS.name}:\n" + "\n".join(wrong)
+
+
+#: The engine and service figures (issue 59): benchmarks/engine.py's one sentence at a time,
+#: benchmarks/serve_load.py's translate mix (the d_model 256 model, and the numbers demo model
+#: in a run of its own), benchmarks/distill_processes.py's teachers on 1 and 2 processes.
+ENGINE_RESULTS = {
+    name: ROOT / f"benchmarks/results/{name}.json"
+    for name in ("engine", "serve_translate", "serve_translate_numbers", "distill_processes")
+}
+
+
+def engine_figures() -> dict[str, str]:
+    """Every figure the pages quote, as they write it, by key (``t1``: 1 thread)."""
+    import json
+
+    found = {name: json.loads(p.read_text(encoding="utf-8")) for name, p in ENGINE_RESULTS.items()}
+    figures: dict[str, str] = {}
+    for run in found["engine"]["results"]:
+        name = "trained" if run["model"] == "trained" else "random"
+        t, ms = run["threads"], run["contenders"]
+        for contender, value in ms.items():
+            best = value["ms_per_sentence_best"]
+            figures[f"{name}_{contender}_t{t}"] = (
+                f"{best:.3f}" if name == "trained" else f"{best:.1f}"
+            )
+        for contender, ratio in run["ratio_to_anchor"].items():
+            figures[f"{name}_{contender}_ratio_t{t}"] = f"{ratio:.2f}"
+        figures[f"{name}_speedup_t{t}"] = f"{run['ctranslate2_speedup_over_torch']:.2f}"
+    for key, runs in (
+        ("d256", found["serve_translate"]),
+        ("numbers", found["serve_translate_numbers"]),
+    ):
+        for run in runs:
+            t = run["threads"]
+            figures[f"{key}_queue_best_t{t}"] = f"{run['queue_best']['sentences_per_second']:.1f}"
+            for r in run["rounds"]:
+                figures[f"{key}_{r['mode']}_{r['engine']}_c{r['clients']}_t{t}"] = (
+                    f"{r['sentences_per_second']:.1f}"
+                )
+            for engine, by_clients in run["batcher_over_queue"].items():
+                for c, ratios in by_clients.items():
+                    best = ratios["sentences_per_second_over_queue_best"]
+                    figures[f"{key}_{engine}_over_best_c{c}_t{t}"] = f"{best:.2f}"
+            for c, ratios in run["ctranslate2_over_torch"].items():
+                figures[f"{key}_ct2_over_torch_c{c}_t{t}"] = f"{ratios['sentences_per_second']:.2f}"
+            for s in run["soak"]:
+                figures[f"{key}_soak{s['soak']}_{s['engine']}_t{t}"] = f"{s['requests']:,}"
+            for moment, mib in run["rss_mib"].items():
+                figures[f"{key}_rss_{moment}_t{t}"] = f"{mib:.1f}"
+    processes = found["distill_processes"]
+    figures["dp_one"] = f"{processes['one_process']['decode_wall_seconds']:.2f}"
+    figures["dp_two"] = f"{processes['processes']['decode_wall_seconds']:.2f}"
+    figures["dp_ratio"] = f"{processes['wall_ratio']:.2f}"
+    return figures
+
+
+def _q(pattern: str) -> str:
+    """``pattern`` with each ``<key>`` a figure named ``key``."""
+    return re.sub(r"<(\w+)>", r"(?P<\1>[\\d.,]+)", pattern)
+
+
+_ROW = (
+    r"\| {c} \| {t} \| <d256_queue_torch_c{c}_t{t}> \| <d256_batcher_torch_c{c}_t{t}> \| "
+    r"<d256_batcher_ctranslate2_c{c}_t{t}> \| <d256_torch_over_best_c{c}_t{t}>x[,、] ?"
+    r"<d256_ctranslate2_over_best_c{c}_t{t}>x \|"
+)
+_TABLE = [_q(_ROW.format(c=c, t=t)) for t in (1, 2) for c in (1, 32, 64)]
+_ENGINE_DEPLOY = {
+    "en": _q(
+        r"layers\) took <trained_ct2_direct_t1> ms called directly, "
+        r"<trained_ctranslate2_batch1_t1> ms through `Translator\(engine=\"ctranslate2\"\)` "
+        r"decoding a file a sentence a batch \(<trained_ctranslate2_batch1_ratio_t1>x: .*?\), "
+        r"<trained_ctranslate2_t1> ms at one call a sentence, and <trained_torch_t1> ms "
+        r"through the torch engine \(<trained_torch_ratio_t1>x\); on the d_model 256 4 \+ 4 "
+        r"shape, <random_ctranslate2_batch1_t1> ms a sentence a batch through the ctranslate2 "
+        r"engine against <random_ct2_direct_t1> ms directly "
+        r"\(<random_ctranslate2_batch1_ratio_t1>x\) and <random_torch_t1> ms on torch "
+        r"\(<random_torch_ratio_t1>x\)"
+    ),
+    "zh": _q(
+        r"直接调用用时 <trained_ct2_direct_t1> ms，通过 `Translator\(engine=\"ctranslate2\"\)` "
+        r"逐句成批翻译一个文件时用时 <trained_ctranslate2_batch1_t1> "
+        r"ms（<trained_ctranslate2_batch1_ratio_t1>x：.*?）"
+        r"，每句调用一次时 <trained_ctranslate2_t1> "
+        r"ms，通过 torch 引擎用时 <trained_torch_t1> "
+        r"ms（<trained_torch_ratio_t1>x）；在 d_model 256、4 "
+        r"\+ 4 层的形状上，ctranslate2 引擎逐句成批用时 "
+        r"<random_ctranslate2_batch1_t1> ms，直接调用 "
+        r"<random_ct2_direct_t1> ms（<random_ctranslate2_batch1_ratio_t1>x），torch 上 "
+        r"<random_torch_t1> ms（<random_torch_ratio_t1>x）"
+    ),
+}
+ENGINE_QUOTES = {
+    "docs/serve.md": [
+        *_TABLE,
+        _q(
+            r"its best rate \(<d256_queue_best_t1> sentences/s at 1 thread, <d256_queue_best_t2> "
+            r"at 2\)"
+        ),
+        _q(
+            r"\(torch <d256_soak1_torch_t1> and <d256_soak1_torch_t2> requests, ctranslate2 "
+            r"<d256_soak1_ctranslate2_t1> and <d256_soak1_ctranslate2_t2>, at 1 and 2 threads\); "
+            r"the torch server's RSS was <d256_rss_torch_before_soak_t1> MiB .*?\(at 2 threads "
+            r"<d256_rss_torch_before_soak_t2>, <d256_rss_torch_after_soak_1_t2> and "
+            r"<d256_rss_torch_after_soak_2_t2> MiB\)"
+        ),
+        _q(r"and at 1 falls short \(<d256_torch_over_best_c32_t1>x\)"),
+        _q(
+            r"the ctranslate2 batcher gives <numbers_ct2_over_torch_c1_t1>x the torch batcher's "
+            r"sentences/s at 1 client and <numbers_ct2_over_torch_c32_t1>x at 32 \(1 thread; "
+            r"<numbers_ct2_over_torch_c1_t2>x and <numbers_ct2_over_torch_c32_t2>x at 2, .*?: "
+            r"<trained_ct2_direct_t2> against <trained_ct2_direct_t1> ms a sentence called "
+            r"directly"
+        ),
+    ],
+    "docs/serve.zh.md": [
+        *_TABLE,
+        _q(r"它的最佳速率（1 线程 <d256_queue_best_t1> 句/秒，2 线程 <d256_queue_best_t2>）"),
+        _q(
+            r"（torch <d256_soak1_torch_t1> 和 <d256_soak1_torch_t2> 个请求，ctranslate2 "
+            r"<d256_soak1_ctranslate2_t1> 和 "
+            r"<d256_soak1_ctranslate2_t2> 个，分别在 1 和 2 线程下）；torch "
+            r"服务器的 RSS.*?都是 <d256_rss_torch_before_soak_t1> MiB （2 线程时为 "
+            r"<d256_rss_torch_before_soak_t2>、<d256_rss_torch_after_soak_1_t2> 和 "
+            r"<d256_rss_torch_after_soak_2_t2> MiB）"
+        ),
+        _q(r"1 线程时未达到（<d256_torch_over_best_c32_t1>x）"),
+        _q(
+            r"ctranslate2 批处理器在 1 个客户端时给出 torch 批处理器 "
+            r"<numbers_ct2_over_torch_c1_t1>x 的句/秒，32 "
+            r"个客户端时 <numbers_ct2_over_torch_c32_t1>x（1 "
+            r"线程； 2 线程时 <numbers_ct2_over_torch_c1_t2>x "
+            r"和 <numbers_ct2_over_torch_c32_t2>x：.*?直接调用每句 <trained_ct2_direct_t2> 对 "
+            r"<trained_ct2_direct_t1> ms"
+        ),
+    ],
+    "docs/deploy.md": [
+        _q(
+            r"at 32 clients the batcher answered <d256_ctranslate2_over_best_c32_t1>x the "
+            r"sentences/s of the one-at-a-time queue at its best \(1 thread; "
+            r"<d256_ctranslate2_over_best_c32_t2>x at 2\), and <d256_ct2_over_torch_c32_t1>x the "
+            r"torch engine's batcher"
+        ),
+        _ENGINE_DEPLOY["en"],
+    ],
+    "docs/deploy.zh.md": [
+        _q(
+            r"一次一个队列的 <d256_ctranslate2_over_best_c32_t1>x（1 线程；2 线程时 "
+            r"<d256_ctranslate2_over_best_c32_t2>x），是 "
+            r"torch 引擎批处理器的 <d256_ct2_over_torch_c32_t1>x"
+        ),
+        _ENGINE_DEPLOY["zh"],
+    ],
+    "README.md": [
+        _q(
+            r"the torch engine's batcher <d256_torch_over_best_c32_t1>x the sentences/s with 1 "
+            r"torch thread, <d256_torch_over_best_c32_t2>x with 2; the ctranslate2 engine's "
+            r"<d256_ctranslate2_over_best_c32_t1>x and <d256_ctranslate2_over_best_c32_t2>x"
+        ),
+        _q(
+            r"`--engine ctranslate2` <trained_speedup_t1>x the torch engine's speed "
+            r"\(<trained_ctranslate2_t1> against <trained_torch_t1> ms a sentence\); CTranslate2 "
+            r"called directly <trained_ct2_direct_t1> ms"
+        ),
+    ],
+    "README.zh.md": [
+        _q(
+            r"torch 引擎的批处理器在 1 个 torch 线程时句/秒为队列的 "
+            r"<d256_torch_over_best_c32_t1>x，2 个线程时 "
+            r"<d256_torch_over_best_c32_t2>x；ctranslate2 引擎的为 "
+            r"<d256_ctranslate2_over_best_c32_t1>x 和 <d256_ctranslate2_over_best_c32_t2>x"
+        ),
+        _q(
+            r"`--engine ctranslate2` 的速度是 torch 引擎的 <trained_speedup_t1>x（每句 "
+            r"<trained_ctranslate2_t1> 对 <trained_torch_t1> ms）；直接调用 CTranslate2 为 "
+            r"<trained_ct2_direct_t1> ms"
+        ),
+    ],
+    "docs/distillation.md": [
+        _q(
+            r"decoded in <dp_two> s on 2 processes of 1 thread against <dp_one> s on 1 "
+            r"\(<dp_ratio>x\)"
+        ),
+    ],
+    "docs/distillation.zh.md": [
+        _q(r"解码用时 <dp_two> s，1 个进程用时 <dp_one> s（<dp_ratio>x）"),
+    ],
+}
+
+
+def _flat(text: str) -> str:
+    """``text`` with its lines joined and no space beside a non-ASCII character: the same
+    sentence however a page wraps it (a Chinese line breaks between two characters)."""
+    return re.sub(r" (?=[^\x00-\x7f])|(?<=[^\x00-\x7f]) ", "", " ".join(text.split()))
+
+
+def test_the_engine_and_service_pages_quote_their_results_files():
+    figures = engine_figures()
+    wrong = []
+    for name, patterns in ENGINE_QUOTES.items():
+        text = _flat((ROOT / name).read_text(encoding="utf-8"))
+        for pattern in patterns:
+            match = re.search(_flat(pattern), text)
+            if match is None:
+                wrong.append(f"{name}: nothing matches {pattern[:80]!r}...")
+                continue
+            for key, value in match.groupdict().items():
+                if value != figures.get(key):
+                    wrong.append(f"{name}: {key} {value}, the results say {figures.get(key)}")
+    assert not wrong, "not the figures of benchmarks/results:\n" + "\n".join(wrong)
