@@ -27,7 +27,11 @@ __all__ = ["Connection", "TransportError"]
 
 class TransportError(Exception):
     """No answer: the connection failed, closed mid-answer, or the answer was not HTTP/1.1
-    this client reads."""
+    this client reads; ``timeout``: none came within the connection's ``timeout``."""
+
+    def __init__(self, message: str, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
 
 
 class Connection:
@@ -44,11 +48,19 @@ class Connection:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def request(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        *,
+        content: bytes | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
+        """``body`` sent as JSON; or ``content`` as it is (its type among ``headers``)."""
         data = b"" if body is None else json.dumps(body).encode("utf-8")
+        data = data if content is None else content
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
-        if body is not None:
+        if body is not None and content is None:
             head.append("Content-Type: application/json")
         head.append(f"Content-Length: {len(data)}")
         head += [f"{name}: {value}" for name, value in (headers or {}).items()]
@@ -57,7 +69,8 @@ class Connection:
             return await asyncio.wait_for(self._exchange(raw), self.timeout)
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
             await self.close()
-            raise TransportError(f"{method} {path}: {type(e).__name__}: {e}") from None
+            timeout = isinstance(e, asyncio.TimeoutError)
+            raise TransportError(f"{method} {path}: {type(e).__name__}: {e}", timeout) from None
 
     async def _exchange(self, raw: bytes) -> tuple[int, dict[str, str], bytes]:
         # Never retried: a request without an answer is reported (the benchmarks count it as

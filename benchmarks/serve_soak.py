@@ -28,15 +28,18 @@ sentence of the set is translated alone by a Translator on the same model and de
   under that, so a burst request without an answer counts as unanswered like any other
   (``burst_closed`` says how many of those were closed connections).
 
-``--requests`` bounds each client's requests (the smoke test's run). It measures, prints as a
-table and writes to ``--out``: the answers by role and status; the 5xx answers other than
-503 (goal 0); the requests left unanswered (no answer within 120 s, or a connection closed
-without one; goal 0); every 200 answer against its sentence's
-translation alone (goal: all equal); the server's resident memory (VmRSS) at the end against
-after the first twelfth of the run (5 minutes of the hour; goal within 5%); the p99 latency of
-the polite clients' 200 answers against the idle service's (goal within 2x); the 429s in
-``/metrics`` by key name. The exit status is 1 if a correctness goal fails (5xx, unanswered,
-wrong), never for memory or latency.
+Every client asks through ``benchmarks/lean_http.py`` (a keep-alive connection of its own, a
+request's cost about ``http.client``'s), so that the load generator takes little of the CPU the
+server shares with it. ``--requests`` bounds each client's requests (the smoke test's run).
+
+It measures, prints as a table and writes to ``--out``: the answers by role and status; the 5xx
+answers other than 503 (goal 0); the requests left unanswered (no answer within 120 s, or a
+connection closed without one; goal 0); every 200 answer against its sentence's translation
+alone (goal: all equal); the server's resident memory (VmRSS) at the end against after the first
+twelfth of the run (5 minutes of the hour; goal within 5%); the p99 latency of the polite
+clients' 200 answers against the idle service's (goal within 2x); the 429s in ``/metrics`` by
+key name. The exit status is 1 if a correctness goal fails (5xx, unanswered, wrong), never for
+memory or latency.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 
+from lean_http import Connection, TransportError
 from serve_load import percentile, references, rss_mib, sentences, start_server, wait_ready
 
 WAIT = 120.0  # seconds: the longest a request may take before it counts as unanswered
@@ -101,17 +106,17 @@ def role_of(i: int, clients: int) -> str:
 
 def request(
     rng: random.Random, key: str, text: str, turn: int, malformed: bool
-) -> tuple[str, dict]:
-    """``(kind, httpx keyword arguments)`` of one ``POST /translate``."""
+) -> tuple[str, bytes, dict[str, str]]:
+    """``(kind, body, headers)`` of one ``POST /translate``."""
     body = {"q": text, **PAIR, "api_key": key}
     if not malformed:
         kind = ("json", "bearer", "form")[turn % 3]
         if kind == "bearer":
-            return kind, {
-                "json": {"q": text, **PAIR},
-                "headers": {"Authorization": f"Bearer {key}"},
-            }
-        return kind, {"data" if kind == "form" else "json": body}
+            return kind, *_json({"q": text, **PAIR}, Authorization=f"Bearer {key}")
+        if kind == "form":
+            form = {"content-type": "application/x-www-form-urlencoded"}
+            return kind, urlencode(body).encode(), form
+        return kind, *_json(body)
     kind = rng.choice(MALFORMED)
     bad = {
         "wrong type": {**body, "q": 5},
@@ -122,32 +127,35 @@ def request(
         "too many": {**body, "q": [text] * 65},
     }
     if kind == "bad json":
-        headers = {"content-type": "application/json"}
-        return kind, {"content": json.dumps(body)[:-3].encode(), "headers": headers}
-    return kind, {"json": bad[kind]}
+        return kind, json.dumps(body)[:-3].encode(), {"content-type": "application/json"}
+    return kind, *_json(bad[kind])
 
 
-async def ask(http: httpx.AsyncClient, role: str, kind: str, call: dict, text: str) -> Answer:
+def _json(body: dict, **headers: str) -> tuple[bytes, dict[str, str]]:
+    return json.dumps(body).encode(), {"content-type": "application/json", **headers}
+
+
+async def ask(
+    http: Connection, role: str, kind: str, call: tuple[bytes, dict[str, str]], text: str
+) -> Answer:
     start = time.perf_counter()
     try:
-        response = await http.post("translate", **call)
-    except httpx.TimeoutException:
-        return Answer(role, kind, 0, time.perf_counter() - start, text)
-    except httpx.TransportError:
-        return Answer(role, kind, 0, time.perf_counter() - start, text, closed=True)
+        status, headers, content = await http.request("POST", "/translate", None, call[1],
+                                                      content=call[0])  # fmt: skip
+    except TransportError as e:
+        return Answer(role, kind, 0, time.perf_counter() - start, text, closed=not e.timeout)
     seconds, got = time.perf_counter() - start, None
-    if response.status_code == 200 and kind in ("json", "bearer", "form"):
-        got = response.json()["translatedText"]
-    told = response.headers.get("retry-after", "1")
+    if status == 200 and kind in ("json", "bearer", "form"):
+        got = json.loads(content)["translatedText"]
+    told = headers.get("retry-after", "1")
     wait = float(told) if told.isdigit() else 1.0
-    return Answer(role, kind, response.status_code, seconds, text, got, retry_after=wait)
+    return Answer(role, kind, status, seconds, text, got, retry_after=wait)
 
 
 async def client(url: str, i: int, args, texts: list[str], answers: list[Answer], until: float):
     """Client ``i`` until ``until`` or ``args.requests`` requests, as its role says."""
     rng, role, key = random.Random(i), role_of(i, args.clients), key_of(i, args.clients)
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    async with httpx.AsyncClient(base_url=url, timeout=WAIT, limits=limits) as http:
+    async with Connection(url, timeout=WAIT) as http:
         for turn in range(args.requests):
             if time.monotonic() >= until:
                 return
@@ -157,8 +165,8 @@ async def client(url: str, i: int, args, texts: list[str], answers: list[Answer]
                 answers.append(Answer(role, "left", 0, 0.0))
                 await asyncio.sleep(rng.uniform(0.5, 1.5))
                 continue
-            kind, call = request(rng, key, text, turn, rng.random() < 0.1)
-            answers.append(await ask(http, role, kind, call, text))
+            kind, *call = request(rng, key, text, turn, rng.random() < 0.1)
+            answers.append(await ask(http, role, kind, (call[0], call[1]), text))
             if role == "polite":  # after a 429 or 503, as Retry-After says (at most 2 s)
                 told = answers[-1].status in (429, 503)
                 await asyncio.sleep(
@@ -192,9 +200,8 @@ async def burst(url: str, clients: int, texts: list[str], answers: list[Answer],
 
     async def one() -> None:
         text = rng.choice(texts)
-        limits = httpx.Limits(max_connections=1)
-        async with httpx.AsyncClient(base_url=url, timeout=WAIT, limits=limits) as http:
-            call = {"json": {"q": text, **PAIR, "api_key": BURST_KEY}}
+        async with Connection(url, timeout=WAIT) as http:
+            call = _json({"q": text, **PAIR, "api_key": BURST_KEY})
             answers.append(await ask(http, "burst", "json", call, text))
 
     await asyncio.gather(*(one() for _ in range(4 * clients)))
@@ -233,10 +240,10 @@ async def soak(url: str, pid: int, args, texts: list[str]) -> tuple[list[Answer]
 async def idle(url: str, requests: int, texts: list[str]) -> list[Answer]:
     """One polite client, one request after another, with nothing else running."""
     answers: list[Answer] = []
-    async with httpx.AsyncClient(base_url=url, timeout=WAIT) as http:
+    async with Connection(url, timeout=WAIT) as http:
         for i in range(requests):
             text = texts[i % len(texts)]
-            call = {"json": {"q": text, **PAIR, "api_key": IDLE_KEY}}
+            call = _json({"q": text, **PAIR, "api_key": IDLE_KEY})
             answers.append(await ask(http, "idle", "json", call, text))
     return answers
 

@@ -29,7 +29,7 @@ def test_a_short_soak_breaks_nothing_and_every_answer_is_right(numbers_model_dir
     roles = result["by_role"]
     assert set(roles) == {"polite", "flood", "disconnect", "burst"}, roles
     assert roles["flood"].get("429", 0) > 0  # the flooder's own limit: 10 a minute
-    assert roles["burst"].get("200", 0) > 0 and result["burst_closed"] == 0  # 8 + 32 < 128
+    assert roles["burst"].get("200", 0) > 0 and result["burst_closed"] == 0  # 8 + 32 < 512
     assert result["limited_by_key"].get("flood-0", 0) == roles["flood"]["429"]
     assert "| polite clients' p99 / the idle service's p99 |" in done.stdout
     assert [g["target"] for g in result["goals"]] == ["<= 0", "<= 0", "<= 0", "<= 1.05", "<= 2"]
