@@ -296,7 +296,13 @@ def test_every_page_quotes_the_large_corpus_figures_from_their_results_file():
 #: in a run of its own), benchmarks/distill_processes.py's teachers on 1 and 2 processes.
 ENGINE_RESULTS = {
     name: ROOT / f"benchmarks/results/{name}.json"
-    for name in ("engine", "serve_translate", "serve_translate_numbers", "distill_processes")
+    for name in (
+        "engine",
+        "serve_translate",
+        "serve_translate_numbers",
+        "distill_processes",
+        "serve_soak",
+    )
 }
 
 
@@ -342,6 +348,22 @@ def engine_figures() -> dict[str, str]:
     figures["dp_one"] = f"{processes['one_process']['decode_wall_seconds']:.2f}"
     figures["dp_two"] = f"{processes['processes']['decode_wall_seconds']:.2f}"
     figures["dp_ratio"] = f"{processes['wall_ratio']:.2f}"
+    soak = found["serve_soak"]
+    rss = soak["rss_mib"]
+    figures.update(
+        soak_requests=f"{soak['requests']:,}",
+        soak_checked=f"{soak['checked']:,}",
+        soak_5xx=str(soak["errors_5xx"]),
+        soak_unanswered=str(soak["unanswered"]),
+        soak_wrong=str(soak["wrong"]),
+        soak_end=f"{rss['end_mib']:.1f}",
+        soak_checkpoint=f"{rss['checkpoint_mib']:.1f}",
+        soak_rss_ratio=f"{rss['end_mib'] / rss['checkpoint_mib']:.2f}",
+        soak_polite=f"{soak['polite_p99_ms']:.1f}",
+        soak_idle=f"{soak['idle_p99_ms']:.1f}",
+        soak_p99_ratio=f"{soak['goals'][-1]['value']:.0f}",  # of the unrounded p99s
+        soak_429=f"{soak['by_role']['flood']['429']:,}",
+    )
     return figures
 
 
@@ -385,6 +407,17 @@ ENGINE_QUOTES = {
     "docs/serve.md": [
         *_TABLE,
         _q(
+            r"\(`benchmarks/results/serve_soak.json`; the numbers demo model, 1 torch thread\): "
+            r"<soak_requests> requests, <soak_checked> answers checked"
+        ),
+        _q(
+            r"\| 5xx answers other than 503 \| <soak_5xx> \| .*? \| requests left unanswered "
+            r"\(bursts included\) \| <soak_unanswered> \| .*? \| <soak_wrong> \| .*? \| "
+            r"<soak_end> / <soak_checkpoint> MiB \(<soak_rss_ratio>\) \| .*? \| <soak_polite> / "
+            r"<soak_idle> ms \(<soak_p99_ratio>x\)"
+        ),
+        _q(r"sent <soak_429> requests that were answered 429"),
+        _q(
             r"its best rate \(<d256_queue_best_t1> sentences/s at 1 thread, <d256_queue_best_t2> "
             r"at 2\)"
         ),
@@ -406,6 +439,13 @@ ENGINE_QUOTES = {
     ],
     "docs/serve.zh.md": [
         *_TABLE,
+        _q(r"共 <soak_requests> 个请求，<soak_checked> 个回答"),
+        _q(
+            r"\| 除 503 外的 5xx 回答 \| <soak_5xx> \|.*?\| <soak_unanswered> \|.*?\| <soak_wrong> "
+            r"\|.*?\| <soak_end> / <soak_checkpoint> MiB（<soak_rss_ratio>） \|.*?\| <soak_polite> "
+            r"/ <soak_idle> ms（<soak_p99_ratio>x）"
+        ),
+        _q(r"这一小时里有 <soak_429> 个请求得到 429"),
         _q(r"它的最佳速率（1 线程 <d256_queue_best_t1> 句/秒，2 线程 <d256_queue_best_t2>）"),
         _q(
             r"（torch <d256_soak1_torch_t1> 和 <d256_soak1_torch_t2> 个请求，ctranslate2 "
