@@ -375,6 +375,20 @@ def test_evaluate_reports_the_literatures_bleu_on_request(numbers_model_dir, tmp
     assert status == 0 and "moses:de" in json.loads(out)["bleu_tokenized_signature"]
 
 
+def _killed_at_call(n: int, calls: list[int]):
+    """``(Translator.hypotheses, a stand-in)``: the stand-in is a Ctrl-C at the ``n``th call
+    counted in ``calls`` (clear it to count again), the real method before."""
+    real = Translator.hypotheses
+
+    def hypotheses(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    return real, hypotheses
+
+
 def test_translate_a_file_to_a_file_resumes_after_a_kill_to_the_same_bytes(
     numbers_model_dir, tmp_path, monkeypatch, capsys
 ):
@@ -402,13 +416,8 @@ def test_translate_a_file_to_a_file_resumes_after_a_kill_to_the_same_bytes(
     assert [line.split("\t")[1] for line in expected.splitlines()] == [
         line.split("\t")[1] for line in streamed.splitlines()
     ]
-    real, calls = Translator.hypotheses, []
-
-    def killed_in_chunk_3(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
+    calls: list[int] = []
+    real, killed_in_chunk_3 = _killed_at_call(3, calls)
 
     monkeypatch.setattr(Translator, "hypotheses", killed_in_chunk_3)
     assert _run([*argv, "-o", str(out)], capsys)[0] == 130
@@ -457,13 +466,8 @@ def test_a_resumed_file_translation_still_counts_the_lines_an_earlier_run_refuse
     expected = (tmp_path / "whole" / "out.txt").read_text(encoding="utf-8")
     assert expected.splitlines()[0] == ""
 
-    real, calls = Translator.hypotheses, []
-
-    def killed_in_chunk_3(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
+    calls: list[int] = []
+    real, killed_in_chunk_3 = _killed_at_call(3, calls)
 
     out = tmp_path / "out.txt"
     monkeypatch.setattr(Translator, "hypotheses", killed_in_chunk_3)
