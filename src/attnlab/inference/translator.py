@@ -576,17 +576,10 @@ def guide_requests(
 def generation_rows(generated: Generation, alpha: float) -> list[Row]:
     """The rows of the torch engine's ``generated`` as the ctranslate2 engine gives its own
     (:data:`~attnlab.inference.engines.Row`), scored ``log P / lp(alpha)``."""
-    lengths = generated.lengths.tolist()
-    return list(
-        zip(
-            generated.tolist(keep_eos=True),
-            generated.token_scores(),
-            log_probs := generated.log_probs.tolist(),
-            [p / float(length_penalty(k, alpha)) for p, k in zip(log_probs, lengths, strict=True)],
-            generated.finished.tolist(),
-            strict=True,
-        )
-    )
+    log_probs, lengths = generated.log_probs.tolist(), generated.lengths.tolist()
+    scores = [p / float(length_penalty(k, alpha)) for p, k in zip(log_probs, lengths, strict=True)]
+    ids, tokens = generated.tolist(keep_eos=True), generated.token_scores()
+    return list(zip(ids, tokens, log_probs, scores, generated.finished.tolist(), strict=True))
 
 
 def as_hypotheses(rows: list[Row], tokenizer, eos_id: int) -> list[Hypothesis | None]:
