@@ -227,11 +227,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
     loaded = Translator.load(models, device=device, decoding=decoding, **options)
     if notice:
         print(notice, file=sys.stderr, flush=True)
-    chunked = bool(args.input and args.out and not args.sample)  # in OUT.work/: resumable
-    work = Path(args.out).with_name(Path(args.out).name + ".work") if chunked else None
-    refusals = work / "refused.tsv" if work else None  # a resumed run's exit status counts them
-    refused_here: set[int] = set()
-    record = _recorder(refusals, refused_here)
+    work = None  # in chunks, kept in OUT.work/: resumable
+    if args.input and args.out and not args.sample:
+        work = Path(args.out).with_name(Path(args.out).name + ".work")
+    refused_here: set[int] = set()  # a resumed run counts the others in OUT.work/REFUSED
+    record = _recorder(work and work / REFUSED, refused_here)
     too_long = TooLongLines("translate", source or "standard input line", record)
 
     def translate(batch: list[str], numbers: list[int], phrases=None) -> list[str]:  # lines from 1
@@ -299,7 +299,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         sys.stdout.write(line)
         sys.stdout.flush()
 
-    if work is not None and refusals is not None:
+    if work is not None:
         from ..data.progress import progress_printer
         from ..data.textfiles import sha256_file
 
@@ -330,7 +330,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
                     out.write(line + "\n")
 
         atomic_write(args.out, assemble)
-        earlier = _earlier_refusals(refusals, refused_here)
+        earlier = _earlier_refusals(work / REFUSED, refused_here)
         shutil.rmtree(work)
         if earlier:
             return EXIT_REFUSED
@@ -344,6 +344,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
     else:
         translations(emit)
     return EXIT_REFUSED if too_long.refused else 0
+
+
+#: The refusals of a chunked run, a line each (``index<TAB>message``), in ``OUT.work/``.
+REFUSED = "refused.tsv"
 
 
 def _recorder(path: Path | None, mine: set[int]) -> Callable[[int, str], None]:
