@@ -122,8 +122,7 @@ def add_engine_flag(parser: argparse.ArgumentParser) -> None:
         default="torch",
         help="torch (default): attnlab's searches, every option; ctranslate2: CTranslate2 (pip "
         "install 'attnlab[ctranslate2]'; the model is converted once into attnlab's cache), "
-        "without ensembles, constraints or attention; beam search ranks by its length penalty "
-        "(ct2_length_penalty in the model's [eval], else --alpha)",
+        "without ensembles, constraints or attention; its beam ranks by --alpha as torch's does",
     )
 
 

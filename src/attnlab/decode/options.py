@@ -64,9 +64,6 @@ class DecodingOptions:
             makes the draws reproducible (None: unseeded).
         n_best: the hypotheses returned per source, best first (1 to ``beam_size``; more than
             one only from beam search, not from sampling).
-        ct2_length_penalty: the ctranslate2 engine's length penalty (its beam ranks by
-            ``log P / |Y| ** ct2_length_penalty``; a recipe chooses it on validation, as it
-            chooses ``alpha``); None: ``alpha`` (0 ranks by ``log P`` on both engines).
 
     Every value is checked when the options are made: ValueError naming the field. The
     options are hashable: a service groups requests that decode alike by them.
@@ -81,17 +78,12 @@ class DecodingOptions:
     top_p: float | None = None
     seed: int | None = None
     n_best: int = 1
-    ct2_length_penalty: float | None = None
 
     def __post_init__(self) -> None:
         check_int(self.beam_size, "beam_size")
-        for name in ("alpha", "ct2_length_penalty"):
-            value = getattr(self, name)
-            if value is None and name != "alpha":
-                continue
-            if not (is_number(value) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
-            object.__setattr__(self, name, float(value))
+        if not (is_number(self.alpha) and math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha: expected a finite number >= 0, got {self.alpha!r}")
+        object.__setattr__(self, "alpha", float(self.alpha))
         if self.max_new_tokens is not None:
             check_int(self.max_new_tokens, "max_new_tokens")
         check_bool(self.sample, "sample")
@@ -146,8 +138,8 @@ class DecodingOptions:
     @classmethod
     def from_eval(cls, section: object) -> DecodingOptions | None:
         """The options an ``[eval]`` table (a job's, as ``job.json`` holds it) carries over the
-        defaults: its ``beam_size`` (an int >= 1), ``alpha`` and ``ct2_length_penalty`` (numbers
-        in [0, 1e6)); a value of another type is ignored. None when it carries none (or is no
+        defaults: its ``beam_size`` (an int >= 1) and ``alpha`` (a number in [0, 1e6)); a value
+        of another type is ignored. None when it carries none (or is no
         table)."""
         if not isinstance(section, Mapping):
             return None
@@ -155,10 +147,9 @@ class DecodingOptions:
         beam = section.get("beam_size")
         if is_int(beam) and beam >= 1:
             found["beam_size"] = beam
-        for name in ("alpha", "ct2_length_penalty"):
-            value = section.get(name)
-            if is_number(value) and 0 <= value < 1e6:
-                found[name] = float(value)
+        alpha = section.get("alpha")
+        if is_number(alpha) and 0 <= alpha < 1e6:
+            found["alpha"] = float(alpha)
         return cls(**found) if found else None
 
     @classmethod

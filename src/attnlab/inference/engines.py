@@ -22,6 +22,7 @@ import torch
 
 from .._checks import check_choice
 from ..decode.options import DecodingOptions
+from ..decode.search import length_penalty
 
 __all__ = ["ENGINES", "CTranslate2Engine", "Row", "check_engine"]
 
@@ -29,6 +30,12 @@ __all__ = ["ENGINES", "CTranslate2Engine", "Row", "check_engine"]
 #: (empty where not asked for), ``log P``, the score the search ranked by, and whether it
 #: finished; an n-best row the beam did not fill has no ids.
 Row = tuple[list[int], list[float], float, float, bool]
+
+#: How many times the beam CTranslate2's beam search collects in finished hypotheses before it
+#: stops (its ``patience``), for attnlab's length penalty to rank. Chosen on Multi30K's
+#: validation split with the recipe's model (tools/engine_parity.py): 1 picks another output
+#: than the torch engine for 27 of 1,014 sentences, 1.5 for 2, 2 for none.
+PATIENCE = 2.0
 
 #: The engines, the first the default.
 ENGINES = ("torch", "ctranslate2")
@@ -74,14 +81,14 @@ class CTranslate2Engine:
     nothing. ``quantize="int8"``: int8 weights and CTranslate2's ``compute_type="int8"``; None:
     float32.
 
-    Beam search ranks by CTranslate2's ``log P / |Y| ** length_penalty`` (|Y| counts EOS), not
-    attnlab's ``((5 + |Y|) / 6) ** alpha``: ``length_penalty`` is the decoding's
-    ``ct2_length_penalty`` (what the model's ``[eval]`` carries), else its ``alpha`` (0 ranks by
-    ``log P`` in both engines, so their beams agree; a positive alpha normalises somewhat more
-    strongly than GNMT's, whose exponent in ``|Y|`` is ``alpha * |Y| / (5 + |Y|)``, 0.5 to 0.9
-    times alpha over 5 to 40 tokens). Each output's token log-probabilities are the model's
-    (``score_batch``), and its score is ``log P / |Y| ** length_penalty``, for greedy search
-    and sampling too.
+    Outputs rank as on the torch engine, by attnlab's ``log P / ((5 + |Y|) / 6) ** alpha``
+    (|Y| counts EOS), not by CTranslate2's ``log P / |Y| ** length_penalty``: its beam search
+    keeps collecting finished hypotheses until it holds :data:`PATIENCE` times the beam (its
+    ``patience``), and they are ranked here by the decoding's ``alpha``. Both engines extend
+    and finish hypotheses the same way, so the two choose the same outputs wherever the
+    torch engine's own search finished its best one among them (benchmarks/results/
+    engine_multi30k.json counts how often it did). Each output's token log-probabilities are
+    the model's (``score_batch``), for greedy search and sampling too.
     """
 
     def __init__(
@@ -141,7 +148,7 @@ class CTranslate2Engine:
         sampling decode to the longest and cut each row to its own (exact: a row's tokens do not
         depend on its limit), beam search decodes the rows of each limit together. ``scored``:
         each token's log-probability from a second pass (``score_batch``); else none, and each
-        row's score CTranslate2's own (``log P`` from it), unless a row was cut to its limit.
+        row's ``log P`` from CTranslate2's own score, unless a row was cut to its limit.
         Plain lists, not a :class:`~attnlab.decode.search.Generation`: at batch 1 the torch ops
         of one would cost as much as the rest of the Translator's work on a sentence."""
         n = options.n_best
@@ -149,18 +156,16 @@ class CTranslate2Engine:
         # generator), else a stream of the call's own seed.
         fresh = options.seed is not None and options.seed != self.seed
         translator = self._load(options.seed) if fresh else self.translator
-        penalty = (
-            options.alpha if options.ct2_length_penalty is None else options.ct2_length_penalty
-        )
+        beam = 1 if options.sample else options.beam_size
         settings: dict[str, Any] = dict(
-            beam_size=1 if options.sample else options.beam_size,
-            num_hypotheses=n,
-            length_penalty=penalty,
+            beam_size=beam,
+            patience=PATIENCE,
+            num_hypotheses=round(beam * PATIENCE) if beam > 1 else n,
             min_decoding_length=0,
             max_input_length=0,
             suppress_sequences=self.banned,
             return_end_token=True,
-            return_scores=not scored,
+            return_scores=True,
         )
         if options.sample:
             settings.update(
@@ -170,34 +175,41 @@ class CTranslate2Engine:
             )
         groups: dict[int, list[int]] = {}
         for i, limit in enumerate(limits):
-            groups.setdefault(max(limits) if settings["beam_size"] == 1 else limit, []).append(i)
+            groups.setdefault(max(limits) if beam == 1 else limit, []).append(i)
         found: list[list[int]] = [[] for _ in range(len(sources) * n)]
-        own: list[float] = [0.0] * len(found)  # CTranslate2's scores (scored=False)
-        cut = False  # a row cut to its own limit: CTranslate2's score is of the longer output
+        log_probs = [0.0] * len(found)
+        cut = False  # a row cut to its own limit: CTranslate2's log P is of the longer output
         for longest, rows in groups.items():
+            penalty = _their_penalty(options.alpha, [len(sources[i]) for i in rows])
             results = translator.translate_batch(
                 [[self.src_tokens[t] for t in sources[i]] for i in rows],
                 [[self.tgt_tokens[t] for t in prefixes[i]] or None for i in rows],
                 max_decoding_length=longest,
+                length_penalty=penalty,
                 **settings,
             )
             for i, result in zip(rows, results, strict=True):
-                for k, tokens in enumerate(result.hypotheses[:n]):
+                outputs = [
+                    (score * len(tokens) ** penalty, tokens)
+                    for tokens, score in zip(result.hypotheses, result.scores, strict=True)
+                ]
+                outputs.sort(key=lambda o: -o[0] / length_penalty(len(o[1]), options.alpha))
+                for k, (log_prob, tokens) in enumerate(outputs[:n]):
                     found[i * n + k] = [self.tgt_ids[t] for t in tokens][: limits[i]]
-                    own[i * n + k] = result.scores[k] if not scored else 0.0
+                    log_probs[i * n + k] = log_prob
                     cut |= len(tokens) > limits[i]
         if scored or cut:
-            return self._scored(sources, found, n, penalty)
+            return self._scored(sources, found, n, options.alpha)
         return [
-            (ids, [], score * max(1, len(ids)) ** penalty, score, self._done(ids))
-            for ids, score in zip(found, own, strict=True)
+            (ids, [], p, p / length_penalty(len(ids), options.alpha), self._done(ids))
+            for ids, p in zip(found, log_probs, strict=True)
         ]
 
     def _done(self, ids: list[int]) -> bool:
         return bool(ids) and ids[-1] == self.eos_id
 
     def _scored(
-        self, sources: list[list[int]], found: list[list[int]], n: int, penalty: float
+        self, sources: list[list[int]], found: list[list[int]], n: int, alpha: float
     ) -> list[Row]:
         """``found`` (rows of ids, EOS last where finished) as rows, each token's
         log-probability from CTranslate2's ``score_batch`` (which appends EOS to a target)."""
@@ -213,8 +225,18 @@ class CTranslate2Engine:
             ids = found[r]
             tokens = result.log_probs[: len(ids)]
             log_prob = sum(tokens)
-            rows[r] = (ids, tokens, log_prob, log_prob / len(ids) ** penalty, done[r])
+            rows[r] = (ids, tokens, log_prob, log_prob / length_penalty(len(ids), alpha), done[r])
         return rows
+
+
+def _their_penalty(alpha: float, source_lengths: list[int]) -> float:
+    """CTranslate2's length penalty for a batch: GNMT's exponent in ``|Y|`` at the sources' mean
+    length, EOS counted (``alpha |Y| / (5 + |Y|)``), at least 1e-6 (at 0 CTranslate2 stops once
+    its best hypothesis finishes). It decides only which finished hypotheses CTranslate2 hands
+    back where more finish in its last step than it returns (at most ``beam_size * patience``),
+    so that those it drops are the ones attnlab's penalty ranks last too."""
+    length = sum(source_lengths) / len(source_lengths) + 1
+    return max(alpha * length / (5 + length), 1e-6)
 
 
 def convert(

@@ -46,9 +46,8 @@ class Hypothesis:
     (EOS included where it ended); ``token_log_probs``: each token's log-probability under the
     model, in order;
     ``log_prob``: their sum, ``log P(translation | source)``; ``score``: ``log_prob / lp``,
-    what the engine's beam ranks by (for greedy search and sampling too): torch's length penalty
-    ``lp = ((5 + len(tokens)) / 6) ** alpha``, CTranslate2's ``len(tokens) ** length_penalty``
-    (:class:`~attnlab.inference.engines.CTranslate2Engine`); ``finished``: it ended with EOS
+    what the beam ranks by on either engine (for greedy search and sampling too), with the
+    length penalty ``lp = ((5 + len(tokens)) / 6) ** alpha``; ``finished``: it ended with EOS
     (False: it reached its length limit)."""
 
     text: str

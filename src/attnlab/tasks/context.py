@@ -22,7 +22,7 @@ from .distill import DistillOptions
 __all__ = ["EvalOptions", "TaskContext", "TokenizerOptions"]
 
 #: The keys of ``[eval]`` that are the final test's decoding (:class:`DecodingOptions` fields).
-DECODING_KEYS = ("beam_size", "alpha", "ct2_length_penalty")
+DECODING_KEYS = ("beam_size", "alpha")
 
 
 @dataclass
@@ -44,8 +44,8 @@ class TokenizerOptions:
 
 @dataclass
 class EvalOptions:
-    """The ``[eval]`` table: ``decoding`` for the final test (its beam and length penalties,
-    the table's ``beam_size``, ``alpha`` and ``ct2_length_penalty``), and the validation BLEU
+    """The ``[eval]`` table: ``decoding`` for the final test (its beam and length penalty,
+    the table's ``beam_size`` and ``alpha``), and the validation BLEU
     measured at each evaluation during training on the first ``bleu_sentences`` validation
     pairs (greedy, for speed; 0 turns it off). ``bleu_tokenize``: sacreBLEU's tokenizer for
     BLEU (None: the target language's, as sacreBLEU's command line picks it; see
@@ -59,8 +59,7 @@ class EvalOptions:
 
     #: The keys of the ``[eval]`` table, in ``job.json``'s order.
     KEYS: ClassVar[tuple[str, ...]] = (
-        "beam_size", "alpha", "ct2_length_penalty", "bleu_sentences", "max_tokens",
-        "bleu_tokenize",
+        "beam_size", "alpha", "bleu_sentences", "max_tokens", "bleu_tokenize",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
