@@ -26,10 +26,11 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from starlette.exceptions import HTTPException
 
 from _helpers import start_serve
 from attnlab.cli import main
-from attnlab.serve import create_app
+from attnlab.serve import create_app, keys
 from attnlab.serve.keys import WINDOW, Gate, read_keys
 from attnlab.serve.process import make_server, url_of
 
@@ -295,10 +296,38 @@ def test_per_address_limits_without_keys(numbers_model_dir):
         app.state.queue.close()
 
 
+def test_a_429_is_held_for_its_retry_after_at_most_the_gates_hold(tmp_path, monkeypatch):
+    """``Gate.admit`` sends a 429 after ``min(Retry-After, hold)`` seconds (a flooder that asks
+    again at once asks once a second), and a 403 or an admitted request at once."""
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(keys.asyncio, "sleep", sleep)
+    gate = Gate(keys_file(tmp_path), requests=1)
+    gate.clock = clock = Clock()
+    scope = {"type": "http", "headers": [], "client": ("10.0.0.1", 5)}
+
+    def admit(**fields: object) -> int:
+        try:
+            asyncio.run(gate.admit(scope, {"q": "one", **fields}))
+        except HTTPException as refused:
+            return refused.status_code
+        return 200
+
+    assert (admit(api_key=BETA), admit(api_key=BETA), admit(api_key=BETA)) == (200, 200, 429)
+    assert slept == [keys.HOLD] == [1.0]  # Retry-After 60 s, held a second
+    assert admit(api_key="no-such-key") == 403 and slept == [1.0]
+    gate.hold, clock.now = 30.0, clock.now + WINDOW - 1.5  # 1.5 s of the window left
+    assert admit(api_key=BETA) == 429 and slept == [1.0, 2.0]  # Retry-After 2 s
+
+
 def test_a_flooding_client_is_throttled_while_a_polite_one_is_answered(numbers_model_dir, tmp_path):
     """Concurrently, over a real server: the flooder (its own limit 5 a minute) asks 40 times
-    without pause, the polite client 8 times, one after another. The clock stands still, so
-    the outcome is counts alone."""
+    without pause on 4 connections, the polite client 8 times, one after another, and is
+    answered while the flooder's 429s are held. The clock stands still, so the outcome is
+    counts alone."""
     path = keys_file(
         tmp_path, "flood-key-0001 requests=5 name=flood\npolite-key-0002 name=polite\n"
     )

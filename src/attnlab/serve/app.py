@@ -239,7 +239,7 @@ def create_app(
         """LibreTranslate's translate: ``q`` (a string or a list), ``source``, ``target``,
         ``format`` (text), ``alternatives``; as JSON or a URL-encoded form (docs/serve.md)."""
         fields = _fields(await request.body(), request.headers.get("content-type"))
-        gate.check(request.scope, fields)
+        await gate.admit(request.scope, fields)
         call = parse_translate(
             fields, service.languages, service.translator.decoding, max_beam=MAX_BEAM
         )
@@ -292,7 +292,7 @@ def explorer_routes(
         """``(job, result)``: ``body``'s client through the gate, ``job = prepare(text,
         decoding, *options)`` in a worker thread (no model work), then ``run(job)`` in the
         model's queue."""
-        gate.check(request.scope, {"text": body.text})
+        await gate.admit(request.scope, {"text": body.text})
         decoding = body.decoding(explorer.decoding)
         job = await run_in_threadpool(prepare, body.text, decoding, *options)
         return job, await queue.run(lambda: run(job), request.receive)

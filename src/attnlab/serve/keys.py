@@ -4,6 +4,7 @@ then its limits a minute). No key is ever logged, shown or put in a message."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hmac
 import ipaddress
@@ -24,7 +25,7 @@ from starlette.types import Scope
 from .libre import BadRequest
 from .metrics import Counter
 
-__all__ = ["KEY_LINE", "WINDOW", "Gate", "Key", "read_keys"]
+__all__ = ["HOLD", "KEY_LINE", "WINDOW", "Gate", "Key", "read_keys"]
 
 log = logging.getLogger("attnlab.serve")
 
@@ -32,6 +33,11 @@ log = logging.getLogger("attnlab.serve")
 #: most clients kept (windows open; beyond, the oldest go first); the most addresses counted by
 #: name in /metrics (without keys; further ones count as ``other``).
 WINDOW, MAX_CLIENTS, MAX_SERIES = 60.0, 100_000, 1_000
+#: The most seconds a 429 is held before it is sent (its Retry-After, at most this): a client
+#: that asks again at once, one request after another on its connection, asks once a second
+#: instead of as fast as the server can refuse it (a refusal costs the server's one event loop
+#: about what a translation's parsing and answer cost; docs/serve.md, "Keys and limits").
+HOLD = 1.0
 #: What a line of the keys file holds (``#`` starts a comment).
 KEY_LINE = "KEY [requests=N] [characters=N] [name=NAME]"
 _LINE = re.compile(
@@ -98,6 +104,7 @@ class Gate:
         what = "model requests by client (a key's name, else its address) and outcome"
         self.counts = Counter("attnlab_client_requests_total", what, ("client", "outcome"))
         self.clock = time.monotonic
+        self.hold = HOLD  # seconds a 429 is held at most (:meth:`admit`)
         self._windows: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._series: set[str] = set()
@@ -117,6 +124,18 @@ class Gate:
         for key in self.keys or ():
             found = key if hmac.compare_digest(key.secret, secret) else found
         return found
+
+    async def admit(self, scope: Scope, fields: Mapping[str, object]) -> None:
+        """:meth:`check` a model request; a 429 is raised after its ``Retry-After`` or
+        :attr:`hold` (:data:`HOLD`) seconds, whichever is shorter (nothing else waits
+        meanwhile)."""
+        try:
+            self.check(scope, fields)
+        except HTTPException as refused:
+            if refused.status_code == 429:
+                told = (refused.headers or {}).get("Retry-After", "1")
+                await asyncio.sleep(min(float(told), self.hold))
+            raise
 
     def check(self, scope: Scope, fields: Mapping[str, object], limited: bool = True) -> None:
         """Admit a request (its ASGI ``scope``; ``fields``: its body's): its key (a ``Bearer``
