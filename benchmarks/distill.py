@@ -1,6 +1,7 @@
 """Ensembles and distillation, measured: BLEU against tokens/s for a recipe model, the teachers'
-ensemble and each distilled student, in attnlab and in CTranslate2, float32 and int8, at batch 1
-and batch 32; the issue's goals judged on those figures; a table and a picture.
+ensemble and each distilled student, on attnlab's torch and ctranslate2 engines (one model: an
+ensemble is torch's), float32 and int8, at batch 1 and batch 32; the issue's goals judged on
+those figures; a table and a picture.
 
 What it reads (``make distill-multi30k`` trains them; a rerun of that target trains only what is
 missing, then runs this script):
@@ -258,26 +259,24 @@ def bootstrap(
     return found
 
 
-def ct2_quality(
-    system: dict[str, Any], workdir: Path, split: str, limit: int | None, keep: Path | None
-) -> dict:
-    """BLEU of the first model of ``system`` exported to CTranslate2 (float32 and int8, the
-    exports in ``workdir``), with its own beam and CTranslate2's default length penalty (kept
-    in ``keep``; None: scored again)."""
-    # "length": the output-limit rule, so that scores kept while CTranslate2 ran to 256 tokens
-    # are not read back.
+def ct2_quality(system: dict[str, Any], split: str, limit: int | None, keep: Path | None) -> dict:
+    """BLEU of the first model of ``system`` on attnlab's ctranslate2 engine (float32 and
+    int8), decoding as its directory says: its beam, ranked by its alpha as on the torch engine
+    (kept in ``keep``; None: scored again)."""
+    # "ranking": attnlab's length penalty, so that scores kept while CTranslate2 ranked by its
+    # own are not read back.
     digest = dir_digest(system["dirs"][0])
-    key = {"dir": digest, "split": split, "limit": limit, "length": "output_limit"}
-    return remembered(keep, "ct2-quality", key, lambda: _ct2_quality(system, workdir, split, limit))
+    key = {"dir": digest, "split": split, "limit": limit, "ranking": "attnlab"}
+    return remembered(keep, "ct2-quality", key, lambda: _ct2_quality(system, split, limit))
 
 
-def _ct2_quality(system: dict[str, Any], workdir: Path, split: str, limit: int | None) -> dict:
+def _ct2_quality(system: dict[str, Any], split: str, limit: int | None) -> dict:
     from attnlab.inference.scores import score
 
     found = {}
     pairs, lang = split_pairs(system["dirs"][0], split, limit)
     for quantize in ("float32", "int8"):
-        run = ct2_runner(system["dirs"][0], workdir, quantize, threads=2)
+        run = runner(system["dirs"][:1], quantize, "ctranslate2")
         hyps, _ = run([s for s, _ in pairs], 32)
         result = score(hyps, [t for _, t in pairs], tokenized_lang=lang).to_dict()
         found[f"{split}/{quantize}"] = {
@@ -303,84 +302,24 @@ def dir_digest(model_dir: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def export_ct2(model_dir: str, workdir: Path, quantize: str) -> Path:
-    """The CTranslate2 export of ``model_dir`` (made once for its files)."""
-    from attnlab.formats.ctranslate2 import to_ctranslate2
-    from attnlab.inference.modeldir import load_with_tokenizers
-
-    out = workdir / f"ct2-{dir_digest(model_dir)}-{quantize}"
-    if not out.is_dir():
-        model, src, tgt = load_with_tokenizers(model_dir, device="cpu")
-        weights = None if quantize == "float32" else quantize
-        to_ctranslate2(model, (src, tgt), out, quantization=weights)
-    return out
-
-
-def ct2_runner(model_dir: str, workdir: Path, quantize: str, threads: int):
-    """``run(texts, batch) -> (translations, generated tokens)`` with CTranslate2, decoding as
-    the model directory says (its beam) and within attnlab's output limit: each translation at
-    most ``DecodingOptions.output_limit`` tokens (the source + 50, at most the model's
-    ``max_len``), so that a model caught in a loop stops where attnlab stops it, not at 256."""
-    import ctranslate2
-
-    from attnlab.data.tokens import without_framing_eos
-    from attnlab.decode.options import DecodingOptions
-    from attnlab.inference.modeldir import load_with_tokenizers
-
-    directory = export_ct2(model_dir, workdir, quantize)
-    model, src, tgt = load_with_tokenizers(model_dir, device="cpu")
-    decoding = DecodingOptions.carried_by(model_dir)[0]
-    max_len = model.config.max_len
-    translator = ctranslate2.Translator(
-        str(directory), device="cpu", intra_threads=threads, inter_threads=1
-    )
-    banned = sorted({tgt.pad_id, tgt.bos_id} - {tgt.eos_id})
-    suppress = [tgt.labels([i]) for i in banned]
-    labels = tgt.labels(list(range(tgt.vocab_size)))
-    index = {label: i for i, label in enumerate(labels)}
-
-    def run(texts: list[str], batch: int) -> tuple[list[str], int]:
-        out: list[str] = []
-        tokens = 0
-        for start in range(0, len(texts), batch):
-            chunk = texts[start : start + batch]
-            encoded = [src.encode(t) for t in chunk]
-            limits = [
-                decoding.output_limit(len(without_framing_eos(src, ids)), max_len)
-                for ids in encoded
-            ]
-            results = translator.translate_batch(
-                [src.labels(ids) for ids in encoded],
-                beam_size=decoding.beam_size,
-                max_batch_size=batch,
-                batch_type="examples",
-                suppress_sequences=suppress or None,
-                max_decoding_length=max(limits),
-            )
-            for r, limit in zip(results, limits, strict=True):
-                ids = [index[t] for t in r.hypotheses[0]][:limit]
-                tokens += min(len(ids) + 1, limit)  # and its EOS where it ended, as attnlab
-                out.append(tgt.decode(ids))
-        return out, tokens
-
-    return run
-
-
-def attnlab_runner(dirs: list[str], quantize: str, threads: int):
-    """``run(texts, batch)`` with attnlab's Translator (an ensemble for several ``dirs``)."""
+def runner(dirs: list[str], quantize: str, engine: str = "torch"):
+    """``run(texts, batch) -> (translations, generated tokens)`` with attnlab's Translator on
+    ``engine`` (an ensemble for several ``dirs``, torch only), decoding as the first directory
+    says (its beam and alpha: the ctranslate2 engine ranks a beam by attnlab's length penalty
+    too) within attnlab's output limit, in batches of ``batch`` sources. The thread count is
+    torch's (the ctranslate2 engine takes it as its own)."""
     from attnlab.inference.translator import Translator
 
-    translator = Translator.load(
-        dirs, device="cpu", quantize=None if quantize == "float32" else quantize
-    )
+    weights = None if quantize == "float32" else quantize
+    translator = Translator.load(dirs, device="cpu", quantize=weights, engine=engine)
 
     def run(texts: list[str], batch: int) -> tuple[list[str], int]:
         out: list[str] = []
         tokens = 0
         for start in range(0, len(texts), batch):
-            for row in translator.hypotheses(texts[start : start + batch]):
+            for row in translator.hypotheses(texts[start : start + batch], scored=False):
                 out.append(row[0].text if row else "")
-                tokens += len(row[0].ids) if row else 0
+                tokens += len(row[0].ids) if row else 0  # EOS counted where it ended
         return out, tokens
 
     return run
@@ -394,11 +333,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         return profile_worker(spec)
     threads = spec["threads"]
     torch.set_num_threads(threads)
-    workdir = Path(spec["workdir"])
-    if spec["engine"] == "ctranslate2":
-        run = ct2_runner(spec["dirs"][0], workdir, spec["quantize"], threads)
-    else:
-        run = attnlab_runner(spec["dirs"], spec["quantize"], threads)
+    engine = "ctranslate2" if spec["engine"] == "ctranslate2" else "torch"
+    run = runner(spec["dirs"], spec["quantize"], engine)
     texts, batch = spec["texts"], spec["batch"]
     run(texts[: min(len(texts), max(batch, 4))], batch)  # warm-up
     seconds = []
@@ -426,7 +362,7 @@ def profile_worker(spec: dict[str, Any]) -> dict[str, Any]:
     from decode import _profile  # benchmarks/decode.py, beside this script
 
     torch.set_num_threads(1)
-    run = attnlab_runner(spec["dirs"], "float32", 1)
+    run = runner(spec["dirs"], "float32")
     texts = spec["texts"]
     _, tokens = run(texts, 1)  # the warm-up, which counts the tokens a pass generates
     return {
@@ -793,9 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--students", nargs="*", type=Path, help="student model directories")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON report")
     parser.add_argument("--picture", type=Path, default=DEFAULT_PICTURE, help="the PNG")
-    parser.add_argument(
-        "--workdir", type=Path, default=None, help="CTranslate2 exports and kept scores"
-    )
+    parser.add_argument("--workdir", type=Path, default=None, help="kept scores")
     parser.add_argument("--speed-sentences", type=int, default=256, help="sources timed")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
@@ -853,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if len(system["dirs"]) == 1 and not args.no_ct2:
             report["ct2_quality"][system["name"]] = ct2_quality(
-                system, workdir, "test", args.limit, keep=cache
+                system, "test", args.limit, keep=cache
             )
     for t in teachers:  # each teacher on validation: the ensemble's goal is over their mean
         recipe = report["quality"]["recipe model"]  # the first teacher, scored above

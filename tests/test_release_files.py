@@ -302,6 +302,7 @@ ENGINE_RESULTS = {
         "serve_translate_numbers",
         "distill_processes",
         "serve_soak",
+        "serve_soak_unheld",
     )
 }
 
@@ -361,8 +362,16 @@ def engine_figures() -> dict[str, str]:
         soak_rss_ratio=f"{rss['end_mib'] / rss['checkpoint_mib']:.2f}",
         soak_polite=f"{soak['polite_p99_ms']:.1f}",
         soak_idle=f"{soak['idle_p99_ms']:.1f}",
-        soak_p99_ratio=f"{soak['goals'][-1]['value']:.0f}",  # of the unrounded p99s
+        soak_p99_ratio=f"{soak['goals'][-1]['value']:.2f}",  # of the unrounded p99s
         soak_429=f"{soak['by_role']['flood']['429']:,}",
+    )
+    unheld = found["serve_soak_unheld"]  # the same hour before a 429 was held
+    figures.update(
+        unheld_429=f"{unheld['by_role']['flood']['429']:,}",
+        unheld_rate=f"{unheld['by_role']['flood']['429'] / unheld['rss_mib']['seconds']:,.0f}",
+        unheld_polite=f"{unheld['polite_p99_ms']:.1f}",
+        unheld_idle=f"{unheld['idle_p99_ms']:.1f}",
+        unheld_ratio=f"{unheld['goals'][-1]['value']:.0f}",
     )
     return figures
 
@@ -416,7 +425,12 @@ ENGINE_QUOTES = {
             r"<soak_end> / <soak_checkpoint> MiB \(<soak_rss_ratio>\) \| .*? \| <soak_polite> / "
             r"<soak_idle> ms \(<soak_p99_ratio>x\)"
         ),
-        _q(r"sent <soak_429> requests that were answered 429"),
+        _q(r"sent <soak_429> requests\s+that were answered 429 in the hour"),
+        _q(
+            r"now at <soak_p99_ratio>x instead of <unheld_ratio>x\. .*?saw <unheld_429> of them, "
+            r"<unheld_rate> a second, .*?a polite p99 of <unheld_polite> ms against <unheld_idle> "
+            r"idle"
+        ),
         _q(
             r"its best rate \(<d256_queue_best_t1> sentences/s at 1 thread, <d256_queue_best_t2> "
             r"at 2\)"
@@ -445,7 +459,12 @@ ENGINE_QUOTES = {
             r"\|.*?\| <soak_end> / <soak_checkpoint> MiB（<soak_rss_ratio>） \|.*?\| <soak_polite> "
             r"/ <soak_idle> ms（<soak_p99_ratio>x）"
         ),
-        _q(r"这一小时里有 <soak_429> 个请求得到 429"),
+        _q(r"这一小时里有 <soak_429> 个请求得到 429：每个都被扣留一秒"),
+        _q(
+            r"现在是 <soak_p99_ratio>x，而不是 <unheld_ratio>x。.*?有 <unheld_429> 个 这样的请求，"
+            r"每秒 <unheld_rate> 个，.*?守规矩客户端的 p99 是 <unheld_polite> ms，空闲时 "
+            r"<unheld_idle> ms"
+        ),
         _q(r"它的最佳速率（1 线程 <d256_queue_best_t1> 句/秒，2 线程 <d256_queue_best_t2>）"),
         _q(
             r"（torch <d256_soak1_torch_t1> 和 <d256_soak1_torch_t2> 个请求，ctranslate2 "

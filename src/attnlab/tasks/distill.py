@@ -53,7 +53,7 @@ from .._checks import check_bool, check_choice, check_int, check_keys, check_opt
 from .._io import read_json
 from ..decode.options import DecodingOptions
 from ..inference.corpus import CHUNK_SIZE
-from ..inference.engines import check_engine
+from ..inference.engines import PATIENCE, check_engine
 
 __all__ = [
     "BEAM_SIZE",
@@ -431,7 +431,8 @@ def student_task(
     teachers, decoding = options.teachers, options.decoding
     translation = {"beam_size": decoding.beam_size, "n_best": decoding.n_best}
     translation.update(select=options.select, alpha=decoding.alpha)
-    translation.update({"engine": options.engine} if options.engine != "torch" else {})
+    if options.engine != "torch":  # how far CTranslate2's beam collects for attnlab's ranking
+        translation.update(engine=options.engine, patience=PATIENCE)
     world = launched_world()[1]
     ensemble = f"{len(teachers)} teachers (their ensemble)" if len(teachers) > 1 else "1 teacher"
     chosen = "best by chrF against the reference" if decoding.n_best > 1 else "the best"
