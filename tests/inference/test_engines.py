@@ -226,6 +226,23 @@ def test_greedy_is_the_torch_engines_token_for_token(both):
 
 
 @pytest.mark.slow
+def test_a_prefix_counts_in_log_p_and_the_ranking(both):
+    """With a prefix, CTranslate2's own scores leave the forced tokens out; the engine adds
+    them back, so the beam's ranking by attnlab's length penalty and ``log P`` are the torch
+    engine's: to float rounding from the second pass, and to CTranslate2's own decoding
+    (whose distribution leaves out the tokens never generated) without it."""
+    torch_engine, ct2 = both
+    prefixed = {"decoding": DecodingOptions(beam_size=4, alpha=1.0), "prefixes": "drei"}
+    ours = torch_engine.hypotheses(TEXTS, **prefixed)
+    for scored, tolerance in ((True, 1e-3), (False, 0.05)):
+        theirs = ct2.hypotheses(TEXTS, **prefixed, scored=scored)
+        for a, b in zip(ours, theirs, strict=True):
+            assert [h.ids for h in a] == [h.ids for h in b]
+            assert a[0].log_prob == pytest.approx(b[0].log_prob, abs=tolerance)
+            assert a[0].score == pytest.approx(b[0].score, abs=tolerance)
+
+
+@pytest.mark.slow
 def test_beam_search_ranks_as_the_torch_engine(both):
     """Both engines rank a beam by attnlab's ``log P / ((5 + |Y|) / 6) ** alpha``: the same
     n-best lists, best first (but for near-ties), with and without a length penalty, and the

@@ -178,6 +178,7 @@ class CTranslate2Engine:
             groups.setdefault(max(limits) if beam == 1 else limit, []).append(i)
         found: list[list[int]] = [[] for _ in range(len(sources) * n)]
         log_probs = [0.0] * len(found)
+        forced = self._prefix_log_probs(sources, prefixes)
         cut = False  # a row cut to its own limit: CTranslate2's log P is of the longer output
         for longest, rows in groups.items():
             penalty = _their_penalty(options.alpha, [len(sources[i]) for i in rows])
@@ -190,7 +191,7 @@ class CTranslate2Engine:
             )
             for i, result in zip(rows, results, strict=True):
                 outputs = [
-                    (score * len(tokens) ** penalty, tokens)
+                    (score * len(tokens) ** penalty + forced[i], tokens)
                     for tokens, score in zip(result.hypotheses, result.scores, strict=True)
                 ]
                 outputs.sort(key=lambda o: -o[0] / length_penalty(len(o[1]), options.alpha))
@@ -204,6 +205,22 @@ class CTranslate2Engine:
             (ids, [], p, p / length_penalty(len(ids), options.alpha), self._done(ids))
             for ids, p in zip(found, log_probs, strict=True)
         ]
+
+    def _prefix_log_probs(self, sources: list[list[int]], prefixes: list[list[int]]) -> list[float]:
+        """Each source's prefix's log-probability (0 without a prefix): CTranslate2's scores
+        leave the forced tokens out, and attnlab's ``log P`` (which its length penalty ranks)
+        counts them."""
+        rows = [i for i, prefix in enumerate(prefixes) if prefix]
+        found = [0.0] * len(sources)
+        if rows:
+            scored = self.translator.score_batch(
+                [[self.src_tokens[t] for t in sources[i]] for i in rows],
+                [[self.tgt_tokens[t] for t in prefixes[i]] for i in rows],
+                max_input_length=0,
+            )
+            for i, result in zip(rows, scored, strict=True):
+                found[i] = sum(result.log_probs[: len(prefixes[i])])
+        return found
 
     def _done(self, ids: list[int]) -> bool:
         return bool(ids) and ids[-1] == self.eos_id
