@@ -178,7 +178,9 @@ class CTranslate2Engine:
             groups.setdefault(max(limits) if beam == 1 else limit, []).append(i)
         found: list[list[int]] = [[] for _ in range(len(sources) * n)]
         log_probs = [0.0] * len(found)
-        forced = self._prefix_log_probs(sources, prefixes)
+        # The prefixes' log P, for the ranking and for rows not scored again below.
+        ranked = beam > 1 or not scored
+        forced = self._prefix_log_probs(sources, prefixes) if ranked else [0.0] * len(sources)
         cut = False  # a row cut to its own limit: CTranslate2's log P is of the longer output
         for longest, rows in groups.items():
             penalty = _their_penalty(options.alpha, [len(sources[i]) for i in rows])
@@ -212,15 +214,24 @@ class CTranslate2Engine:
         counts them."""
         rows = [i for i, prefix in enumerate(prefixes) if prefix]
         found = [0.0] * len(sources)
-        if rows:
-            scored = self.translator.score_batch(
-                [[self.src_tokens[t] for t in sources[i]] for i in rows],
-                [[self.tgt_tokens[t] for t in prefixes[i]] for i in rows],
-                max_input_length=0,
-            )
-            for i, result in zip(rows, scored, strict=True):
-                found[i] = sum(result.log_probs[: len(prefixes[i])])
+        scored = self._token_log_probs([sources[i] for i in rows], [prefixes[i] for i in rows])
+        for i, log_probs in zip(rows, scored, strict=True):
+            found[i] = sum(log_probs[: len(prefixes[i])])
         return found
+
+    def _token_log_probs(
+        self, sources: list[list[int]], targets: list[list[int]]
+    ) -> list[list[float]]:
+        """Each target's token log-probabilities given its source, from CTranslate2's
+        ``score_batch`` (which appends EOS to a target: one more than its tokens)."""
+        if not targets:
+            return []
+        scored = self.translator.score_batch(
+            [[self.src_tokens[t] for t in source] for source in sources],
+            [[self.tgt_tokens[t] for t in target] for target in targets],
+            max_input_length=0,
+        )
+        return [result.log_probs for result in scored]
 
     def _done(self, ids: list[int]) -> bool:
         return bool(ids) and ids[-1] == self.eos_id
@@ -232,15 +243,13 @@ class CTranslate2Engine:
         log-probability from CTranslate2's ``score_batch`` (which appends EOS to a target)."""
         done = [self._done(ids) for ids in found]
         kept = [r for r, ids in enumerate(found) if ids]
-        scored = self.translator.score_batch(
-            [[self.src_tokens[t] for t in sources[r // n]] for r in kept],
-            [[self.tgt_tokens[t] for t in found[r][: len(found[r]) - done[r]]] for r in kept],
-            max_input_length=0,
+        scored = self._token_log_probs(
+            [sources[r // n] for r in kept], [found[r][: len(found[r]) - done[r]] for r in kept]
         )
         rows: list[Row] = [([], [], 0.0, 0.0, False)] * len(found)
-        for r, result in zip(kept, scored, strict=True):
+        for r, log_probs in zip(kept, scored, strict=True):
             ids = found[r]
-            tokens = result.log_probs[: len(ids)]
+            tokens = log_probs[: len(ids)]
             log_prob = sum(tokens)
             rows[r] = (ids, tokens, log_prob, log_prob / length_penalty(len(ids), alpha), done[r])
         return rows
