@@ -492,7 +492,14 @@ class FastDecoder:
             sentences = rows.view(-1, beam)[:, 0] // beam
         if sentences.shape[0] == self.n and (beam > 1 or bool((sentences == self._all()).all())):
             return  # the same sentences in the same order
-        self.store = self.store.index_select(2, sentences)
+        # Only the positions written so far are copied: the store holds ``capacity`` of them
+        # (a greedy batch prunes its finished rows early, when few are filled).
+        shape = list(self.store.shape)
+        shape[2] = sentences.shape[0]
+        store = self.store.new_empty(shape)
+        kept = self.store.narrow(4, 0, self.length).index_select(2, sentences)
+        store.narrow(4, 0, self.length).copy_(kept)
+        self.store = store
         kv_heads = self.packed.kv_heads
         memory = self.memory_kv.view(*self.memory_kv.shape[:2], self.n, kv_heads, -1)  # contiguous
         memory = memory.index_select(2, sentences)
