@@ -69,13 +69,15 @@ train-multi30k-seeds: $(STAMP)
 
 # Issue 45's pipeline (docs/distillation.md): the recipe's three seeds as teachers (the target
 # above), then the students, each trained on their ensemble's translations of the training
-# sources (decoded once into the shard cache, then reused by every student): two of the
-# recipe's shape (on the distilled and the original pairs, and on the distilled pairs alone),
-# and the fast deep-encoder students with 1 and 2 decoder layers (each choice is made on
-# validation); then benchmarks/distill.py (the ensemble's scores, BLEU against
-# tokens/s, the goals) and its batch-1 profile (--profile). A rerun redoes only what is
-# missing: a student with a results.json is kept, one killed after a checkpoint resumes from
-# it, and the teachers' decoding resumes after its last finished chunk.
+# sources (decoded once into the shard cache, then reused by every student): three of the
+# recipe's shape (on the distilled and the original pairs; the same with its steps scaled to
+# its pairs, 13,200, since it sees twice the teachers' pairs: the teachers' 56 epochs, not 28;
+# on the distilled pairs alone), and the fast deep-encoder students with 1 and 2 decoder layers
+# (each choice is made on validation); then benchmarks/distill.py (the ensemble's scores, BLEU
+# against tokens/s, the goals; the blind sets of $ATTNLAB_MULTI30K_BLIND translated by every
+# system) and its batch-1 profile (--profile). A rerun redoes only what is missing: a student
+# with a results.json is kept, one killed after a checkpoint resumes from it, and the
+# teachers' decoding resumes after its last finished chunk.
 define train_student
 	@if [ -f runs/$(1)/results.json ]; then echo "$(1): already trained (runs/$(1)/results.json)"; \
 	else set -x; $(VENV)/bin/attnlab train --config $(2) --out runs/$(1) --no-progress \
@@ -84,6 +86,7 @@ endef
 
 distill-multi30k: train-multi30k-seeds
 	$(call train_student,multi30k-student-4-4,configs/multi30k-distilled.toml)
+	$(call train_student,multi30k-student-4-4-scaled,configs/multi30k-distilled.toml,--set train.max_steps=13200)
 	$(call train_student,multi30k-student-4-4-kd-only,configs/multi30k-distilled.toml,--set distill.keep_original=false)
 	$(call train_student,multi30k-student-6-1,configs/multi30k-student.toml,--set model.num_decoder_layers=1)
 	$(call train_student,multi30k-student-6-2,configs/multi30k-student.toml)

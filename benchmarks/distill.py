@@ -21,12 +21,24 @@ far each score would move with other sentences of the same kind: a paired bootst
 (sacreBLEU's, 1,000 resamples) of every system against the recipe model and against the
 ensemble, on both splits (the float32 translations are kept in the workdir).
 
+Beside the table: each teacher alone on both splits, their mean and standard deviation; every
+system's brevity penalty and n-gram precisions, and its BLEU with the recipe model's and the
+ensemble's translations as references (how closely it imitates them); what beam 4 adds to the
+students that decode greedily, on validation.
+
+The blind sets (``--blind DIR``, default ``$ATTNLAB_MULTI30K_BLIND``): each ``SET.en.gz`` of DIR
+(sources only, no references) is translated by every teacher, their ensemble and every student
+(attnlab, float32, each decoding as its directory says) into ``--blind-out``
+(``benchmarks/results/blind/SYSTEM.SET.de``), one line per source line. They are translated,
+never scored: nothing here trains, tunes, chooses or filters on them.
+
 Speed: every measurement runs alone in a child process (``--worker``), with 1 and with 2 torch
 / CTranslate2 threads, after a warm-up; tokens/s counts the generated tokens of the first
 ``--speed-sentences`` validation sources, translated in their file's order in batches of 1 or
-32 (a batch sorted by length inside, as the Translator sorts). The table reports the best of
-the two thread counts. Never run it beside another job: two 2-thread processes on 2 cores slow
-each other about 5x.
+32 (a batch sorted by length inside, as the Translator sorts); each figure is the best of
+``--repeats`` (3) timed passes. The table reports the best of the two thread counts; the
+engines' ratios (``like_threads``) compare them at the same thread count. Never run it
+beside another job: two 2-thread processes on 2 cores slow each other about 5x.
 
 Run::
 
@@ -34,6 +46,7 @@ Run::
     .venv/bin/python benchmarks/distill.py --quick --teachers A B --students S   # a smoke run
     .venv/bin/python benchmarks/distill.py --no-speed --out /tmp/scores.json     # scores only
     .venv/bin/python benchmarks/distill.py --profile    # add a batch-1 profile to the report
+    .venv/bin/python benchmarks/distill.py --markdown   # the report's tables, for the docs
 
 ``--profile`` runs the recipe model and the chosen fast student one sentence at a time in
 attnlab under torch's profiler (1 thread): the time a token takes, the aten calls it makes and
@@ -65,6 +78,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "distill.json"
 DEFAULT_PICTURE = HERE.parent / "docs" / "img" / "distill.png"
+DEFAULT_BLIND = HERE / "results" / "blind"
 
 #: The issue's goals (Multi30K en->de).
 ENSEMBLE_GAIN = 0.8  # validation BLEU over the teachers' mean
@@ -286,6 +300,235 @@ def _ct2_quality(system: dict[str, Any], split: str, limit: int | None) -> dict:
             "sentences": len(pairs),
         }
     return found
+
+
+# -- what else the pages quote: the seeds, n-grams, imitation, the students' beam ---------------
+
+
+def teacher_scores(
+    report: dict[str, Any], teachers: list[Path], limit: int | None, workdir: Path | None
+) -> dict[str, Any]:
+    """Each teacher (seed) alone, float32, on both splits (the first one's are the recipe
+    model's, scored already)."""
+    out: dict[str, Any] = {}
+    recipe = report["quality"].get("recipe model", {})
+    for i, t in enumerate(teachers):
+        if i == 0 and recipe:
+            out[str(t)] = {k: v for k, v in recipe.items() if k.endswith("/float32")}
+            continue
+        one = {"name": str(t), "dirs": [str(t)]}
+        out[str(t)] = quality(one, ["valid", "test"], limit, ("float32",), workdir=workdir)
+    return out
+
+
+def seeds_summary(teacher_quality: dict[str, Any]) -> dict[str, Any]:
+    """The teachers' mean and sample standard deviation of each score on each split (the
+    docs' "39.42 ± 0.48"), and how many teachers; {} with fewer than two."""
+    if len(teacher_quality) < 2:
+        return {}
+    out: dict[str, Any] = {"teachers": len(teacher_quality)}
+    for split in ("valid/float32", "test/float32"):
+        rows = [q[split] for q in teacher_quality.values() if split in q]
+        if len(rows) != len(teacher_quality):
+            continue
+        out[split] = {
+            metric: {
+                "mean": statistics.fmean(r[metric] for r in rows),
+                "sd": statistics.stdev(r[metric] for r in rows),
+            }
+            for metric in ("bleu", "bleu_tokenized", "chrf")
+            if all(r.get(metric) is not None for r in rows)
+        }
+    return out
+
+
+def analysis(
+    systems_: list[dict[str, Any]], splits: list[str], limit: int | None, workdir: Path | None
+) -> dict[str, Any]:
+    """Per split and system (float32, as it decodes): BLEU's brevity penalty, its four n-gram
+    precisions and the lengths; and its BLEU with the ensemble's translations, then the recipe
+    model's, as the references, and the share of its translations identical to theirs (how
+    closely it imitates them; not against itself)."""
+    from sacrebleu.metrics import BLEU
+
+    found: dict[str, Any] = {}
+    for split in splits:
+        pairs, _ = split_pairs(systems_[0]["dirs"][0], split, limit)
+        references = [t for _, t in pairs]
+        hyps = {s["name"]: hypotheses(s, split, limit, workdir) for s in systems_}
+        imitated = {s["name"]: hyps[s["name"]] for s in systems_ if s["kind"] != "student"}
+        per_split = found.setdefault(split, {})
+        for name, hyp in hyps.items():
+            b = BLEU().corpus_score(hyp, [references])
+            entry = {
+                "bleu": b.score,
+                "brevity_penalty": b.bp,
+                "precisions": list(b.precisions),
+                "hyp_len": b.sys_len,
+                "ref_len": b.ref_len,
+            }
+            for other, theirs in imitated.items():
+                if other != name:
+                    entry[f"bleu_vs_{other}"] = BLEU().corpus_score(hyp, [theirs]).score
+                    same = sum(a == b for a, b in zip(hyp, theirs, strict=True))
+                    entry[f"same_as_{other}"] = same / max(len(hyp), 1)
+            per_split[name] = entry
+    return found
+
+
+def beam_of_greedy(
+    report: dict[str, Any], beam: int, limit: int | None, workdir: Path | None
+) -> dict[str, Any]:
+    """Validation BLEU (float32) of each student its directory decodes greedily, once more
+    with beam ``beam`` (its directory's alpha): what the beam would add."""
+    out: dict[str, Any] = {}
+    for s in report["systems"]:
+        greedy = report["quality"][s["name"]]["valid/float32"]
+        if s["kind"] != "student" or greedy["beam_size"] != 1:
+            continue
+        key = {"dirs": [dir_digest(d) for d in s["dirs"]], "beam": beam, "limit": limit}
+        wide = remembered(workdir, "beam", key, functools.partial(_beam_scores, s, beam, limit))
+        out[s["name"]] = {
+            "greedy": greedy["bleu"],
+            f"beam {beam}": wide["bleu"],
+            "chrf": {"greedy": greedy["chrf"], f"beam {beam}": wide["chrf"]},
+            "beam": beam,
+        }
+    return out
+
+
+def _beam_scores(system: dict[str, Any], beam: int, limit: int | None) -> dict[str, float]:
+    from attnlab.inference.scores import score
+    from attnlab.inference.translator import Translator
+
+    translator = Translator.load(system["dirs"], device="cpu")
+    decoding = translator.decoding.updated(beam_size=beam)
+    pairs, lang = split_pairs(system["dirs"][0], "valid", limit)
+    hyps = translator.translate([s for s, _ in pairs], decoding=decoding)
+    found = score(hyps, [t for _, t in pairs], tokenized_lang=lang)
+    return {"bleu": found.bleu, "chrf": found.chrf}
+
+
+def like_threads(speed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """attnlab's tokens/s over CTranslate2's for the same system, weights, batch and thread
+    count (never one engine's best thread count against the other's)."""
+    out = []
+    for row in speed:
+        if row["engine"] != "attnlab":
+            continue
+        theirs = next(
+            (
+                r
+                for r in speed
+                if r["engine"] == "ctranslate2"
+                and (r["system"], r["weights"], r["batch"])
+                == (row["system"], row["weights"], row["batch"])
+            ),
+            None,
+        )
+        if theirs is None:
+            continue
+        for threads, ours in row["by_threads"].items():
+            other = theirs["by_threads"].get(threads)
+            if other:
+                out.append(
+                    {
+                        "system": row["system"],
+                        "weights": row["weights"],
+                        "batch": row["batch"],
+                        "threads": int(threads),
+                        "attnlab_over_ctranslate2": ours["tokens_per_s"] / other["tokens_per_s"],
+                    }
+                )
+    return out
+
+
+# -- the blind sets: translated, never scored --------------------------------------------------
+
+
+def blind_sets(directory: Path, src_lang: str) -> dict[str, list[str]]:
+    """The blind sets in ``directory``: each ``SET.SRC.gz`` (or ``SET.SRC``) file's lines, by
+    ``SET``. Sources only: there is nothing to score them against, and nothing here trains,
+    tunes, chooses or filters on them."""
+    import gzip
+
+    found: dict[str, list[str]] = {}
+    for path in sorted(directory.iterdir()):
+        name = path.name.removesuffix(".gz")
+        if not name.endswith(f".{src_lang}"):
+            continue
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            found[name.removesuffix(f".{src_lang}")] = f.read().splitlines()
+    return found
+
+
+def blind_systems(teachers: list[Path], students: list[Path]) -> list[dict[str, Any]]:
+    """Every system the blind sets are translated with: each teacher, their ensemble (two or
+    more), each student; each with a file-name ``slug`` (its run's directory name, else
+    ``teacherN``; the ensemble ``ensemble``)."""
+    out: list[dict[str, Any]] = []
+    names = [t.parent.name for t in teachers]
+    for i, t in enumerate(teachers):
+        slug = names[i] if names.count(names[i]) == 1 else f"teacher{i}"
+        out.append({"slug": slug, "dirs": [str(t)]})
+    if len(teachers) > 1:
+        out.append({"slug": "ensemble", "dirs": [str(t) for t in teachers]})
+    taken = {s["slug"] for s in out}
+    for i, s in enumerate(students):
+        slug = s.parent.name if s.parent.name not in taken else f"student{i}"
+        taken.add(slug)
+        out.append({"slug": slug, "dirs": [str(s)]})
+    return out
+
+
+def blind(
+    systems_: list[dict[str, Any]], directory: Path, out_dir: Path, workdir: Path | None
+) -> dict[str, Any]:
+    """Each blind set translated by each system (attnlab, float32, decoding as its first
+    directory says), one line per source line, into ``out_dir/SLUG.SET.TGT``, written
+    atomically; kept in ``workdir`` keyed by the models' files and the set's lines. Returns
+    what was written: per system its decoding and per set the file, its lines and digest."""
+    from attnlab._io import atomic_write
+    from attnlab.decode.options import DecodingOptions
+    from attnlab.inference.translator import Translator
+    from attnlab.jobs import read_job
+
+    task = read_job(Path(systems_[0]["dirs"][0])).task
+    src, tgt = getattr(task, "src_lang", "en"), getattr(task, "tgt_lang", "out")
+    sets = blind_sets(directory, src)
+    if not sets:
+        raise SystemExit(f"distill.py: --blind: no SET.{src}.gz or SET.{src} file in {directory}")
+    report: dict[str, Any] = {
+        "sets": {name: len(lines) for name, lines in sets.items()},
+        "systems": {},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for system in systems_:
+        translator = functools.cache(lambda s=system: Translator.load(s["dirs"], device="cpu"))
+        files = {}
+        for name, lines in sets.items():
+            digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+            key = {"dirs": [dir_digest(d) for d in system["dirs"]], "set": digest}
+            print(f"  blind {name}: {system['slug']} ({len(lines):,} lines)", flush=True)
+            hyps = remembered(workdir, "blind", key, lambda t=translator, x=lines: t().translate(x))
+            if len(hyps) != len(lines) or any("\n" in h for h in hyps):
+                raise RuntimeError(f"{system['slug']} gave {len(hyps)} lines for {len(lines)}")
+            path = out_dir / f"{system['slug']}.{name}.{tgt}"
+            text = "".join(h + "\n" for h in hyps)
+            atomic_write(path, lambda temp, t=text: Path(temp).write_text(t, encoding="utf-8"))
+            files[name] = {
+                "file": path.name,
+                "lines": len(hyps),
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
+        carried = DecodingOptions.carried_by(system["dirs"][0])[0]
+        report["systems"][system["slug"]] = {
+            "dirs": system["dirs"],
+            "decoding": {"beam_size": carried.beam_size, "alpha": carried.alpha},
+            "files": files,
+        }
+    return report
 
 
 # -- the engines (run inside a worker for timing) ----------------------------------------------
@@ -594,6 +837,146 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(report: dict[str, Any]) -> str | None:
+    """Each teacher, their mean (± the sample standard deviation) and their ensemble, as a
+    Markdown table; None unless each teacher was scored on both splits."""
+    tq, seeds = report.get("teacher_quality", {}), report.get("seeds") or {}
+    if len(tq) < 2 or "test/float32" not in seeds:
+        return None
+    lines = [
+        "| system | validation BLEU | test BLEU | tokenised | chrF | int8: test BLEU |",
+        "|---|---|---|---|---|---|",
+    ]
+    int8 = report["quality"]["recipe model"].get("test/int8")
+    for i, (model_dir, q) in enumerate(tq.items()):
+        test = q["test/float32"]
+        lines.append(
+            f"| {Path(model_dir).parent.name} | {q['valid/float32']['bleu']:.2f} | "
+            f"{test['bleu']:.2f} | {_num(test.get('bleu_tokenized'))} | {test['chrf']:.2f} | "
+            f"{_num(int8['bleu']) if i == 0 and int8 else ''} |"
+        )
+    v, t = seeds["valid/float32"], seeds["test/float32"]
+    tok = t.get("bleu_tokenized")
+    lines.append(
+        f"| the teachers' mean | {v['bleu']['mean']:.2f} | {t['bleu']['mean']:.2f} ± "
+        f"{t['bleu']['sd']:.2f} | "
+        + (f"{tok['mean']:.2f} ± {tok['sd']:.2f}" if tok else "-")
+        + f" | {t['chrf']['mean']:.2f} | |"
+    )
+    ensemble = next((s for s in report["systems"] if s["kind"] == "ensemble"), None)
+    if ensemble:
+        q = report["quality"][ensemble["name"]]
+        test = q["test/float32"]
+        lines.append(
+            f"| **{ensemble['name']}** | **{q['valid/float32']['bleu']:.2f}** | "
+            f"**{test['bleu']:.2f}** | **{_num(test.get('bleu_tokenized'))}** | "
+            f"{test['chrf']:.2f} | {_num(q.get('test/int8', {}).get('bleu'))} |"
+        )
+    return "\n".join(lines)
+
+
+def analysis_table(report: dict[str, Any]) -> str | None:
+    """The brevity penalty, n-gram precisions and imitation BLEU of each system on each split
+    (``report['analysis']``), as a Markdown table; None without them."""
+    found = report.get("analysis")
+    if not found:
+        return None
+    others = [s["name"] for s in report["systems"] if s["kind"] != "student"]
+    lines = [
+        "| split | system | brevity penalty | 1-gram | 2-gram | 3-gram | 4-gram | "
+        + " | ".join(f"BLEU against the {o}'s translations" for o in others)
+        + " |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(others),
+    ]
+    for split, per_system in found.items():
+        for name, a in per_system.items():
+            vs = [_num(a.get(f"bleu_vs_{o}")) for o in others]
+            lines.append(
+                f"| {split} | {name} | {a['brevity_penalty']:.3f} | "
+                + " | ".join(f"{p:.1f}" for p in a["precisions"])
+                + " | "
+                + " | ".join(vs)
+                + " |"
+            )
+    return "\n".join(lines)
+
+
+def beam_table(report: dict[str, Any]) -> str | None:
+    """What a beam adds to the students that decode greedily (validation BLEU), beside the
+    recipe model's own; None without such a student."""
+    found = report.get("beam_of_greedy")
+    if not found:
+        return None
+    beam = next(iter(found.values()))["beam"]
+    lines = [
+        f"| validation BLEU | greedy | beam {beam} | what the beam adds |",
+        "|---|---|---|---|",
+    ]
+    for name, b in found.items():
+        wide = b[f"beam {beam}"]
+        lines.append(f"| {name} | {b['greedy']:.2f} | {wide:.2f} | {wide - b['greedy']:+.2f} |")
+    recipe = report["quality"].get("recipe model", {}).get("valid/float32")
+    if recipe:
+        lines.append(f"| recipe model (beam {recipe['beam_size']}) | | {recipe['bleu']:.2f} | |")
+    return "\n".join(lines)
+
+
+def threads_table(report: dict[str, Any]) -> str | None:
+    """attnlab's tokens/s over CTranslate2's at the same thread count, per system, weights and
+    batch (``report['like_threads']``); None without them."""
+    rows = report.get("like_threads")
+    if not rows:
+        return None
+    threads = sorted({r["threads"] for r in rows})
+    lines = [
+        "| system | weights | batch | "
+        + " | ".join(f"attnlab / CTranslate2, {t} thread{'s' * (t > 1)}" for t in threads)
+        + " |",
+        "|---|---|---|" + "---|" * len(threads),
+    ]
+    keys = dict.fromkeys((r["system"], r["weights"], r["batch"]) for r in rows)
+    for system, weights, batch in keys:
+        ratio = {
+            r["threads"]: r["attnlab_over_ctranslate2"]
+            for r in rows
+            if (r["system"], r["weights"], r["batch"]) == (system, weights, batch)
+        }
+        shown = [f"{ratio[t]:.2f}x" if t in ratio else "-" for t in threads]
+        lines.append(f"| {system} | {weights} | {batch} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def blind_table(report: dict[str, Any]) -> str | None:
+    """The blind sets' translations on file: per system its decoding and each set's lines;
+    None without them."""
+    found = report.get("blind")
+    if not found:
+        return None
+    sets = list(found["sets"])
+    lines = [
+        "| system | beam | alpha | " + " | ".join(sets) + " |",
+        "|---|---|---|" + "---|" * len(sets),
+        "| (source lines) | | | " + " | ".join(f"{found['sets'][n]:,}" for n in sets) + " |",
+    ]
+    for slug, s in found["systems"].items():
+        counts = [f"{s['files'][n]['lines']:,}" for n in sets]
+        d = s["decoding"]
+        lines.append(f"| {slug} | {d['beam_size']} | {d['alpha']} | " + " | ".join(counts) + " |")
+    return "\n".join(lines)
+
+
+def pages(report: dict[str, Any]) -> list[str]:
+    """Every Markdown table docs/distillation.md quotes from the report (those it has the
+    figures for), in the page's order."""
+    made = [table(report), seeds_table(report), beam_table(report), analysis_table(report)]
+    made += [threads_table(report), blind_table(report)]
+    return [t for t in made if t]
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _short(name: str) -> str:
     """A system's name as the picture labels it: ``multi30k-student-6-2 (6-2)`` -> ``6-2``."""
     return name.split(" (")[0].removeprefix("multi30k-student-").replace("recipe model", "recipe")
@@ -742,6 +1125,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few sentences")
     parser.add_argument(
+        "--blind",
+        type=Path,
+        default=os.environ.get("ATTNLAB_MULTI30K_BLIND") or None,
+        help="a directory of blind sets (SET.en.gz: sources only), translated by every system "
+        "(default: $ATTNLAB_MULTI30K_BLIND; none without it)",
+    )
+    parser.add_argument(
+        "--blind-out", type=Path, default=DEFAULT_BLIND, help="where their translations go"
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="only print the tables docs/distillation.md quotes, from the report --out holds",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="only profile one sentence at a time in attnlab (the recipe model and the chosen "
@@ -757,6 +1155,11 @@ def main(argv: list[str] | None = None) -> int:
         args.limit = args.limit or 20
     if args.profile:
         return add_profiles(args)
+    if args.markdown:
+        from attnlab._io import read_json
+
+        print("\n\n".join(pages(read_json(args.out))))
+        return 0
     found = discover(args.runs)
     teachers = args.teachers if args.teachers is not None else found[0]
     students = args.students if args.students is not None else found[1]
@@ -789,27 +1192,37 @@ def main(argv: list[str] | None = None) -> int:
             report["ct2_quality"][system["name"]] = ct2_quality(
                 system, "test", args.limit, keep=cache
             )
-    for t in teachers:  # each teacher on validation: the ensemble's goal is over their mean
-        recipe = report["quality"]["recipe model"]  # the first teacher, scored above
-        if str(t) == chosen[0]["dirs"][0]:
-            report["teacher_quality"][str(t)] = {"valid/float32": recipe["valid/float32"]}
-            continue
-        one = {"name": str(t), "dirs": [str(t)]}
-        report["teacher_quality"][str(t)] = quality(
-            one, ["valid"], args.limit, ("float32",), workdir=cache
-        )
+    # Each teacher alone (the ensemble's goal is over their mean on validation).
+    report["teacher_quality"] = teacher_scores(report, teachers, args.limit, cache)
+    report["seeds"] = seeds_summary(report["teacher_quality"])
     print("paired bootstrap: how far each score moves with the sentences drawn", flush=True)
     report["bootstrap"] = bootstrap(chosen, ["valid", "test"], args.limit, cache)
+    print("n-gram precisions, and BLEU against the teachers' translations", flush=True)
+    report["analysis"] = analysis(chosen, ["valid", "test"], args.limit, cache)
+    report["beam_of_greedy"] = beam_of_greedy(report, 4, args.limit, cache)
+    if args.blind is not None:
+        print(f"the blind sets in {args.blind}: translated, never scored", flush=True)
+        every = blind_systems(teachers, students)
+        report["blind"] = blind(every, args.blind, args.blind_out, cache)
+    else:
+        print("no blind sets (--blind DIR or $ATTNLAB_MULTI30K_BLIND): none translated")
     texts = speed_texts(chosen[0]["dirs"][0], args.speed_sentences)
     for system in chosen if not args.no_speed else []:
         report["speed"] += speed_rows(system, texts, args, workdir)
+    if report["speed"]:
+        report["timing"] = (
+            f"tokens/s: the best of {args.repeats} timed passes after a warm-up pass, at each "
+            f"of {args.threads} threads; a row's figure is its best thread count's, and "
+            f"like_threads compares the engines at the same thread count"
+        )
+        report["like_threads"] = like_threads(report["speed"])
     for key, fast in CHOICES.items():
         report[key] = choice(report, fast)
     report["goals"] = goals(report)
     report["costs"] = costs(teachers, students)
     report["machine"] = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
     print()
-    print(table(report))
+    print("\n\n".join(pages(report)))
     print()
     for key, fast in CHOICES.items():
         if report[key]:

@@ -256,10 +256,28 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     twice) and a student: every system scored and timed, CTranslate2 greedy equal to attnlab
     greedy on the same weights, the ensemble of a model twice scoring as the model, the goals
     judged, the picture drawn."""
+    import gzip
+    import shutil
+
     out, png = tmp_path / "distill.json", tmp_path / "distill.png"
     d = str(numbers_model_dir)
+    # The second teacher: the same model in a directory of its own (a seed of its own to the
+    # report, with the same translations).
+    twin = tmp_path / "seed1" / "model"
+    shutil.copytree(numbers_model_dir, twin)
+    # Two blind sets, sources only: one gzipped (with an empty line), one plain; a file of
+    # another language is not one.
+    sets = tmp_path / "blind-sets"
+    sets.mkdir()
+    flickr = ["three hundred and five", "", "seventy-two", "one thousand and one"]
+    with gzip.open(sets / "test_a.en.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(flickr) + "\n")
+    (sets / "test_b.en").write_text("nine\neleven\n", encoding="utf-8")
+    (sets / "test_b.de").write_text("neun\n", encoding="utf-8")
+    blind_out = tmp_path / "blind"
     argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--quick", "--out", str(out)]
-    argv += ["--picture", str(png), "--teachers", d, d, "--students", d]
+    argv += ["--picture", str(png), "--teachers", d, str(twin), "--students", d]
+    argv += ["--blind", str(sets), "--blind-out", str(blind_out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -295,6 +313,50 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     assert "± " in done.stdout and "(95%)" in done.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| recipe model | attnlab | float32 |" in done.stdout
+    # Each teacher alone on both splits; their mean and deviation (the same model twice).
+    seeds = report["seeds"]["test/float32"]["bleu"]
+    assert seeds["mean"] == pytest.approx(quality["recipe model"]["test/float32"]["bleu"])
+    assert seeds["sd"] == pytest.approx(0.0) and report["seeds"]["teachers"] == 2
+    # n-gram precisions and imitation: the ensemble of the model twice translates as the model.
+    for split in ("valid", "test"):
+        recipe = report["analysis"][split]["recipe model"]
+        assert len(recipe["precisions"]) == 4 and 0 < recipe["brevity_penalty"] <= 1
+        assert recipe["bleu"] == pytest.approx(quality["recipe model"][f"{split}/float32"]["bleu"])
+        assert recipe["same_as_ensemble of 2"] == 1.0 and recipe["bleu_vs_ensemble of 2"] >= 0
+        assert "bleu_vs_recipe model" not in recipe
+    # The numbers recipe decodes greedily: beam 4 on validation beside it.
+    (student,) = [s["name"] for s in report["systems"] if s["kind"] == "student"]
+    wide = report["beam_of_greedy"][student]
+    assert wide["greedy"] == quality[student]["valid/float32"]["bleu"] and wide["beam 4"] >= 0
+    assert wide["chrf"]["beam 4"] > 10  # numbers are one token: BLEU may count nothing
+    # The engines at the same thread count; how the passes count.
+    assert {r["threads"] for r in report["like_threads"]} == {1}
+    assert all(r["attnlab_over_ctranslate2"] > 0 for r in report["like_threads"])
+    assert "best of 1 timed passes" in report["timing"]
+    # The blind sets: every system, every set, one line per source line, as it translates
+    # them alone; an empty line stays empty.
+    from attnlab.inference.translator import Translator
+
+    alone = Translator.load(d, device="cpu").translate(flickr)
+    assert alone[1] == ""
+    blind = report["blind"]
+    assert blind["sets"] == {"test_a": 4, "test_b": 2}
+    # A run's directory names its system; the student's is a teacher's here, so it is numbered.
+    slugs = [numbers_model_dir.parent.name, "seed1", "ensemble", "student0"]
+    assert list(blind["systems"]) == slugs
+    for slug in slugs:
+        for name, lines in (("test_a", 4), ("test_b", 2)):
+            path = blind_out / f"{slug}.{name}.de"
+            assert path.read_text(encoding="utf-8").count("\n") == lines
+            assert blind["systems"][slug]["files"][name]["lines"] == lines
+        assert (blind_out / f"{slug}.test_a.de").read_text(encoding="utf-8").splitlines() == alone
+    assert blind["systems"]["ensemble"]["decoding"]["beam_size"] == 1
+    # The tables the docs quote, printed again from the report alone.
+    argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--markdown", "--out"]
+    shown = subprocess.run([*argv, str(out)], capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "| the teachers' mean |" in shown.stdout and "| student0 | 1 |" in shown.stdout
+    assert "| (source lines) | | | 4 | 2 |" in shown.stdout
     # One sentence at a time, profiled, added to that report and nothing else changed.
     argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--quick", "--profile"]
     done = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=1800)
@@ -312,7 +374,8 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     # timing, no picture.
     again, png2 = tmp_path / "again.json", tmp_path / "again.png"
     argv = [sys.executable, str(ROOT / "benchmarks" / "distill.py"), "--quick", "--no-speed"]
-    argv += ["--out", str(again), "--picture", str(png2), "--teachers", d, d, "--students", d]
+    argv += ["--out", str(again), "--picture", str(png2), "--teachers", d, str(twin)]
+    argv += ["--students", d]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "scores kept from an earlier run" in done.stdout

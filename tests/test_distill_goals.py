@@ -103,8 +103,12 @@ def test_the_pages_show_the_table_and_the_goals_of_the_measured_run() -> None:
 
     report = json.loads(RESULTS.read_text(encoding="utf-8"))
     shown = distill.table(report)
-    for page in ("docs/benchmarks.md", "docs/distillation.md", "docs/distillation.zh.md"):
-        assert shown in (ROOT / page).read_text(encoding="utf-8"), f"{page}: not {RESULTS.name}'s"
+    assert shown in (ROOT / "docs/benchmarks.md").read_text(encoding="utf-8")
+    for page in ("docs/distillation.md", "docs/distillation.zh.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        for table in distill.pages(report):  # every table the file has the figures for
+            head = table.splitlines()[0]
+            assert table in text, f"{page}: not {RESULTS.name}'s table {head}"
     guide = (ROOT / "docs/distillation.md").read_text(encoding="utf-8")
     for goal in report["goals"]:
         assert goal["measured"] in guide, f"the guide lacks the goal's figure {goal['measured']!r}"
@@ -113,3 +117,89 @@ def test_the_pages_show_the_table_and_the_goals_of_the_measured_run() -> None:
         assert f"`{picked['chosen'].split(' (')[0]}`" in guide
         for score in picked["validation_bleu"].values():
             assert f"{score:.2f}" in guide
+
+
+def _teacher(valid: float, test: float, tokenized: float, chrf: float) -> dict:
+    scores = {"bleu": test, "bleu_tokenized": tokenized, "chrf": chrf}
+    return {"valid/float32": {"bleu": valid, "chrf": 60.0}, "test/float32": scores}
+
+
+def test_the_seed_table_gives_the_teachers_mean_and_sample_deviation() -> None:
+    teachers = {
+        "runs/seeds/seed0/model": _teacher(40.45, 39.84, 40.21, 64.48),
+        "runs/seeds/seed1/model": _teacher(40.30, 39.51, 39.83, 64.09),
+        "runs/seeds/seed2/model": _teacher(40.93, 38.90, 39.24, 64.06),
+    }
+    ensemble = _teacher(41.73, 40.66, 40.99, 64.81)
+    ensemble["test/int8"] = {"bleu": 40.78}
+    report = {
+        "systems": [
+            {"name": "recipe model", "kind": "teacher"},
+            {"name": "ensemble of 3", "kind": "ensemble"},
+        ],
+        "quality": {
+            "recipe model": {**teachers["runs/seeds/seed0/model"], "test/int8": {"bleu": 39.42}},
+            "ensemble of 3": ensemble,
+        },
+        "teacher_quality": teachers,
+        "seeds": distill.seeds_summary(teachers),
+    }
+    lines = distill.seeds_table(report).splitlines()
+    assert "| seed0 | 40.45 | 39.84 | 40.21 | 64.48 | 39.42 |" in lines
+    assert "| seed2 | 40.93 | 38.90 | 39.24 | 64.06 |  |" in lines
+    # The mean of 39.84, 39.51, 38.90 is 39.42; their sample standard deviation 0.48.
+    assert "| the teachers' mean | 40.56 | 39.42 ± 0.48 | 39.76 ± 0.49 | 64.21 | |" in lines
+    assert lines[-1] == "| **ensemble of 3** | **41.73** | **40.66** | **40.99** | 64.81 | 40.78 |"
+    # One teacher: no mean, no table.
+    assert distill.seeds_summary({"a": teachers["runs/seeds/seed0/model"]}) == {}
+
+
+def _speed(system: str, engine: str, per_thread: dict[int, float]) -> dict:
+    best = max(per_thread, key=per_thread.get)
+    return {
+        "system": system,
+        "engine": engine,
+        "weights": "float32",
+        "batch": 1,
+        "tokens_per_s": per_thread[best],
+        "best_threads": best,
+        "by_threads": {str(t): {"tokens_per_s": v} for t, v in per_thread.items()},
+    }
+
+
+def test_the_engines_are_compared_at_the_same_thread_count() -> None:
+    """attnlab's best is at 2 threads and CTranslate2's at 1: the ratios pair like with like,
+    never one engine's best against the other's."""
+    speed = [
+        _speed("s", "attnlab", {1: 300.0, 2: 400.0}),
+        _speed("s", "ctranslate2", {1: 1600.0, 2: 800.0}),
+    ]
+    rows = distill.like_threads(speed)
+    assert [(r["threads"], r["attnlab_over_ctranslate2"]) for r in rows] == [
+        (1, 300 / 1600),
+        (2, 0.5),
+    ]
+    table = distill.threads_table({"like_threads": rows})
+    assert "| s | float32 | 1 | 0.19x | 0.50x |" in table.splitlines()
+
+
+def test_the_readme_range_against_ctranslate2_pairs_like_thread_counts() -> None:
+    """The README's range of attnlab over CTranslate2 on the Multi30K models: float32, both
+    engines at 1 thread, from the measured run's speed rows (not one engine's best thread count
+    against the other's)."""
+    import json
+
+    report = json.loads(RESULTS.read_text(encoding="utf-8"))
+    ratios = [
+        r["attnlab_over_ctranslate2"]
+        for r in distill.like_threads(report["speed"])
+        if r["weights"] == "float32" and r["threads"] == 1
+    ]
+    shown = f"{min(ratios):.2f}x-{max(ratios):.2f}x"
+    for name in ("README.md", "README.zh.md"):
+        line = next(
+            x
+            for x in (ROOT / name).read_text("utf-8").splitlines()
+            if "Multi30K" in x and "CTranslate2" in x and "x-" in x
+        )
+        assert shown in line, f"{name}: not {shown}"
