@@ -36,9 +36,12 @@ Speed: every measurement runs alone in a child process (``--worker``), with 1 an
 / CTranslate2 threads, after a warm-up; tokens/s counts the generated tokens of the first
 ``--speed-sentences`` validation sources, translated in their file's order in batches of 1 or
 32 (a batch sorted by length inside, as the Translator sorts); each figure is the best of
-``--repeats`` (3) timed passes. The table reports the best of the two thread counts; the
-engines' ratios (``like_threads``) compare them at the same thread count. Never run it
-beside another job: two 2-thread processes on 2 cores slow each other about 5x.
+``--repeats`` (3) timed passes, with each pass's CPU seconds (at 1 thread, CPU well under the
+wall clock means another job had the core). Before each measurement it waits (``--quiet-wait``,
+at most 10 minutes) until other jobs use at most 15% of the CPU, and records the share. The table
+reports the best of the two thread counts; the engines' ratios (``like_threads``) compare them
+at the same thread count. Never run it beside another job: two 2-thread processes on 2 cores
+slow each other about 5x.
 
 Run::
 
@@ -580,16 +583,20 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     run = runner(spec["dirs"], spec["quantize"], engine)
     texts, batch = spec["texts"], spec["batch"]
     run(texts[: min(len(texts), max(batch, 4))], batch)  # warm-up
-    seconds = []
+    seconds, cpu = [], []
     tokens = 0
     for _ in range(spec["repeats"]):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         _, tokens = run(texts, batch)
         seconds.append(time.perf_counter() - began)
+        cpu.append(time.process_time() - began_cpu)
     best = min(seconds)
     return {
         "tokens": tokens,
         "seconds": seconds,
+        # CPU seconds of this process's threads in each pass: at 1 thread, well under the
+        # pass's seconds means the process waited for a core (another job was running).
+        "cpu_seconds": cpu,
         "tokens_per_s": tokens / best,
         "tokens_per_s_median": tokens / statistics.median(seconds),
     }
@@ -634,6 +641,38 @@ def profiles(report: dict[str, Any], texts: list[str]) -> dict[str, Any]:
     return out
 
 
+def machine_busy(seconds: float = 1.0) -> float | None:
+    """The share of the machine's CPU time (every core, /proc/stat) spent busy over the next
+    ``seconds``, while this process sleeps: what other jobs use. None where /proc/stat is not."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+    try:
+        total, idle = sample()
+        time.sleep(seconds)
+        total2, idle2 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (idle2 - idle) / max(total2 - total, 1)
+
+
+def wait_quiet(limit: float, busy_at_most: float = 0.15) -> float | None:
+    """Wait (at most ``limit`` seconds) until other jobs use at most ``busy_at_most`` of the
+    CPU, saying so once; the share last measured (a timing taken beside another job shows)."""
+    busy = machine_busy()
+    deadline = time.monotonic() + limit
+    told = False
+    while busy is not None and busy > busy_at_most and time.monotonic() < deadline:
+        if not told:
+            print(f"  the machine is {busy:.0%} busy: waiting for it to be quiet", flush=True)
+            told = True
+        time.sleep(4.0)
+        busy = machine_busy()
+    return busy
+
+
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """:func:`worker` in a fresh process with ``spec['threads']`` threads."""
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
@@ -676,10 +715,16 @@ def speed_rows(
                         "repeats": args.repeats,
                         "workdir": str(workdir),
                     }
-                    per_thread[threads] = measure(spec)
+                    busy = wait_quiet(args.quiet_wait)
+                    got = per_thread[threads] = measure(spec)
+                    got["busy_before"] = busy
+                    share = sum(got["cpu_seconds"]) / sum(got["seconds"])
                     print(
                         f"  {system['name']}: {engine} {quantize} batch {batch}, {threads} "
-                        f"thread(s): {per_thread[threads]['tokens_per_s']:,.0f} tokens/s",
+                        f"thread(s): {got['tokens_per_s']:,.0f} tokens/s (CPU {share:.2f}x the "
+                        f"wall clock"
+                        + ("" if busy is None else f"; the machine {busy:.0%} busy before")
+                        + ")",
                         flush=True,
                     )
                 best = max(per_thread, key=lambda t: per_thread[t]["tokens_per_s"])
@@ -965,16 +1010,42 @@ def blind_table(report: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+def costs_table(report: dict[str, Any]) -> str | None:
+    """Each run's computing time and core-hours (``report['costs']``), the teachers' decoding
+    once (every student reuses its corpus); None unless some run recorded its threads."""
+    found = report.get("costs") or {}
+    if not any("core_hours" in c for c in found.values()):
+        return None
+    lines = ["| step | minutes | threads | core-hours |", "|---|---|---|---|"]
+    decoding = None
+    for run, c in found.items():
+        minutes = c.get("busy_minutes")
+        lines.append(
+            f"| {run} | {_num(minutes, '.0f')} | {c.get('threads', '-')} | "
+            f"{_num(c.get('core_hours'), '.1f')} |"
+        )
+        if decoding is None and "teacher_decoding_core_hours" in c:
+            decoding = c
+    if decoding:
+        lines.insert(
+            2 + sum(1 for r in found if r.startswith("seed")),
+            f"| the teachers' decoding | {decoding['teacher_decoding_minutes']:.0f} | "
+            f"{decoding['teacher_decoding_threads']} | "
+            f"{decoding['teacher_decoding_core_hours']:.1f} |",
+        )
+    return "\n".join(lines)
+
+
 def pages(report: dict[str, Any]) -> list[str]:
     """Every Markdown table docs/distillation.md quotes from the report (those it has the
     figures for), in the page's order."""
     made = [table(report), seeds_table(report), beam_table(report), analysis_table(report)]
-    made += [threads_table(report), blind_table(report)]
+    made += [threads_table(report), costs_table(report), blind_table(report)]
     return [t for t in made if t]
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _num(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _short(name: str) -> str:
@@ -1049,8 +1120,9 @@ def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
     speed (``metrics.csv``; so time a run spent stopped, waiting or beside another job does not
     count, and its evaluations are left out), with its wall-clock ``elapsed_s`` beside it; and
     the teachers' decoding for each student (its results.json's ``distill`` record; a corpus
-    reused from the cache keeps the seconds it took to make). The threads each used are the
-    runner's to state (``make distill-multi30k``: 2)."""
+    reused from the cache keeps the seconds it took to make). Where a run recorded its threads
+    (``results.json``: ``training.threads``, each process's, and the corpus's ``threads``),
+    the core-hours: minutes times threads (times processes)."""
     out: dict[str, Any] = {}
     for run in [*teachers, *students]:
         results = run.parent / "results.json"
@@ -1058,6 +1130,8 @@ def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
             continue
         training = json.loads(results.read_text(encoding="utf-8")).get("training", {})
         cost = {"wall_minutes": training.get("elapsed_s", 0) / 60}
+        if training.get("threads"):  # recorded by runs since 2026-12-06
+            cost["threads"] = training["threads"] * training.get("world_size", 1)
         rates = []
         metrics = run.parent / "metrics.csv"
         if metrics.is_file():
@@ -1071,10 +1145,21 @@ def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
         if not results.is_file():
             continue
         record = json.loads(results.read_text(encoding="utf-8")).get("distill") or {}
-        seconds = [c.get("decode_seconds") for c in record.get("corpora", []) if c]
+        corpora = [c for c in record.get("corpora", []) if c]
+        seconds = [c.get("decode_seconds") for c in corpora]
         seconds = [s for s in seconds if isinstance(s, (int, float))]
         if seconds:
-            out.setdefault(student.parent.name, {})["teacher_decoding_minutes"] = sum(seconds) / 60
+            cost = out.setdefault(student.parent.name, {})
+            cost["teacher_decoding_minutes"] = sum(seconds) / 60
+            threads = {c.get("threads") for c in corpora}
+            if len(threads) == 1 and None not in threads:  # each process's; the seconds add up
+                cost["teacher_decoding_threads"] = threads.pop()
+    for cost in out.values():  # minutes a run computed on its threads
+        if "busy_minutes" in cost and cost.get("threads"):
+            cost["core_hours"] = cost["busy_minutes"] * cost["threads"] / 60
+        if cost.get("teacher_decoding_threads"):
+            minutes = cost["teacher_decoding_minutes"]
+            cost["teacher_decoding_core_hours"] = minutes * cost["teacher_decoding_threads"] / 60
     return out
 
 
@@ -1125,6 +1210,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few sentences")
     parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=600.0,
+        help="seconds to wait before each timing for other jobs to leave the CPU (default 600; "
+        "--quick: 0); the share they used is recorded either way",
+    )
+    parser.add_argument(
         "--blind",
         type=Path,
         default=os.environ.get("ATTNLAB_MULTI30K_BLIND") or None,
@@ -1151,7 +1243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0
     if args.quick:
-        args.speed_sentences, args.threads, args.repeats = 16, [1], 1
+        args.speed_sentences, args.threads, args.repeats, args.quiet_wait = 16, [1], 1, 0.0
         args.limit = args.limit or 20
     if args.profile:
         return add_profiles(args)

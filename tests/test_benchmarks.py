@@ -297,6 +297,10 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
                 assert (name, "attnlab", weights, batch) in rows
     assert ("ensemble of 2", "ctranslate2", "float32", 1) not in rows  # CT2 has no ensembles
     assert all(r["tokens_per_s"] > 0 for r in report["speed"])
+    for row in report["speed"]:  # each pass's CPU time beside its wall clock
+        for timed in row["by_threads"].values():
+            assert len(timed["cpu_seconds"]) == len(timed["seconds"]) == 1
+            assert all(c > 0 for c in timed["cpu_seconds"]) and 0 <= timed["busy_before"] <= 1
     assert any(g["goal"].startswith("ensemble: validation") for g in report["goals"])
     # The paired bootstrap: every system on both splits, against both baselines; the ensemble
     # of a model twice and the model as a student translate as the model: the same resamples
@@ -333,6 +337,10 @@ def test_distill_benchmark_quick_run(tmp_path: Path, numbers_model_dir: Path) ->
     assert {r["threads"] for r in report["like_threads"]} == {1}
     assert all(r["attnlab_over_ctranslate2"] > 0 for r in report["like_threads"])
     assert "best of 1 timed passes" in report["timing"]
+    # The cost of each run on record: its threads, and so its core-hours.
+    cost = report["costs"][numbers_model_dir.parent.name]
+    assert cost["threads"] >= 1 and cost["busy_minutes"] > 0
+    assert cost["core_hours"] == pytest.approx(cost["busy_minutes"] * cost["threads"] / 60)
     # The blind sets: every system, every set, one line per source line, as it translates
     # them alone; an empty line stays empty.
     from attnlab.inference.translator import Translator

@@ -203,3 +203,47 @@ def test_the_readme_range_against_ctranslate2_pairs_like_thread_counts() -> None
             if "Multi30K" in x and "CTranslate2" in x and "x-" in x
         )
         assert shown in line, f"{name}: not {shown}"
+
+
+def test_a_timing_waits_for_other_jobs_to_leave_the_cpu(monkeypatch, capsys) -> None:
+    """Before each measurement: wait while other jobs use the CPU, say so once, give the share
+    last seen; with no time to wait, measure at once and record how busy the machine was."""
+    shares = iter([0.9, 0.6, 0.1])
+    slept: list[float] = []
+    monkeypatch.setattr(distill, "machine_busy", lambda: next(shares))
+    monkeypatch.setattr(distill.time, "sleep", slept.append)
+    assert distill.wait_quiet(600) == 0.1
+    assert capsys.readouterr().out.count("waiting for it to be quiet") == 1 and len(slept) == 2
+    monkeypatch.setattr(distill, "machine_busy", lambda: 0.9)
+    assert distill.wait_quiet(0) == 0.9
+
+
+def test_the_machine_busy_share_is_read_from_proc_stat() -> None:
+    busy = distill.machine_busy(0.2)
+    if not Path("/proc/stat").exists():  # not Linux: nothing to read
+        assert busy is None
+        return
+    assert busy is not None and 0.0 <= busy <= 1.0
+
+
+def test_the_cost_table_counts_core_hours_where_threads_are_on_record() -> None:
+    costs = {
+        "seed0": {"wall_minutes": 300.0, "busy_minutes": 116.0},  # before threads were recorded
+        "seed1": {"busy_minutes": 60.0, "threads": 2, "core_hours": 2.0},
+        "student-6-2": {
+            "busy_minutes": 102.0,
+            "threads": 1,
+            "core_hours": 1.7,
+            "teacher_decoding_minutes": 87.0,
+            "teacher_decoding_threads": 2,
+            "teacher_decoding_core_hours": 2.9,
+        },
+    }
+    lines = distill.costs_table({"costs": costs}).splitlines()
+    assert lines[2:] == [
+        "| seed0 | 116 | - | - |",
+        "| seed1 | 60 | 2 | 2.0 |",
+        "| the teachers' decoding | 87 | 2 | 2.9 |",
+        "| student-6-2 | 102 | 1 | 1.7 |",
+    ]
+    assert distill.costs_table({"costs": {"seed0": costs["seed0"]}}) is None

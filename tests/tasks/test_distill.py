@@ -690,5 +690,7 @@ def test_every_process_of_a_torchrun_group_decodes_and_the_corpus_is_the_same(te
     (made,) = result["distill"]["corpora"]
     assert made["processes"] == 2 and made["decode_seconds"] > 0 and made["pairs"] == 340
     assert made["decode_wall_seconds"] > 0
+    # Each process's threads (OMP_NUM_THREADS=1 here): time x threads is the core-hours.
+    assert made["threads"] == 1 and result["training"]["threads"] == 1
     plain_result = json.loads((tmp_path / "plain" / "results.json").read_text(encoding="utf-8"))
     assert plain_result["distill"]["corpora"][0]["processes"] == 1

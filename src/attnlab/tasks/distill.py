@@ -330,6 +330,9 @@ def distill_corpus(
         found = {"format": FORMAT, "version": VERSION, **(meta or {}), "pairs": total}
         found.update(chunk_size=options.get("chunk_size", CHUNK_SIZE), chunks=tally["chunks"])
         found.update(processes=options.get("world", 1), decode_seconds=tally["seconds"])
+        import torch
+
+        found.update(threads=torch.get_num_threads())  # each process's, as rank 0's
         found.update(decode_wall_seconds=round(wall, 3))
         write_json(temp / META_FILE, found)  # last: it marks the corpus complete
 
@@ -523,6 +526,7 @@ def student_task(
                 "decode_seconds": m.meta.get("decode_seconds"),
                 "decode_wall_seconds": m.meta.get("decode_wall_seconds"),
                 "processes": m.meta.get("processes", 1),
+                "threads": m.meta.get("threads"),
             }
             for m in made
         ],

@@ -448,6 +448,7 @@ def _summary(
         "model_dir": str(trainer.out / "model"),
         "resumed_from_step": resumed_from,
         "world_size": trainer.world_size,
+        "threads": torch.get_num_threads(),  # each process's CPU threads (core-hours = x time)
         "dropped_examples": getattr(trainer.train_examples, "dropped", 0),
     }
 
