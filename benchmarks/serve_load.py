@@ -22,21 +22,23 @@ sentence of the set alone (what ``attnlab translate --engine E`` prints for it, 
 server does); a set of sentences of mixed lengths, sent together to ``/translate``, must get
 those translations, greedy and with beam 4 (and, on the torch server, what ``/api/translate``
 gives each alone); and every 200 answer of every round must be its sentence's ("wrong" counts
-those that are not). It prints, per thread count and client count, each mode and engine's
-sentences/s (200s only), 503 share and p50 / p99 latency, where the percentiles are of the
-answered (200) requests only and the 503s count in the share beside them; each batcher's ratios
-to the queue at that count (sentences/s, p50, p99) and its sentences/s over the queue at its
-best; the ctranslate2 batcher's over the torch batcher's. Then the issues' goals, each with PASS
-or FAIL and the model it was set for (``applies``: whether this model has that shape), never
-asserted: on the numbers demo model (d_model 128, 2 + 2 layers), greedy, the ctranslate2
-batcher >= 3.0x the torch batcher's sentences/s at 1 client and >= 1.5x at 32; on a d_model 256,
-4 + 4-layer model, each engine's batcher >= 4x the queue at its best at 32 clients, and only
-200 or 503 at 64 clients; issue 47's torch batcher over the queue at the same count (32
-clients: >= 4x sentences/s, p99 no higher; 1 client: p50 within 10%). Then, per engine, a
-``--soak-seconds`` round at the largest client count through its batcher, and a second one a
-third as long: no 5xx other than 503, no request unanswered, every answer right, and the
-server's RSS after each (flat means no growth). The exit status is 1 if correctness or these
-fail (never for a goal).
+those that are not). Then, still with no server, what batching can give on this model and set
+(``decode_bound``): the torch Translator's milliseconds a sentence one at a time and in batches
+of 32, over every sentence and over those whose output ends with EOS. It prints, per thread
+count and client count, each mode and engine's sentences/s (200s only), 503 share and p50 / p99
+latency, where the percentiles are of the answered (200) requests only and the 503s count in the
+share beside them; each batcher's ratios to the queue at that count (sentences/s, p50, p99) and
+its sentences/s over the queue at its best; the ctranslate2 batcher's over the torch batcher's.
+Then the issues' goals, each with PASS or FAIL and the model it was set for (``applies``:
+whether this model has that shape), never asserted: on the numbers demo model (d_model 128, 2 +
+2 layers), greedy, the ctranslate2 batcher >= 3.0x the torch batcher's sentences/s at 1 client
+and >= 1.5x at 32; on a d_model 256, 4 + 4-layer model, each engine's batcher >= 4x the queue at
+its best at 32 clients, and only 200 or 503 at 64 clients; issue 47's torch batcher over the
+queue at the same count (32 clients: >= 4x sentences/s, p99 no higher; 1 client: p50 within
+10%). Then, per engine, a ``--soak-seconds`` round at the largest client count through its
+batcher, and a second one a third as long: no 5xx other than 503, no request unanswered, every
+answer right, and the server's RSS after each (flat means no growth). The exit status is 1 if
+correctness or these fail (never for a goal).
 
 The d_model 256, 4 + 4-layer model is one the user trains (docs/serve.md: "trained briefly on
 the numbers task"), e.g. ``attnlab train --config configs/numbers.toml --out runs/numbers-256
@@ -524,6 +526,43 @@ def references(
     return found
 
 
+def decode_bound(
+    model: str, threads: int, texts: list[str], beam: int | None, batch: int = 32
+) -> dict:
+    """What batching can give on this model and set, with no server: the torch engine's
+    Translator at ``threads`` threads, milliseconds a sentence one at a time and in batches of
+    ``batch`` (the set in order, best of 3 passes), over every sentence and over those whose
+    output ends with EOS alone (a model that never ends a sentence runs it to its length limit,
+    and in a batch those rows go on alone, a step at a time, after the others end)."""
+    import torch
+
+    from attnlab.inference.translator import Translator
+
+    torch.set_num_threads(threads)
+    translator = Translator.load(model, device="cpu", engine="torch")
+    translator.decoding = translator.decoding.updated(beam_size=beam)  # as the server decodes
+    ended = [t for t, h in zip(texts, translator.hypotheses(texts), strict=True) if h[0].finished]
+
+    def ms(sentences: list[str], size: int, passes: int) -> float:
+        best = float("inf")
+        for _ in range(passes):
+            began = time.perf_counter()
+            for i in range(0, len(sentences), size):
+                translator.translate(sentences[i : i + size])
+            best = min(best, time.perf_counter() - began)
+        return 1000 * best / len(sentences)
+
+    found: dict = {"sentences": len(texts), "ending": len(ended), "batch": batch}
+    for name, sentences in (("all", texts), ("ending_only", ended)):
+        if not sentences:  # a model that ends none
+            found[name] = None
+            continue
+        one, many = ms(sentences, 1, 2), ms(sentences, batch, 3)
+        found[name] = {"one_ms": round(one, 3), "batch_ms": round(many, 3)}
+        found[name]["ratio"] = round(one / many, 2)
+    return found
+
+
 def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dict:
     counts = [int(c) for c in args.client_counts.split(",")]
     engines = args.engines.split(",")
@@ -539,6 +578,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
         )
         for engine in engines
     }
+    bound = decode_bound(model, threads, texts, args.beam)  # no server yet: a quiet machine
     extra = ["--translate-queue", str(args.translate_queue)]
     if args.batch_delay is not None:
         extra += ["--batch-delay", str(args.batch_delay)]
@@ -602,6 +642,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
             "latency": LATENCY_NOTE,
             "correctness": correctness,
             "correctness_by_engine": by_engine,
+            "decode_bound": bound,
             "rounds": rounds,
             "soak": soak,
             "rss_mib": {k: round(v, 1) for k, v in rss.items()},
@@ -737,6 +778,17 @@ def print_translate_report(result: dict) -> None:
                 f"{check['sentences']} sent together differ from {check['against']}"
             )
     print(f"  {result['latency']}")
+    b = result["decode_bound"]
+    print(
+        f"  decoding alone (the torch Translator, no server), batches of {b['batch']} over one "
+        f"at a time: {b['all']['ratio']}x over all {b['sentences']} sentences "
+        f"({b['all']['one_ms']} against {b['all']['batch_ms']} ms a sentence), "
+        + (
+            f"{b['ending_only']['ratio']}x over the {b['ending']} whose output ends"
+            if b["ending_only"]
+            else "none of them ends"
+        )
+    )
     print(
         "  clients  mode     engine       sentences/s  503 share  p50 ms  p99 ms  wrong   | "
         "batcher/queue: sent/s  p50  p99  sent/s over queue best"

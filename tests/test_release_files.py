@@ -345,6 +345,14 @@ def engine_figures() -> dict[str, str]:
                 figures[f"{key}_soak{s['soak']}_{s['engine']}_t{t}"] = f"{s['requests']:,}"
             for moment, mib in run["rss_mib"].items():
                 figures[f"{key}_rss_{moment}_t{t}"] = f"{mib:.1f}"
+            bound = run.get("decode_bound")  # decoding alone: what batching can give
+            if bound:
+                figures[f"{key}_bound_all_t{t}"] = f"{bound['all']['ratio']:.2f}"
+                figures[f"{key}_bound_ending_t{t}"] = f"{bound['ending_only']['ratio']:.2f}"
+                figures[f"{key}_ending_t{t}"] = str(bound["ending"])
+                figures[f"{key}_bound_all_ms_t{t}"] = f"{bound['all']['batch_ms']:.2f}"
+                figures[f"{key}_bound_ending_ms_t{t}"] = f"{bound['ending_only']['batch_ms']:.2f}"
+                figures[f"{key}_unending_t{t}"] = str(bound["sentences"] - bound["ending"])
     processes = found["distill_processes"]
     figures["dp_one"] = f"{processes['one_process']['decode_wall_seconds']:.2f}"
     figures["dp_two"] = f"{processes['processes']['decode_wall_seconds']:.2f}"
@@ -438,11 +446,21 @@ ENGINE_QUOTES = {
         _q(
             r"\(torch <d256_soak1_torch_t1> and <d256_soak1_torch_t2> requests, ctranslate2 "
             r"<d256_soak1_ctranslate2_t1> and <d256_soak1_ctranslate2_t2>, at 1 and 2 threads\); "
-            r"the torch server's RSS was <d256_rss_torch_before_soak_t1> MiB .*?\(at 2 threads "
-            r"<d256_rss_torch_before_soak_t2>, <d256_rss_torch_after_soak_1_t2> and "
-            r"<d256_rss_torch_after_soak_2_t2> MiB\)"
+            r"the torch server's RSS was <d256_rss_torch_before_soak_t1> MiB before that round, "
+            r"<d256_rss_torch_after_soak_1_t1> after it and <d256_rss_torch_after_soak_2_t1> "
+            r"after a second of 10 s \(at 2 threads <d256_rss_torch_before_soak_t2>, "
+            r"<d256_rss_torch_after_soak_1_t2> and <d256_rss_torch_after_soak_2_t2> MiB"
         ),
         _q(r"and at 1 falls short \(<d256_torch_over_best_c32_t1>x\)"),
+        _q(
+            r"batches of 32 decode <d256_bound_all_t1>x faster a sentence than one at a time, "
+            r"and <d256_bound_ending_t1>x over the <d256_ending_t1> sentences whose output ends\. "
+            r"This briefly trained model never ends the other <d256_unending_t1>"
+        ),
+        _q(
+            r"\(<d256_bound_all_ms_t1> ms a sentence over all 200 against "
+            r"<d256_bound_ending_ms_t1> over the <d256_ending_t1>\)"
+        ),
         _q(
             r"the ctranslate2 batcher gives <numbers_ct2_over_torch_c1_t1>x the torch batcher's "
             r"sentences/s at 1 client and <numbers_ct2_over_torch_c32_t1>x at 32 \(1 thread; "
@@ -470,11 +488,22 @@ ENGINE_QUOTES = {
             r"（torch <d256_soak1_torch_t1> 和 <d256_soak1_torch_t2> 个请求，ctranslate2 "
             r"<d256_soak1_ctranslate2_t1> 和 "
             r"<d256_soak1_ctranslate2_t2> 个，分别在 1 和 2 线程下）；torch "
-            r"服务器的 RSS.*?都是 <d256_rss_torch_before_soak_t1> MiB （2 线程时为 "
+            r"服务器的 RSS 在那一轮之前是 <d256_rss_torch_before_soak_t1> MiB，之后 "
+            r"<d256_rss_torch_after_soak_1_t1>，又一轮 10 s 之后 "
+            r"<d256_rss_torch_after_soak_2_t1>（2 线程时为 "
             r"<d256_rss_torch_before_soak_t2>、<d256_rss_torch_after_soak_1_t2> 和 "
-            r"<d256_rss_torch_after_soak_2_t2> MiB）"
+            r"<d256_rss_torch_after_soak_2_t2> MiB"
         ),
         _q(r"1 线程时未达到（<d256_torch_over_best_c32_t1>x）"),
+        _q(
+            r"32 句一批的解码每句比一次一句快 <d256_bound_all_t1>x，只看输出能正常结束的 "
+            r"<d256_ending_t1> 个句子则快 <d256_bound_ending_t1>x。这个只训练了很短时间的模型"
+            r"从不结束另外 <d256_unending_t1> 个句子"
+        ),
+        _q(
+            r"（全部 200 句时每句 <d256_bound_all_ms_t1> ms，只算那 <d256_ending_t1> 句时 "
+            r"<d256_bound_ending_ms_t1> ms）"
+        ),
         _q(
             r"ctranslate2 批处理器在 1 个客户端时给出 torch 批处理器 "
             r"<numbers_ct2_over_torch_c1_t1>x 的句/秒，32 "

@@ -92,6 +92,14 @@ def test_the_translate_mix_runs_both_modes_and_checks_itself(numbers_model_dir, 
     assert result["queue"] == result["translate_queue"] == 256  # the queue at its best
     assert all(r["wrong"] == 0 and r["checked"] > 0 for r in result["rounds"])
     assert "answered (200) requests only" in result["latency"]
+    # Decoding alone, no server: what batching can give on this model and set.
+    bound = result["decode_bound"]
+    assert bound["sentences"] == 200 and 0 < bound["ending"] <= 200 and bound["batch"] == 32
+    for subset in ("all", "ending_only"):
+        assert bound[subset]["one_ms"] > 0 and bound[subset]["batch_ms"] > 0
+        one, batched = bound[subset]["one_ms"], bound[subset]["batch_ms"]
+        assert bound[subset]["ratio"] == pytest.approx(one / batched, abs=0.02)
+    assert "decoding alone (the torch Translator, no server)" in done.stdout
 
 
 @pytest.mark.slow
