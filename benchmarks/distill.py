@@ -1029,9 +1029,9 @@ def costs_table(report: dict[str, Any]) -> str | None:
         )
         if decoding is None and "teacher_decoding_core_hours" in c:
             decoding = c
-    if decoding:
+    if decoding:  # after the teachers, before the students it served
         lines.insert(
-            2 + sum(1 for r in found if r.startswith("seed")),
+            2 + sum(1 for c in found.values() if c.get("kind") == "teacher"),
             f"| the teachers' decoding | {decoding['teacher_decoding_minutes']:.0f} | "
             f"{decoding['teacher_decoding_threads']} | "
             f"{decoding['teacher_decoding_core_hours']:.1f} |",
@@ -1133,6 +1133,7 @@ def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
             continue
         training = json.loads(results.read_text(encoding="utf-8")).get("training", {})
         cost = {"wall_minutes": training.get("elapsed_s", 0) / 60}
+        cost["kind"] = "teacher" if run in teachers else "student"
         if training.get("threads"):  # recorded by runs since 2026-12-06
             cost["threads"] = training["threads"] * training.get("world_size", 1)
         rates = []
@@ -1336,7 +1337,8 @@ def main(argv: list[str] | None = None) -> int:
         state = {True: "MET", False: "MISSED", None: "not measured"}[goal["met"]]
         print(f"{state:>12}  {goal['goal']}: {goal['measured']}")
     for run, cost in report["costs"].items():
-        print(f"  cost {run}: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))
+        shown = [f"{k} {v:.1f}" for k, v in cost.items() if isinstance(v, (int, float))]
+        print(f"  cost {run} ({cost['kind']}): " + ", ".join(shown))
     from attnlab._io import write_json
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

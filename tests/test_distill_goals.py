@@ -229,9 +229,11 @@ def test_the_machine_busy_share_is_read_from_proc_stat() -> None:
 
 def test_the_cost_table_counts_core_hours_where_threads_are_on_record() -> None:
     costs = {
-        "seed0": {"wall_minutes": 300.0, "busy_minutes": 116.0},  # before threads were recorded
-        "seed1": {"busy_minutes": 60.0, "threads": 2, "core_hours": 2.0},
+        # seed0: before runs recorded their threads
+        "seed0": {"kind": "teacher", "wall_minutes": 300.0, "busy_minutes": 116.0},
+        "seed1": {"kind": "teacher", "busy_minutes": 60.0, "threads": 2, "core_hours": 2.0},
         "student-6-2": {
+            "kind": "student",
             "busy_minutes": 102.0,
             "threads": 1,
             "core_hours": 1.7,
