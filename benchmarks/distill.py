@@ -32,17 +32,16 @@ The blind sets (``--blind DIR``, default ``$ATTNLAB_MULTI30K_BLIND``): each ``SE
 (``benchmarks/results/blind/SYSTEM.SET.de``), one line per source line. They are translated,
 never scored: nothing here trains, tunes, chooses or filters on them.
 
-Speed: every measurement runs alone in a child process (``--worker``), with 1 and with 2 torch
-/ CTranslate2 threads, after a warm-up; tokens/s counts the generated tokens of the first
-``--speed-sentences`` validation sources, translated in their file's order in batches of 1 or
-32 (a batch sorted by length inside, as the Translator sorts); each figure is the best of
+Speed: every measurement runs alone in a child process (``--worker``), with 1 and with 2 torch /
+CTranslate2 threads, after a warm-up; tokens/s counts the generated tokens of the first
+``--speed-sentences`` validation sources, translated in their file's order in batches of 1 or 32
+(a batch sorted by length inside, as the Translator sorts); each figure is the best of
 ``--repeats`` (3) timed passes, with each pass's CPU seconds (at 1 thread, CPU well under the
 wall clock means another job had the core). Before each measurement it waits until other jobs
 use at most 15% of the CPU (``--quiet-wait``: 30 minutes in all, for the whole run), and records
-the share. The table
-reports the best of the two thread counts; the engines' ratios (``like_threads``) compare them
-at the same thread count. Never run it beside another job: two 2-thread processes on 2 cores
-slow each other about 5x.
+the share. The table reports the best of the two thread counts; the engines' ratios
+(``like_threads``) compare them at the same thread count. Never run it beside another job: two
+2-thread processes on 2 cores slow each other about 5x.
 
 Run::
 
@@ -147,12 +146,20 @@ def split_pairs(model_dir: str, split: str, limit: int | None) -> tuple[list, st
     return pairs, getattr(job.task, "tgt_lang", None)
 
 
+#: What :func:`remembered` computed in this run without a workdir (``--fresh``), by name.
+_THIS_RUN: dict[str, Any] = {}
+
+
 def remembered(workdir: Path | None, what: str, key: dict[str, Any], compute) -> Any:
     """``compute()``, kept in ``workdir`` under a digest of ``key`` (the models' digests and
-    the options) and read back by a later run with the same key; ``workdir`` None: computed."""
-    if workdir is None:
-        return compute()
+    the options) and read back by a later run with the same key; ``workdir`` None: computed
+    once in this run (the quality, the bootstrap and the n-gram analysis read the same
+    translations)."""
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    if workdir is None:
+        if f"{what}-{name}" not in _THIS_RUN:
+            _THIS_RUN[f"{what}-{name}"] = compute()
+        return _THIS_RUN[f"{what}-{name}"]
     path = workdir / f"{what}-{name}.json"
     if path.is_file():
         print(f"  (scores kept from an earlier run: {path})", flush=True)

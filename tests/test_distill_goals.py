@@ -250,3 +250,19 @@ def test_the_cost_table_counts_core_hours_where_threads_are_on_record() -> None:
         "| student-6-2 | 102 | 1 | 1.7 |",
     ]
     assert distill.costs_table({"costs": {"seed0": costs["seed0"]}}) is None
+
+
+def test_without_a_workdir_a_result_is_computed_once_a_run() -> None:
+    """--fresh scores again, but the quality, the bootstrap and the n-gram analysis share one
+    translation of each split, not three."""
+    calls: list[int] = []
+
+    def compute() -> list[str]:
+        calls.append(1)
+        return ["eins"]
+
+    key = {"dirs": ["fresh-test"], "split": "valid"}
+    assert distill.remembered(None, "hyps", key, compute) == ["eins"]
+    assert distill.remembered(None, "hyps", key, compute) == ["eins"] and len(calls) == 1
+    distill.remembered(None, "hyps", {**key, "split": "test"}, compute)
+    assert len(calls) == 2

@@ -305,6 +305,8 @@ def distill_corpus(
     ``processes``, the chunks' ``decode_seconds`` summed, and ``decode_wall_seconds``: this
     run's, from its start to the last chunk, the others' included), renamed into place in one
     step; the work directory is removed. Another rank returns what rank 0 made."""
+    import torch
+
     from .._io import atomic_write_dir, write_json
     from ..inference.corpus import assembled, translate_chunks
 
@@ -330,8 +332,6 @@ def distill_corpus(
         found = {"format": FORMAT, "version": VERSION, **(meta or {}), "pairs": total}
         found.update(chunk_size=options.get("chunk_size", CHUNK_SIZE), chunks=tally["chunks"])
         found.update(processes=options.get("world", 1), decode_seconds=tally["seconds"])
-        import torch
-
         found.update(threads=torch.get_num_threads())  # each process's, as rank 0's
         found.update(decode_wall_seconds=round(wall, 3))
         write_json(temp / META_FILE, found)  # last: it marks the corpus complete
