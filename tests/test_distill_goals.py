@@ -266,3 +266,32 @@ def test_without_a_workdir_a_result_is_computed_once_a_run() -> None:
     assert distill.remembered(None, "hyps", key, compute) == ["eins"] and len(calls) == 1
     distill.remembered(None, "hyps", {**key, "split": "test"}, compute)
     assert len(calls) == 2
+
+
+def test_the_fast_student_on_attnlab_s_ctranslate2_engine_is_judged_against_ctranslate2() -> None:
+    """Issue 59: the fast student through `attnlab translate --engine ctranslate2`, batch 1,
+    against CTranslate2 running the recipe model with beam 4 (its faster weight type), with the
+    student's BLEU on that engine beside it."""
+    report = _report(six_one=(40.1, 39.9), six_two=(40.6, 39.7))
+    report["fast_student"] = distill.choice(report, fast=True)
+    report["recipe_student"] = distill.choice(report, fast=False)
+    report["speed"] += [
+        {"system": n, "engine": "ctranslate2", "weights": w, "batch": 1, "tokens_per_s": v}
+        for n, w, v in (
+            ("recipe model", "float32", 1000.0),
+            ("recipe model", "int8", 1400.0),
+            ("s-6-2", "float32", 1900.0),
+            ("s-6-2", "int8", 2800.0),
+        )
+    ]
+    report["ct2_quality"] = {"s-6-2": _scores(40.5, 39.6)}
+    judged = [g for g in distill.goals(report) if distill.CT2_ENGINE in g["goal"]]
+    assert [g["goal"].split(":")[0] for g in judged] == [
+        f"s-6-2 float32{distill.CT2_ENGINE}",
+        f"s-6-2 int8{distill.CT2_ENGINE}",
+    ]
+    assert [g["met"] for g in judged] == [False, True]  # 1,900 / 1,400 and 2,800 / 1,400
+    assert judged[1]["measured"] == "2,800 against 1,400 tokens/s (2.00x), test BLEU 39.60"
+    # In attnlab's torch engine (issue 45) the same student is judged as before.
+    torch_rows = [g for g in distill.goals(report) if "x CTranslate2 running" in g["goal"]]
+    assert len(torch_rows) == 4 and torch_rows[0]["measured"].endswith("(0.64x)")
