@@ -75,7 +75,9 @@ train-multi30k-seeds: $(STAMP)
 # on the distilled pairs alone), and the fast deep-encoder students with 1 and 2 decoder layers
 # (each choice is made on validation); then benchmarks/distill.py (the ensemble's scores, BLEU
 # against tokens/s, the goals; the blind sets of $ATTNLAB_MULTI30K_BLIND translated by every
-# system) and its batch-1 profile (--profile). A rerun redoes only what is missing: a student
+# system) and its batch-1 profile (--profile). The students train in the order their results
+# are needed: the fast one first (the engine's goal), the recipe's shape next (the goal of a
+# student above its teacher), the ablations last. A rerun redoes only what is missing: a student
 # with a results.json is kept, one killed after a checkpoint resumes from it, and the
 # teachers' decoding resumes after its last finished chunk.
 define train_student
@@ -85,11 +87,11 @@ define train_student
 endef
 
 distill-multi30k: train-multi30k-seeds
+	$(call train_student,multi30k-student-6-2,configs/multi30k-student.toml)
 	$(call train_student,multi30k-student-4-4,configs/multi30k-distilled.toml)
 	$(call train_student,multi30k-student-4-4-scaled,configs/multi30k-distilled.toml,--set train.max_steps=13200)
-	$(call train_student,multi30k-student-4-4-kd-only,configs/multi30k-distilled.toml,--set distill.keep_original=false)
 	$(call train_student,multi30k-student-6-1,configs/multi30k-student.toml,--set model.num_decoder_layers=1)
-	$(call train_student,multi30k-student-6-2,configs/multi30k-student.toml)
+	$(call train_student,multi30k-student-4-4-kd-only,configs/multi30k-distilled.toml,--set distill.keep_original=false)
 	$(PY) benchmarks/distill.py --runs runs
 	$(PY) benchmarks/distill.py --profile
 
