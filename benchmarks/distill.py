@@ -855,9 +855,8 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
                     f"{fast:,.0f} against {slow:,.0f} tokens/s ({fast / slow:.2f}x)",
                     fast / slow >= FAST_OVER_TEACHER,
                 )
-            ct2 = [rate(speed, "recipe model", "ctranslate2", w, 1) for w in ("float32", "int8")]
-            ct2 = [c for c in ct2 if c]
-            best = max(ct2) if ct2 else None
+            ct2 = (rate(speed, "recipe model", "ctranslate2", w, 1) for w in ("float32", "int8"))
+            best = max(filter(None, ct2), default=None)
             # Issue 45: the student in attnlab's torch engine; issue 59: on attnlab's
             # ctranslate2 engine (`attnlab translate --engine ctranslate2`), at its BLEU there.
             there = report["ct2_quality"].get(s["name"], {}).get(f"test/{weights}")
