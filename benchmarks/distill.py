@@ -159,12 +159,12 @@ def remembered(workdir: Path | None, what: str, key: dict[str, Any], compute) ->
     the options) and read back by a later run with the same key; ``workdir`` None: computed
     once in this run (the quality, the bootstrap and the n-gram analysis read the same
     translations)."""
-    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    name = f"{what}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}"
     if workdir is None:
-        if f"{what}-{name}" not in _THIS_RUN:
-            _THIS_RUN[f"{what}-{name}"] = compute()
-        return _THIS_RUN[f"{what}-{name}"]
-    path = workdir / f"{what}-{name}.json"
+        if name not in _THIS_RUN:
+            _THIS_RUN[name] = compute()
+        return _THIS_RUN[name]
+    path = workdir / f"{name}.json"
     if path.is_file():
         print(f"  (scores kept from an earlier run: {path})", flush=True)
         return json.loads(path.read_text(encoding="utf-8"))["value"]
@@ -1143,13 +1143,13 @@ def costs(teachers: list[Path], students: list[Path]) -> dict[str, Any]:
     (``results.json``: ``training.threads``, each process's, and the corpus's ``threads``),
     the core-hours: minutes times threads (times processes)."""
     out: dict[str, Any] = {}
-    for run in [*teachers, *students]:
+    runs = [("teacher", t) for t in teachers] + [("student", s) for s in students]
+    for kind, run in runs:
         results = run.parent / "results.json"
         if not results.is_file():
             continue
         training = json.loads(results.read_text(encoding="utf-8")).get("training", {})
-        cost = {"wall_minutes": training.get("elapsed_s", 0) / 60}
-        cost["kind"] = "teacher" if run in teachers else "student"
+        cost: dict[str, Any] = {"kind": kind, "wall_minutes": training.get("elapsed_s", 0) / 60}
         if training.get("threads"):  # recorded by runs since 2026-12-06
             cost["threads"] = training["threads"] * training.get("world_size", 1)
         rates = []
