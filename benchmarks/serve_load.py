@@ -10,7 +10,9 @@
 ``--mix translate`` (issues 47 and 59) asks only for translations, one sentence a request,
 through today's one-at-a-time queue (``POST /api/translate`` of the torch engine's server) and
 through the batcher (LibreTranslate's ``POST /translate``) of each of ``--engines`` (default
-torch; a ctranslate2 server runs with ``--api-only``). The servers run side by side (an idle one
+torch; a ctranslate2 server runs with ``--api-only``; ``torch-whole`` is a torch server with
+``--batching whole``, whose batcher decodes whole batches instead of streaming its greedy
+requests, for the comparison: no goal, no soak). The servers run side by side (an idle one
 costs no CPU), and each client count asks the queue, then each engine's batcher, in turn, for
 ``--seconds`` each (and at most ``--requests`` requests a client). The queue runs at its best:
 its depth (``--queue``) is by default the batcher's (``--translate-queue``, 256; the CLI allows
@@ -85,6 +87,26 @@ import httpx
 from lean_http import Connection, TransportError
 
 MODEL_ROUTES = ("attention", "translate")
+#: The batchers ``--engines`` may name: an engine, or the torch engine decoding whole batches
+#: (``attnlab serve --batching whole``; the torch batcher's default streams its greedy requests).
+WHOLE = "torch-whole"
+
+
+def engine_of(batcher: str) -> str:
+    """The engine a batcher of ``--engines`` decodes with."""
+    return "torch" if batcher == WHOLE else batcher
+
+
+def server_flags(batcher: str) -> tuple[str, ...]:
+    """The ``attnlab serve`` flags of a batcher of ``--engines`` (the torch one serves the
+    queue too, so it keeps the page)."""
+    if batcher == "torch":
+        return ("--engine", "torch")
+    if batcher == WHOLE:
+        return ("--engine", "torch", "--api-only", "--batching", "whole")
+    return ("--engine", batcher, "--api-only")
+
+
 MIX = {"attention": 0.4, "translate": 0.3, "model": 0.1, "positional": 0.1, "masks": 0.1}
 ALLOWED = (200, 503)
 
@@ -576,7 +598,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
             threads,
             {"run": (args.beam, texts), "beam 1": (1, mixed), "beam 4": (4, mixed)},
         )
-        for engine in engines
+        for engine in dict.fromkeys(["torch", *map(engine_of, engines)])
     }
     bound = decode_bound(model, threads, texts, args.beam)  # no server yet: a quiet machine
     extra = ["--translate-queue", str(args.translate_queue)]
@@ -585,9 +607,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
     servers: dict[str, tuple[subprocess.Popen, str]] = {}
     try:  # the torch server (the queue, and its batcher) and each other engine's, all at once
         for engine in ["torch", *(e for e in engines if e != "torch")]:
-            flags = (
-                ("--engine", engine) if engine == "torch" else ("--engine", engine, "--api-only")
-            )
+            flags = server_flags(engine)
             servers[engine] = start_server(model, threads, args.queue, (*flags, *extra))
         for _, url in servers.values():
             wait_ready(url)
@@ -599,7 +619,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
             engine: [
                 check_translations(
                     servers[engine][1], mixed, pair, beam,
-                    [reference[engine][f"beam {beam}"][t] for t in mixed],
+                    [reference[engine_of(engine)][f"beam {beam}"][t] for t in mixed],
                     f"a Translator of engine {engine}, one sentence a call",
                 )
                 for beam in (1, 4)
@@ -610,7 +630,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
         rounds = []
         for clients in counts:
             for mode, engine in plan:  # the queue's answers are the torch engine's
-                answers = reference["torch" if mode == "queue" else engine]["run"]
+                answers = reference[engine_of(engine)]["run"]
                 rounds.append(
                     translate_round(servers[engine][1], mode, clients, args.seconds, texts=texts,
                                     pair=pair, beam=args.beam, requests=args.requests,
@@ -618,13 +638,13 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
                 )  # fmt: skip
         rss = {f"{engine}_before_soak": rss_mib(p.pid) for engine, (p, _) in servers.items()}
         soak = []
-        for engine in engines:
+        for engine in (e for e in engines if e != WHOLE):  # the served batchers' soaks
             for i, seconds in enumerate((args.soak_seconds, args.soak_seconds / 3)):
                 soak.append(
                     translate_round(servers[engine][1], "batcher", max(counts), seconds,
                                     texts=texts, pair=pair, beam=args.beam, requests=10**9,
                                     seed=100 + i, engine=engine,
-                                    references=reference[engine]["run"])
+                                    references=reference[engine_of(engine)]["run"])
                 )  # fmt: skip
                 soak[-1]["soak"] = i + 1
                 rss[f"{engine}_after_soak_{i + 1}"] = rss_mib(servers[engine][0].pid)
@@ -730,11 +750,11 @@ def translate_goals(result: dict) -> list[dict]:
                                "numbers demo, greedy", demo,
                                engines[clients]["sentences_per_second"], target))  # fmt: skip
     for engine, ratios in result["batcher_over_queue"].items():
-        if "32" in ratios:
+        if "32" in ratios and engine != WHOLE:
             value = ratios["32"]["sentences_per_second_over_queue_best"]
             goal = f"{engine} batcher / the queue at its best, sentences/s, 32 clients"
             goals.append(_goal(goal, "d_model 256 4+4", d256, value, ">= 4"))
-    for engine in result["engines"]:
+    for engine in (e for e in result["engines"] if e != WHOLE):
         at64 = [
             r
             for r in [*result["rounds"], *result["soak"]]
@@ -837,6 +857,13 @@ def print_translate_report(result: dict) -> None:
         )
     for engine in result["engines"]:
         print(f"  RSS before the soak, {engine}: {rss[f'{engine}_before_soak']} MiB")
+    whole = result["batcher_over_queue"].get(WHOLE, {})
+    for clients, x in whole.items():
+        mine = result["batcher_over_queue"]["torch"][clients]["sentences_per_second"]
+        print(
+            f"  torch batcher streaming / decoding whole batches, {clients} client(s): "
+            f"sentences/s {_ratio(mine, x['sentences_per_second'])}x"
+        )
 
 
 def translate_failures(result: dict) -> list[str]:
@@ -895,7 +922,8 @@ def main() -> int:
     parser.add_argument(
         "--engines",
         default="torch",
-        help="the translate mix's engines, a list (torch,ctranslate2): each one's batcher",
+        help="the translate mix's batchers, a list of engines (torch,ctranslate2), and "
+        f"{WHOLE}: the torch engine decoding whole batches (--batching whole)",
     )
     parser.add_argument("--out", default=None, help="a JSON report")
     parser.add_argument("--probe", default=None, metavar="URL", help=argparse.SUPPRESS)

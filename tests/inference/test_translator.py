@@ -268,3 +268,49 @@ def test_api_a_phrase_given_twice_is_met_once(client):
         assert response.status_code == 200, (route, response.text)
         translation = response.json()["translation"]
         assert translation.startswith("learned") and "Sö" in translation, translation
+
+
+# -- streams: greedy translations that join between steps ------------------------------------
+
+
+def test_a_stream_gives_each_text_the_hypotheses_it_gets_alone(numbers_model_dir):
+    """Translator.stream (the service's greedy decoding): texts added at different steps, an
+    empty one and one over max_len among them, each get what ``hypotheses`` gives that text
+    alone: the same text, ids, tokens and EOS flag, scores within 1e-5."""
+    t = Translator.load(numbers_model_dir, decoding=DecodingOptions(beam_size=1), device="cpu")
+    long_text = " ".join(["seven"] * (t.max_len + 5))  # cut to max_len tokens, as translate does
+    batches = [TEXTS[:2], ["", TEXTS[2]], [long_text, TEXTS[3]]]
+    stream = t.stream()
+    assert stream is not None
+    found, step = {}, 0
+    cut: list = []
+    while batches or stream.rows:
+        if batches and step % 3 == 0:
+            texts = batches.pop(0)
+            keys = [(step, i) for i in range(len(texts))]
+            found.update(stream.add(texts, keys, on_too_long=cut.append))
+            for key, text in zip(keys, texts, strict=True):
+                found.setdefault(key, text)  # not answered yet: remember its text
+        found.update(stream.step())
+        step += 1
+    assert len(cut) == 1
+    texts = {(0, 0): TEXTS[0], (0, 1): TEXTS[1], (3, 0): "", (3, 1): TEXTS[2]}
+    texts |= {(6, 0): long_text, (6, 1): TEXTS[3]}
+    for key, text in texts.items():
+        (alone,) = t.hypotheses([text], on_too_long=lambda report: None)[0] or [None]
+        (got,) = found[key] or [None]
+        assert (got.text, got.ids, got.tokens, got.finished) == (
+            alone.text, alone.ids, alone.tokens, alone.finished
+        ), text  # fmt: skip
+        assert got.log_prob == pytest.approx(alone.log_prob, abs=1e-5)
+        assert got.score == pytest.approx(alone.score, abs=1e-5)
+        assert got.token_log_probs == pytest.approx(alone.token_log_probs, abs=1e-5)
+
+
+def test_only_greedy_search_of_one_model_on_torch_streams(numbers_model_dir):
+    t = Translator.load(numbers_model_dir, decoding=DecodingOptions(beam_size=1), device="cpu")
+    assert t.stream() is not None
+    assert t.stream(DecodingOptions(beam_size=4)) is None
+    assert t.stream(DecodingOptions(beam_size=1, sample=True, seed=1)) is None
+    both = Translator.load([numbers_model_dir] * 2, decoding=DecodingOptions(beam_size=1))
+    assert both.stream() is None  # an ensemble decodes in whole batches

@@ -104,14 +104,17 @@ def test_the_translate_mix_runs_both_modes_and_checks_itself(numbers_model_dir, 
 
 @pytest.mark.slow
 def test_the_translate_mix_with_both_engines(numbers_model_dir, tmp_path):
-    """--engines torch,ctranslate2 at a tiny size: each client count asks the queue, the torch
-    batcher and the ctranslate2 batcher (an --api-only server); every answer of each is its
-    engine's translation of the sentence alone; the ratios and goals are there (not asserted)."""
+    """--engines torch,torch-whole,ctranslate2 at a tiny size: each client count asks the
+    queue, the torch batcher (streaming its greedy requests), the torch batcher of a server with
+    --batching whole and the ctranslate2 batcher (--api-only servers); every answer of each is
+    its engine's translation of the sentence alone; the ratios and goals are there (not
+    asserted); whole batches get no soak and no goal."""
     pytest.importorskip("ctranslate2")
     out = tmp_path / "translate.json"
     command = [sys.executable, str(ROOT / "benchmarks/serve_load.py"), "--mix", "translate"]
     command += ["--model", str(numbers_model_dir), "--client-counts", "1,2", "--seconds", "0.5"]
-    command += ["--soak-seconds", "0.6", "--threads", "1", "--engines", "torch,ctranslate2"]
+    command += ["--soak-seconds", "0.6", "--threads", "1"]
+    command += ["--engines", "torch,torch-whole,ctranslate2"]
     env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(
         [*command, "--out", str(out)], capture_output=True, text=True, timeout=600, env=env
@@ -120,11 +123,12 @@ def test_the_translate_mix_with_both_engines(numbers_model_dir, tmp_path):
     (result,) = json.loads(out.read_text())
     assert [(r["clients"], r["mode"], r["engine"]) for r in result["rounds"]] == [
         (c, mode, engine) for c in (1, 2)
-        for mode, engine in (("queue", "torch"), ("batcher", "torch"), ("batcher", "ctranslate2"))
+        for mode, engine in (("queue", "torch"), ("batcher", "torch"),
+                             ("batcher", "torch-whole"), ("batcher", "ctranslate2"))
     ]  # fmt: skip
     checks = result["correctness_by_engine"]
     assert {e: [c["mismatches"] for c in checks[e]] for e in checks} == {
-        "torch": [0, 0], "ctranslate2": [0, 0],
+        "torch": [0, 0], "torch-whole": [0, 0], "ctranslate2": [0, 0],
     }  # fmt: skip
     for r in [*result["rounds"], *result["soak"]]:
         assert r["requests"] > 0 and r["wrong"] == 0 and r["checked"] > 0, r
@@ -132,7 +136,9 @@ def test_the_translate_mix_with_both_engines(numbers_model_dir, tmp_path):
         ("torch", 1), ("torch", 2), ("ctranslate2", 1), ("ctranslate2", 2),
     ]  # fmt: skip
     assert set(result["ctranslate2_over_torch"]) == {"1", "2"}
-    assert set(result["batcher_over_queue"]) == {"torch", "ctranslate2"}
+    assert set(result["batcher_over_queue"]) == {"torch", "torch-whole", "ctranslate2"}
+    assert not any("torch-whole" in g["goal"] for g in result["goals"])
+    assert "torch batcher streaming / decoding whole batches, 2 client(s)" in done.stdout
     assert result["queue_best"] is None or result["queue_best"]["clients"] in (1, 2)
     assert any("ctranslate2 / torch" in g["goal"] for g in result["goals"])
     assert "PASS" in done.stdout or "FAIL" in done.stdout

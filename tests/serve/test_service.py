@@ -291,6 +291,149 @@ def test_retry_after_reads_the_line_under_the_lock():
     batcher.close(wait=WAIT)
 
 
+# -- streams: sentences that join between steps -------------------------------------------------
+
+
+class FakeStream:
+    """A stream whose text ``"name:N"`` decodes in N steps to ``"NAME"``, recording what it was
+    given (``adds``: the step count and the texts of each call); ``"bad"`` in an add raises,
+    and so does a step once ``fail_at`` steps were taken. The first step waits for ``gate``."""
+
+    def __init__(self, log: list, gate: threading.Event, fail_at: int | None = None) -> None:
+        self.log, self.gate, self.fail_at = log, gate, fail_at
+        self.left: dict = {}  # key -> (steps left, answer)
+        self.steps = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.left)
+
+    def add(self, texts: list[str], keys: list) -> list:
+        self.log.append(("add", self.steps, list(texts)))
+        if "bad" in texts:
+            raise ValueError("bad text")
+        ready = []
+        for key, text in zip(keys, texts, strict=True):
+            name, _, steps = text.partition(":")
+            if not steps:
+                ready.append((key, ""))  # answered at once, as an empty text is
+            else:
+                self.left[key] = (int(steps), name.upper())
+        return ready
+
+    def step(self) -> list:
+        assert self.gate.wait(WAIT), "the test never opened the gate"
+        self.steps += 1
+        if self.fail_at is not None and self.steps >= self.fail_at:
+            raise RuntimeError("step failed")
+        ended = []
+        for key, (left, answer) in list(self.left.items()):
+            if left == 1:
+                del self.left[key]
+                ended.append((key, answer))
+                self.log.append(("end", self.steps, answer))
+            else:
+                self.left[key] = (left - 1, answer)
+        return ended
+
+
+def streamed(fail_at: int | None = None) -> tuple[Batcher, FakeModel, list]:
+    """A batcher whose greedy requests stream (beam ones decode whole with a FakeModel)."""
+    model, log = FakeModel(), []
+
+    def stream(options: Options) -> FakeStream | None:
+        return FakeStream(log, model.gate, fail_at) if options.beam_size == 1 else None
+
+    return Batcher(model, max_tokens=1000, timeout=WAIT, stream=stream), model, log
+
+
+def run_streamed(batcher: Batcher, log: list, gate: threading.Event, requests: list) -> list:
+    """As :func:`run_requests`, the first request holding the stream's first step."""
+
+    async def scenario() -> list:
+        first = asyncio.ensure_future(batcher.run(*requests[0]))
+        while not log:  # the first request is in the stream, at the gate
+            await asyncio.sleep(0.01)
+        rest = []
+        for request in requests[1:]:
+            rest.append(asyncio.ensure_future(batcher.run(*request)))
+            await asyncio.sleep(0)
+        while batcher.counts["admitted"] < len(requests):
+            await asyncio.sleep(0.01)
+        gate.set()
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    return asyncio.run(scenario())
+
+
+def test_a_stream_answers_each_request_as_it_ends_and_takes_requests_in_groups():
+    batcher, model, log = streamed()
+    greedy = Options(1)
+    requests = [(["long:30"], greedy, 1)]  # one sentence decoding: 4 waiting may join it
+    requests += [([f"s{i}:2"], greedy, 1) for i in range(3)]
+    requests += [(["a:5", "b:3", ":"], greedy, 1)]  # several sentences; an empty one
+    results = run_streamed(batcher, log, model.gate, requests)
+    assert results == [["LONG"], ["S0"], ["S1"], ["S2"], ["A", "B", ""]]
+    adds = [entry for entry in log if entry[0] == "add"]
+    assert adds == [
+        ("add", 0, ["long:30"]),
+        ("add", 1, ["s0:2", "s1:2", "s2:2", "a:5", "b:3", ":"]),
+    ]
+    ends = {answer: step for kind, step, answer in log if kind == "end"}
+    assert ends == {"S0": 3, "S1": 3, "S2": 3, "B": 4, "A": 6, "LONG": 30}  # each as it ends
+    assert not model.calls  # nothing decoded whole
+    assert batcher.counts["batches"] == 2 and batcher.counts["done"] == 5
+    batcher.close(wait=WAIT)
+
+
+def test_requests_join_a_stream_only_when_four_times_its_sentences_wait():
+    batcher, model, log = streamed()
+    greedy = Options(1)
+    requests = [(["x:6", "y:8"], greedy, 1)]  # two decoding: 3 waiting (< 8) do not join
+    requests += [([f"w{i}:1"], greedy, 1) for i in range(3)]
+    results = run_streamed(batcher, log, model.gate, requests)
+    assert results == [["X", "Y"], ["W0"], ["W1"], ["W2"]]
+    adds = [entry for entry in log if entry[0] == "add"]
+    # y alone after step 6: 3 < 4; after step 8 none decode, and the three start together
+    assert [step for _, step, _ in adds] == [0, 8]
+    batcher.close(wait=WAIT)
+
+
+def test_a_request_of_other_options_at_the_head_ends_the_joining():
+    batcher, model, log = streamed()
+    greedy, beam = Options(1), Options(4)
+    requests = [(["first:3"], greedy, 1), (["beam"], beam, 1)]
+    requests += [([f"g{i}:1"], greedy, 1) for i in range(5)]  # behind the beam request
+    results = run_streamed(batcher, log, model.gate, requests)
+    assert results == [["FIRST"], ["BEAM/4"]] + [[f"G{i}"] for i in range(5)]
+    assert [texts for _, texts in model.calls] == [["beam"]]
+    adds = [texts for kind, _, texts in log if kind == "add"]
+    assert adds == [["first:3"], [f"g{i}:1" for i in range(5)]]  # a new stream after the beam
+    assert next(entry for entry in log if entry[0] == "end") == ("end", 3, "FIRST")
+    batcher.close(wait=WAIT)
+
+
+def test_stream_errors_reach_their_requests_and_the_batcher_goes_on():
+    batcher, model, log = streamed()
+    greedy = Options(1)
+    requests = [(["ok:2"], greedy, 1)] + [([t], greedy, 1) for t in ("bad", "c:1", "d:1", "e:1")]
+    results = run_streamed(batcher, log, model.gate, requests)
+    # the four join together: the add's error is theirs; the first request's answer stands
+    assert results[0] == ["OK"]
+    assert all(isinstance(r, ValueError) and "bad text" in str(r) for r in results[1:])
+    batcher.close(wait=WAIT)
+    batcher, model, log = streamed(fail_at=2)
+    requests = [(["p:5"], greedy, 1), (["q:5", "r:5", "s:5", "t:5"], greedy, 1)]
+    results = run_streamed(batcher, log, model.gate, requests)
+    assert all(isinstance(r, RuntimeError) and "step failed" in str(r) for r in results)
+
+    async def after() -> list:
+        return await batcher.run(["later:1"], greedy, 1)  # a new stream, done in one step
+
+    assert asyncio.run(after()) == ["LATER"]
+    batcher.close(wait=WAIT)
+
+
 # -- the service through a real server ---------------------------------------------------------
 
 

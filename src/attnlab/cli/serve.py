@@ -81,6 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         translate_waiting=args.translate_queue,
         batch_tokens=args.max_tokens,
         batch_delay=args.batch_delay,
+        batching=args.batching,
     )
     try:  # the keys file before any work: one line naming it, the line and what was expected
         gate = Gate(args.api_keys, args.req_limit, args.char_limit, args.trusted_proxy)
@@ -199,6 +200,14 @@ def add_parsers(sub) -> None:
         metavar="SECONDS",
         help="right after a batch, how long the batcher may wait for more /translate requests; "
         "a request that finds the model idle never waits (0.005)",
+    )
+    serve.add_argument(
+        "--batching",
+        choices=("stream", "whole"),  # serve.limits.BATCHING (not imported before it runs)
+        default="stream",
+        help="stream: greedy /translate requests on the torch engine decode together a token "
+        "at a time, new ones joining between tokens and each answered as it ends; whole: "
+        "each batch is decoded whole (stream)",
     )
     serve.add_argument(
         "--translate-queue",

@@ -299,6 +299,11 @@ class FastDecoder:
         if p.rotary is not None:
             angle = p.rotary.angles(capacity, device=device)  # float64, as the reference
             self.rotation = (torch.cos(angle).to(dtype), torch.sin(angle).to(dtype))
+        #: Each sentence's first slot ``(n,)`` and the additive mask ``(n, 1, capacity)`` that
+        #: hides the slots before it, for sentences that joined later (:meth:`join`); None
+        #: while every sentence started at slot 0.
+        self.start: Tensor | None = None
+        self.self_bias: Tensor | None = None
         self.alibi = None
         if p.alibi is not None:
             # -slope * (t - j) for keys j <= t is the slice [capacity - 1 - t :] of this table
@@ -342,7 +347,11 @@ class FastDecoder:
             raise ValueError(f"step: the decoder holds {self.capacity} positions, all used")
         x = torch.embedding(p.token, ids)  # (N, d)
         if self.positions is not None:
-            x = torch.add(self.positions[t], x, alpha=p.scale)
+            if self.start is None:
+                where = self.positions[t]
+            else:  # a row that ended and stays a while may run past its positions
+                where = self.positions[(t - self.start).clamp_(max=self.positions.shape[0] - 1)]
+            x = torch.add(where, x, alpha=p.scale)
         elif p.scale != 1.0:
             x = x * p.scale
         if p.embedding_norm is not None:
@@ -377,6 +386,8 @@ class FastDecoder:
         write[t].copy_(qkv.narrow(1, d, qkv.shape[1] - d).view(self.new_shape))
         q = qkv.narrow(1, 0, d).reshape(rows_heads, group, head_dim)
         scores = torch.bmm(q, keys_t.narrow(2, 0, t + 1))
+        if self.self_bias is not None:
+            scores.view(n, -1, t + 1).add_(self.self_bias.narrow(2, 0, t + 1))
         a = torch.bmm(torch.softmax(scores, -1), values.narrow(1, 0, t + 1)).view(n, d)
         out = w.out(a)
         out += x
@@ -508,7 +519,72 @@ class FastDecoder:
             self.memory_bias = self.memory_bias.index_select(0, sentences)
         if beam > 1:
             self.own = self.own[: sentences.shape[0] * beam]
+        if self.start is not None and self.self_bias is not None:
+            self.start = self.start.index_select(0, sentences)
+            self.self_bias = self.self_bias.index_select(0, sentences)
         self.n = sentences.shape[0]
+        self._views()
+
+    def join(self, other: FastDecoder, keep: Tensor | None = None) -> None:
+        """Take ``other``'s sentences (a batch of the same model and weights that has taken no
+        step) into this one, after its own (after the sentences ``keep`` ``(n',)``, in that
+        order, when given: :meth:`select` and join in one copy). From the next :meth:`step`
+        on they decode together, each joined sentence at its own positions 0, 1, ... while
+        the others go on (greedy decoding with sentences that come and go,
+        :class:`attnlab.decode.stream.GreedyStream`). A joined sentence writes the slots from
+        this batch's next one on; the slots before them are masked out of its self-attention
+        (and hold zeros), the memory of the shorter sources is padded and masked, and the
+        slots no sentence reads any more are dropped. One row per sentence, and the paper's
+        positions (sinusoidal, learned or none): RoPE and ALiBi take one position per step."""
+        if self.beam != 1 or other.beam != 1:
+            raise ValueError("join: one row per sentence only (greedy decoding), not beams")
+        if self.rotation is not None or self.alibi is not None:
+            raise ValueError("join: a model with RoPE or ALiBi takes one position per step")
+        if other.packed is not self.packed or other.length:
+            raise ValueError("join: expected a new batch (no step taken) of the same weights")
+        keep = self._all() if keep is None else keep
+        n, m, device = keep.shape[0], other.n, self.store.device
+        old = self.start.index_select(0, keep) if self.start is not None else keep.new_zeros(n)
+        starts = torch.cat([old, torch.full((m,), self.length, dtype=torch.long, device=device)])
+        base = int(starts.min())  # the slots before it no sentence reads
+        starts -= base
+        length = self.length - base
+        capacity = max(self.capacity - base, length + other.capacity)
+        shape = list(self.store.shape)
+        shape[2], shape[4] = n + m, capacity
+        store = self.store.new_empty(shape)  # slots from ``length`` on are written before read
+        kept = self.store.narrow(4, base, length).index_select(2, keep)
+        store[:, :, :n].narrow(4, 0, length).copy_(kept)
+        store[:, :, n:].narrow(4, 0, length).zero_()  # masked, and never NaN
+        self.store = store
+        width = max(self.memory_kv.shape[3], other.memory_kv.shape[3])
+        kv_heads = self.packed.kv_heads
+        parts, biases = [], []
+        for part, rows in ((self, keep), (other, None)):
+            memory, s = part.memory_kv, part.memory_kv.shape[3]
+            if rows is not None:
+                memory = memory.view(*memory.shape[:2], part.n, kv_heads, *memory.shape[3:])
+                memory = memory.index_select(2, rows).flatten(2, 3)
+            parts.append(nn.functional.pad(memory, (0, 0, 0, width - s)))
+            bias = memory.new_zeros(memory.shape[2] // kv_heads, 1, 1, 1, width)
+            if part.memory_bias is not None:
+                mine = part.memory_bias if rows is None else part.memory_bias.index_select(0, rows)
+                bias[..., :s] = mine
+            bias[..., s:] = -math.inf
+            biases.append(bias)
+        self.memory_kv = torch.cat(parts, dim=2)
+        self.memory_bias = torch.cat(biases)
+        longer = other.positions is not None and self.positions is not None
+        if longer and other.positions.shape[0] > self.positions.shape[0]:  # type: ignore[union-attr]
+            self.positions = other.positions
+        self.start = self.self_bias = None
+        if bool(starts.any()):
+            self.start = starts
+            slots = torch.arange(capacity, device=device)
+            hidden = slots[None, None, :] < starts[:, None, None]  # (n + m, 1, capacity)
+            self.self_bias = torch.zeros(hidden.shape, dtype=store.dtype, device=device)
+            self.self_bias.masked_fill_(hidden, -math.inf)
+        self.n, self.capacity, self.length = n + m, capacity, length
         self._views()
 
     def _all(self) -> Tensor:

@@ -21,7 +21,7 @@ translates to ``""``; the other lines translate.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -32,10 +32,11 @@ from ..decode.constraints import UNMET, GuideError, Phrase, check_request
 from ..decode.ensemble import Ensemble, incompatible
 from ..decode.options import DecodingOptions
 from ..decode.search import Generation, decode, length_penalty
+from ..decode.stream import GreedyStream, why_not_stream
 from .bounds import CHARS_PER_TOKEN, MAX_TOKENS, TOO_LONG_CHOICES, TooLong, bound_sources
 from .engines import CTranslate2Engine, Row, check_engine
 
-__all__ = ["Hypothesis", "Refused", "Translator", "load_translator"]
+__all__ = ["Hypothesis", "Refused", "TranslationStream", "Translator", "load_translator"]
 
 
 @dataclass(frozen=True)
@@ -377,12 +378,83 @@ class Translator:
                     on_refused(report)
         return out
 
+    def stream(self, decoding: DecodingOptions | None = None) -> TranslationStream | None:
+        """A :class:`TranslationStream` that translates as ``decoding`` says (None: as
+        :attr:`decoding`), or None where it cannot: only greedy search (a beam of 1, no
+        sampling) on the torch engine with one model streams
+        (:func:`~attnlab.decode.stream.why_not_stream`)."""
+        options = _options(decoding, self.decoding)
+        if self.ct2 is not None or options.sample or options.beam_size != 1:
+            return None
+        if why_not_stream(self.model, self.quantize):
+            return None
+        return TranslationStream(self, options)
+
     def _capped(self, source: list[int], options: DecodingOptions) -> bool:
         """Whether ``source``'s output length limit is one number for its batch: a given
         ``max_new_tokens``, or a default budget (source + 50) over ``max_len``; else each row
         of a batch keeps its own source + 50."""
         unbounded = options.output_limit(len(source), self.max_len + 1)
         return options.max_new_tokens is not None or unbounded > self.max_len
+
+
+class TranslationStream:
+    """Texts translated greedily as they come, one token of every sentence a :meth:`step`
+    (:class:`~attnlab.decode.stream.GreedyStream`): what the translation service decodes with
+    while its requests keep coming. Made by :meth:`Translator.stream`; each text gets the
+    hypotheses :meth:`Translator.hypotheses` gives it (tested equal)."""
+
+    def __init__(self, translator: Translator, options: DecodingOptions) -> None:
+        self.translator, self.options = translator, options
+        self.decoder = GreedyStream(translator.model, translator.quantize)
+
+    @property
+    def rows(self) -> int:
+        """The sentences decoding now."""
+        return self.decoder.rows
+
+    def add(
+        self,
+        texts: Sequence[str],
+        keys: Sequence[Hashable],
+        on_too_long: Callable[[TooLong], object] | None = None,
+    ) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """Admit ``texts`` (``keys[i]`` names text ``i`` in what :meth:`step` returns); the
+        answers known at once: an empty text's (one empty translation) and a refused one's
+        (none; ``on_too_long`` as :meth:`Translator.translate`'s)."""
+        t = self.translator
+        encoded, order, refused = encode_sources(
+            t.src_tokenizer, texts, t.max_len, t.too_long, on_too_long
+        )
+        empty = Hypothesis("", [], [], [], 0.0, 0.0, True)
+        ready = [(keys[i], [] if i in refused else [empty]) for i in range(len(texts))]
+        sources = [encoded[i] for i in order]
+        limits = [self.options.output_limit(len(source), t.max_len) for source in sources]
+        self.decoder.add(sources, limits, [keys[i] for i in order])
+        kept = set(order)
+        return [answer for i, answer in enumerate(ready) if i not in kept]
+
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """One token of every sentence; the translations that ended, with their keys."""
+        found = self.decoder.step()
+        if not found:
+            return []
+        alpha = self.options.alpha
+        rows: list[Row] = [
+            (
+                f.ids,
+                f.token_log_probs,
+                f.log_prob,
+                f.log_prob / length_penalty(len(f.ids), alpha),
+                f.finished,
+            )
+            for f in found
+        ]
+        t = self.translator
+        hypotheses = as_hypotheses(rows, t.tgt_tokenizer, t.model.config.eos_id)
+        return [
+            (f.key, [h] if h is not None else []) for f, h in zip(found, hypotheses, strict=True)
+        ]
 
 
 # -- what the Translator is made of ------------------------------------------------------------

@@ -182,6 +182,7 @@ def create_app(
         max_delay=limits.batch_delay,
         waiting=limits.translate_waiting,
         timeout=limits.request_timeout,
+        streams=limits.batching == "stream",
     )
     explorer = None if api_only else Explorer(translator, dirs[0], service.lock)
     queue = ModelQueue(waiting=limits.queue, timeout=limits.request_timeout)

@@ -20,6 +20,14 @@ Requests with other options wait for a batch of their own.
   whose client has gone, or whose deadline passed, before its batch started is dropped.
 * **Draining**: :meth:`Batcher.close` lets every admitted request be decoded, then stops the
   worker; requests after it are refused.
+* **Streams** (iteration-level batching): where ``stream(options)`` gives a :class:`Stream`
+  (the app's: greedy search on the torch engine, :class:`~attnlab.inference.translator.
+  TranslationStream`), a batch is not decoded whole: its sentences decode one token a step,
+  each request is answered as its last sentence ends, and between steps the requests at the
+  head of the line with the same options join, while their source tokens and those still
+  decoding fit the budget. A request of other options at the head stops the joining: the
+  stream ends with its last sentence and that request's batch comes next. One sentence that
+  runs long then no longer holds back the requests that came meanwhile.
 """
 
 from __future__ import annotations
@@ -29,10 +37,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import Receive
 
@@ -40,9 +48,14 @@ from ..decode.options import DecodingOptions
 from ..inference.bounds import MAX_TOKENS
 from .limits import Busy, awaited
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "Stream"]
 
 log = logging.getLogger("attnlab.serve")
+
+#: Requests waiting join a stream when their sentences are at least this many times those
+#: decoding: joining costs an encoder call and a copy of the cache, so sentences join in
+#: groups, mostly when the stream runs low (measured in docs/serve.md, "Batching").
+JOIN_RATIO = 4
 
 
 @dataclass(eq=False)
@@ -57,6 +70,17 @@ class _Request:
 
 #: ``decode(options, texts)``: one result per text, in order.
 Decode = Callable[[DecodingOptions, list[str]], Sequence[Any]]
+
+
+class Stream(Protocol):
+    """Sentences decoded a step at a time, joining between steps (see the module docstring)."""
+
+    @property
+    def rows(self) -> int: ...  # sentences decoding
+
+    def add(self, texts: list[str], keys: list[Hashable]) -> list[tuple[Hashable, Any]]: ...
+
+    def step(self) -> list[tuple[Hashable, Any]]: ...
 
 
 class Batcher:
@@ -74,6 +98,10 @@ class Batcher:
         on_batch: called after each batch with ``(requests, sentences, seconds)``.
         on_drop: called with a reason (``"client_gone"``, ``"timeout"``) for each request
             given up before its batch.
+        stream: ``stream(options)`` -> a :class:`Stream` for requests of these options, or
+            None where they decode as whole batches (None: always whole batches). Its calls
+            run in the worker thread, one at a time; ``add`` returns the answers it knows at
+            once, ``step`` those that ended, each with its key.
     """
 
     def __init__(
@@ -86,6 +114,7 @@ class Batcher:
         timeout: float = 30.0,
         on_batch: Callable[[int, int, float], object] | None = None,
         on_drop: Callable[[str], object] | None = None,
+        stream: Callable[[DecodingOptions], Stream | None] | None = None,
     ) -> None:
         if max_tokens < 1 or waiting < 1 or max_delay < 0 or timeout <= 0:
             raise ValueError(
@@ -95,6 +124,7 @@ class Batcher:
         self.max_tokens, self.max_delay = max_tokens, max_delay
         self.waiting, self.timeout = waiting, timeout
         self.on_batch, self.on_drop = on_batch, on_drop
+        self.stream = stream
         #: What happened to the requests: admitted, refused, dropped, expired, done; batches.
         self.counts: collections.Counter[str] = collections.Counter()
         self._line: collections.deque[_Request] = collections.deque()
@@ -187,32 +217,127 @@ class Batcher:
                 batch = self._gather()
                 if batch is None:
                     return
-                for request in batch:
-                    request.started = True
-                    self._line.remove(request)
-            start = time.monotonic()
-            texts = [text for request in batch for text in request.texts]
-            try:
-                results = list(self.decode(batch[0].options, texts))
-                if len(results) != len(texts):
-                    raise RuntimeError(
-                        f"decode returned {len(results)} results for {len(texts)} texts"
-                    )
-            except Exception as error:  # every request of the batch gets the error
-                for request in batch:
-                    request.future.set_exception(error)
+                self._start(batch)
+            stream = None if self.stream is None else self.stream(batch[0].options)
+            if stream is None:
+                self._decode(batch)
             else:
-                at = 0
-                for request in batch:
-                    request.future.set_result(results[at : at + len(request.texts)])
-                    at += len(request.texts)
-            seconds = time.monotonic() - start
+                self._stream(stream, batch)
+
+    def _start(self, batch: list[_Request]) -> None:
+        """Take ``batch`` out of the line (holding the lock): it can no longer be given up."""
+        for request in batch:
+            request.started = True
+            self._line.remove(request)
+
+    def _decode(self, batch: list[_Request]) -> None:
+        """One batch decoded whole: one ``decode`` call."""
+        start = time.monotonic()
+        texts = [text for request in batch for text in request.texts]
+        try:
+            results = list(self.decode(batch[0].options, texts))
+            if len(results) != len(texts):
+                raise RuntimeError(f"decode returned {len(results)} results for {len(texts)} texts")
+        except Exception as error:  # every request of the batch gets the error
+            for request in batch:
+                request.future.set_exception(error)
+        else:
+            at = 0
+            for request in batch:
+                request.future.set_result(results[at : at + len(request.texts)])
+                at += len(request.texts)
+        self._batch_done(batch, time.monotonic() - start, wait=True)
+
+    def _batch_done(self, batch: list[_Request], seconds: float, *, wait: bool) -> None:
+        """Count ``batch``, answered in ``seconds``; ``wait``: the next batch may wait for as
+        many requests (whole batches; a stream takes requests as they come)."""
+        with self._cond:
+            self._last_end, self._last_size = time.monotonic(), len(batch) if wait else 0
+            self._seconds_per_batch += 0.2 * (seconds - self._seconds_per_batch)
+            self.counts["batches"] += 1
+            self.counts["done"] += len(batch)
+        sentences = sum(len(request.texts) for request in batch)
+        self._tell(self.on_batch, len(batch), sentences, seconds)
+
+    def _stream(self, stream: Stream, first: list[_Request]) -> None:
+        """Decode ``first`` through ``stream``, and the requests that join it between steps,
+        until its last sentence ends (see the module docstring). Each group of requests that
+        joined together counts as a batch, answered when its last request is."""
+        options = first[0].options
+        results: dict[int, list[Any]] = {}  # id(request) -> its results so far
+        left: dict[int, int] = {}  # id(request) -> its sentences not yet answered
+        live: dict[int, tuple[_Request, int]] = {}  # id(request) -> (request, its group)
+        groups: dict[int, tuple[list[_Request], float, list[int]]] = {}  # id -> (, start, left)
+
+        def answered(key: Hashable, result: Any) -> None:
+            request_id, index = key  # type: ignore[misc]
+            results[request_id][index] = result
+            left[request_id] -= 1
+            if not left[request_id]:
+                finish(request_id, None)
+
+        def finish(request_id: int, error: Exception | None) -> None:
+            request, group = live.pop(request_id)
+            answer = results.pop(request_id)
+            del left[request_id]
+            if error is None:
+                request.future.set_result(answer)
+            else:
+                request.future.set_exception(error)
+            requests, start, waiting = groups[group]
+            waiting[0] -= 1
+            if not waiting[0]:
+                del groups[group]
+                self._batch_done(requests, time.monotonic() - start, wait=False)
+
+        def join(requests: list[_Request]) -> None:
+            group = id(requests)
+            groups[group] = (requests, time.monotonic(), [len(requests)])
+            texts: list[str] = []
+            keys: list[Hashable] = []
+            for request in requests:
+                request_id = id(request)
+                live[request_id] = (request, group)
+                results[request_id] = [None] * len(request.texts)
+                left[request_id] = len(request.texts)
+                texts += request.texts
+                keys += [(request_id, i) for i in range(len(request.texts))]
+            try:  # one call: the sources are encoded together
+                ready = stream.add(texts, keys)
+            except Exception as error:  # these requests get the error; the stream goes on
+                for request in requests:
+                    finish(id(request), error)
+                return
+            for key, result in ready:
+                answered(key, result)
+
+        join(first)
+        while live:
+            try:
+                if not stream.rows:
+                    raise RuntimeError("the stream ended with requests unanswered")
+                ended = stream.step()
+            except Exception as error:  # every request in the stream gets the error
+                for request_id in list(live):
+                    finish(request_id, error)
+                return
+            for key, result in ended:
+                answered(key, result)
             with self._cond:
-                self._last_end, self._last_size = time.monotonic(), len(batch)
-                self._seconds_per_batch += 0.2 * (seconds - self._seconds_per_batch)
-                self.counts["batches"] += 1
-                self.counts["done"] += len(batch)
-            self._tell(self.on_batch, len(batch), len(texts), seconds)
+                tokens = sum(request.tokens for request, _ in live.values())
+                joining = []
+                for request in self._line:
+                    if request.options != options or (
+                        (tokens or joining) and tokens + request.tokens > self.max_tokens
+                    ):
+                        break
+                    joining.append(request)
+                    tokens += request.tokens
+                if sum(len(r.texts) for r in joining) < JOIN_RATIO * stream.rows:
+                    joining = []
+                self._start(joining)
+            if joining:
+                join(joining)
 
     @staticmethod
     def _tell(callback: Callable[..., object] | None, *args: object) -> None:

@@ -61,6 +61,10 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 MAX_BEAM = 16
 
 
+#: How the translation batcher decodes (:class:`Limits`' ``batching``).
+BATCHING = ("stream", "whole")
+
+
 @dataclass(frozen=True)
 class Limits:
     """The explorer's limits (seconds, counts); the defaults suit one person's browser.
@@ -82,6 +86,9 @@ class Limits:
             503 at once.
         batch_tokens: source tokens in one batch of the translation batcher.
         batch_delay: seconds the batcher may wait, right after a batch, for more requests.
+        batching: ``"stream"``: greedy requests on the torch engine decode as a stream that
+            takes new requests between steps (docs/serve.md, "Batching"); ``"whole"``: every
+            batch is decoded whole.
     """
 
     queue: int = 8
@@ -96,6 +103,7 @@ class Limits:
     translate_waiting: int = 256
     batch_tokens: int = MAX_TOKENS
     batch_delay: float = 0.005
+    batching: str = "stream"
 
     def __post_init__(self) -> None:
         names = ("queue", "concurrency", "max_connections", "max_head_bytes")
@@ -107,6 +115,10 @@ class Limits:
             raise ValueError("attention_elements, concurrency, max_connections: expected >= 1")
         if self.translate_waiting < 1 or self.batch_tokens < 1:
             raise ValueError("translate_waiting, batch_tokens: expected >= 1")
+        if self.batching not in BATCHING:
+            raise ValueError(
+                f"batching: expected one of {', '.join(BATCHING)}, got {self.batching!r}"
+            )
         if not (is_number(self.batch_delay) and 0 <= self.batch_delay <= 1):
             raise ValueError(f"batch_delay: expected 0 to 1 second, got {self.batch_delay!r}")
         for name in ("request_timeout", "body_timeout", "header_timeout", "keep_alive"):

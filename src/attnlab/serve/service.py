@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from starlette.types import Receive
 from .._rundir import read_job_file
 from ..decode.options import DecodingOptions
 from ..inference.bounds import MAX_TOKENS
-from ..inference.translator import Translator
+from ..inference.translator import TranslationStream, Translator
 from .batcher import Batcher
 from .libre import TranslateCall, translate_answer
 from .metrics import ServeMetrics
@@ -68,6 +68,9 @@ class TranslationService:
         languages: the model's ``(source, target)`` codes.
         metrics: where batches and dropped requests are counted.
         max_tokens, max_delay, waiting, timeout: the :class:`Batcher`'s.
+        streams: greedy requests on the torch engine decode as a stream, joining between
+            steps (:meth:`Translator.stream <attnlab.inference.translator.Translator.stream>`);
+            False: every request in whole batches.
 
     :attr:`lock` is held while the model runs (the explorer's routes take it too).
     """
@@ -82,6 +85,7 @@ class TranslationService:
         max_delay: float = 0.005,
         waiting: int = 256,
         timeout: float = 30.0,
+        streams: bool = True,
     ) -> None:
         self.translator = translator
         self.lock = threading.Lock()
@@ -106,6 +110,7 @@ class TranslationService:
             timeout=timeout,
             on_batch=on_batch,
             on_drop=lambda reason: metrics.dropped.inc(reason=reason),
+            stream=self._stream if streams else None,
         )
 
     # -- requests ------------------------------------------------------------------------------
@@ -134,6 +139,15 @@ class TranslationService:
         translate`` does)."""
         self.calls += 1  # the worker's alone: one thread
         return self._hypotheses(options, texts)
+
+    def _stream(self, options: DecodingOptions) -> _LockedStream | None:
+        """The stream the batcher decodes requests of ``options`` with, or None where the
+        Translator has none for them (they decode in whole batches)."""
+        stream = self.translator.stream(options)
+        if stream is None:
+            return None
+        self.calls += 1  # one model call: a stream
+        return _LockedStream(stream, self.lock)
 
     def _hypotheses(self, options: DecodingOptions, texts: list[str]) -> list[list[Any]]:
         with self.lock, torch.no_grad():
@@ -175,6 +189,26 @@ class TranslationService:
         self.batcher.close(wait)
         if self.warming is not None and wait is not None:
             self.warming.join(wait)
+
+
+class _LockedStream:
+    """A :class:`~attnlab.inference.translator.TranslationStream` whose calls hold the model
+    lock (one step at a time: the explorer's routes may run between steps)."""
+
+    def __init__(self, stream: TranslationStream, lock: threading.Lock) -> None:
+        self.stream, self.lock = stream, lock
+
+    @property
+    def rows(self) -> int:
+        return self.stream.rows
+
+    def add(self, texts: list[str], keys: list[Hashable]) -> list[tuple[Hashable, Any]]:
+        with self.lock, torch.no_grad():
+            return self.stream.add(texts, keys, on_too_long=_cut_silently)
+
+    def step(self) -> list[tuple[Hashable, Any]]:
+        with self.lock, torch.no_grad():
+            return self.stream.step()
 
 
 def _cut_silently(report: object) -> None:
