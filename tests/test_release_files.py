@@ -332,10 +332,11 @@ def engine_figures() -> dict[str, str]:
             t = run["threads"]
             figures[f"{key}_queue_best_t{t}"] = f"{run['queue_best']['sentences_per_second']:.1f}"
             for r in run["rounds"]:
-                figures[f"{key}_{r['mode']}_{r['engine']}_c{r['clients']}_t{t}"] = (
-                    f"{r['sentences_per_second']:.1f}"
-                )
+                name = f"{key}_{r['mode']}_{r['engine'].replace('-', '_')}"  # torch-whole
+                figures[f"{name}_c{r['clients']}_t{t}"] = f"{r['sentences_per_second']:.1f}"
+                figures[f"{name}_p99_c{r['clients']}_t{t}"] = f"{r['p99_ms']:.0f}"
             for engine, by_clients in run["batcher_over_queue"].items():
+                engine = engine.replace("-", "_")
                 for c, ratios in by_clients.items():
                     best = ratios["sentences_per_second_over_queue_best"]
                     figures[f"{key}_{engine}_over_best_c{c}_t{t}"] = f"{best:.2f}"
@@ -424,6 +425,13 @@ ENGINE_QUOTES = {
     "docs/serve.md": [
         *_TABLE,
         _q(
+            r"at 32 clients the torch batcher answered <numbers_batcher_torch_c32_t1> sentences/s "
+            r"streaming against <numbers_batcher_torch_whole_c32_t1> decoding whole batches \(1 "
+            r"thread; <numbers_batcher_torch_c32_t2> and <numbers_batcher_torch_whole_c32_t2> at "
+            r"2\), and at 8 clients and 2 threads <numbers_batcher_torch_c8_t2> against "
+            r"<numbers_batcher_torch_whole_c8_t2>"
+        ),
+        _q(
             r"\(`benchmarks/results/serve_soak.json`; the numbers demo model, 1 torch thread\): "
             r"<soak_requests> requests, <soak_checked> answers checked"
         ),
@@ -451,7 +459,19 @@ ENGINE_QUOTES = {
             r"after a second of 10 s \(at 2 threads <d256_rss_torch_before_soak_t2>, "
             r"<d256_rss_torch_after_soak_1_t2> and <d256_rss_torch_after_soak_2_t2> MiB"
         ),
-        _q(r"and at 1 falls short \(<d256_torch_over_best_c32_t1>x\)"),
+        _q(r"both thread counts \(the torch batcher <d256_torch_over_best_c32_t1>x at 1 thread\)"),
+        _q(
+            r"at 32 clients <d256_batcher_torch_whole_c32_t1> sentences/s at 1 thread, "
+            r"<d256_torch_whole_over_best_c32_t1>x the queue at its best "
+            r"\(<d256_batcher_torch_whole_c32_t2> and <d256_torch_whole_over_best_c32_t2>x at 2\), "
+            r"where the stream gave <d256_batcher_torch_c32_t1>\."
+        ),
+        _q(
+            r"the p99 rose from <d256_batcher_torch_whole_p99_c32_t1> ms \(whole batches\) to "
+            r"<d256_batcher_torch_p99_c32_t1> ms \(the queue's: <d256_queue_torch_p99_c32_t1> "
+            r"ms\), and at 64 clients from <d256_batcher_torch_whole_p99_c64_t1> to "
+            r"<d256_batcher_torch_p99_c64_t1> ms \(the queue's <d256_queue_torch_p99_c64_t1>\)"
+        ),
         _q(
             r"batches of 32 decode <d256_bound_all_t1>x faster a sentence than one at a time, "
             r"and <d256_bound_ending_t1>x over the <d256_ending_t1> sentences whose output ends\. "
@@ -471,6 +491,12 @@ ENGINE_QUOTES = {
     ],
     "docs/serve.zh.md": [
         *_TABLE,
+        _q(
+            r"32 个客户端时 torch 批处理器流式解码每秒回答 <numbers_batcher_torch_c32_t1> 句，按整批"
+            r"解码 <numbers_batcher_torch_whole_c32_t1> 句（1 线程；2 线程时 "
+            r"<numbers_batcher_torch_c32_t2> 和 <numbers_batcher_torch_whole_c32_t2>），8 个客户端、"
+            r"2 线程时 <numbers_batcher_torch_c8_t2> 对 <numbers_batcher_torch_whole_c8_t2>"
+        ),
         _q(r"共 <soak_requests> 个请求，<soak_checked> 个回答"),
         _q(
             r"\| 除 503 外的 5xx 回答 \| <soak_5xx> \|.*?\| <soak_unanswered> \|.*?\| <soak_wrong> "
@@ -494,7 +520,20 @@ ENGINE_QUOTES = {
             r"<d256_rss_torch_before_soak_t2>、<d256_rss_torch_after_soak_1_t2> 和 "
             r"<d256_rss_torch_after_soak_2_t2> MiB"
         ),
-        _q(r"1 线程时未达到（<d256_torch_over_best_c32_t1>x）"),
+        _q(
+            r"两种线程数下都超过队列最佳状态的 4x（torch 批处理器在 1 线程时为 <d256_torch_over_best_c32_t1>x）"
+        ),
+        _q(
+            r"32 个客户端时 1 线程每秒 <d256_batcher_torch_whole_c32_t1> 句，是队列最佳状态的 "
+            r"<d256_torch_whole_over_best_c32_t1>x（2 线程时 <d256_batcher_torch_whole_c32_t2> 句，"
+            r"<d256_torch_whole_over_best_c32_t2>x），而流式解码给出 <d256_batcher_torch_c32_t1> 句"
+        ),
+        _q(
+            r"32 个客户端时 p99 从 <d256_batcher_torch_whole_p99_c32_t1> ms（整批）升到 "
+            r"<d256_batcher_torch_p99_c32_t1> ms（队列的是 <d256_queue_torch_p99_c32_t1> ms），"
+            r"64 个客户端时从 <d256_batcher_torch_whole_p99_c64_t1> 升到 "
+            r"<d256_batcher_torch_p99_c64_t1> ms（队列的是 <d256_queue_torch_p99_c64_t1> ms）"
+        ),
         _q(
             r"32 句一批的解码每句比一次一句快 <d256_bound_all_t1>x，只看输出能正常结束的 "
             r"<d256_ending_t1> 个句子则快 <d256_bound_ending_t1>x。这个只训练了很短时间的模型"
@@ -533,7 +572,8 @@ ENGINE_QUOTES = {
     "README.md": [
         _q(
             r"the torch engine's batcher <d256_torch_over_best_c32_t1>x the sentences/s with 1 "
-            r"torch thread, <d256_torch_over_best_c32_t2>x with 2; the ctranslate2 engine's "
+            r"torch thread, <d256_torch_over_best_c32_t2>x with 2 \(greedy requests decoded as a "
+            r"stream, joining between steps\); the ctranslate2 engine's "
             r"<d256_ctranslate2_over_best_c32_t1>x and <d256_ctranslate2_over_best_c32_t2>x"
         ),
         _q(
@@ -546,7 +586,7 @@ ENGINE_QUOTES = {
         _q(
             r"torch 引擎的批处理器在 1 个 torch 线程时句/秒为队列的 "
             r"<d256_torch_over_best_c32_t1>x，2 个线程时 "
-            r"<d256_torch_over_best_c32_t2>x；ctranslate2 引擎的为 "
+            r"<d256_torch_over_best_c32_t2>x（贪心请求以流的方式解码，在两步之间加入）；ctranslate2 引擎的为 "
             r"<d256_ctranslate2_over_best_c32_t1>x 和 <d256_ctranslate2_over_best_c32_t2>x"
         ),
         _q(
