@@ -138,6 +138,9 @@ def test_what_cannot_stream_is_refused_with_its_reason():
         stream.add([[5]], [1, 2], ["a"])
     with pytest.raises(ValueError, match="limits"):
         stream.add([[5]], [0], ["a"])
+    learned = model_of("learned")
+    with pytest.raises(ValueError, match="max_len"):
+        GreedyStream(learned).add([[5]], [learned.config.max_len + 1], ["a"])
 
 
 def test_join_refuses_beams_and_a_batch_that_started():

@@ -111,6 +111,12 @@ class GreedyStream:
             return
         if min(limits) < 1:
             raise ValueError(f"limits: expected each >= 1, got {min(limits)}")
+        config = self.model.config
+        if config.positional == "learned" and max(limits) > config.max_len:
+            raise ValueError(
+                f"limits: at most the model's max_len={config.max_len} (learned positions), "
+                f"got {max(limits)}"
+            )
         session = Session(self.model, sources, fast=True, quantize=self.quantize)
         with EvalMode(self.model):
             first = session.begin(1, max(limits)).view(-1)
