@@ -234,19 +234,21 @@ class Batcher:
         """One batch decoded whole: one ``decode`` call."""
         start = time.monotonic()
         texts = [text for request in batch for text in request.texts]
+        failure = None
         try:
             results = list(self.decode(batch[0].options, texts))
             if len(results) != len(texts):
                 raise RuntimeError(f"decode returned {len(results)} results for {len(texts)} texts")
         except Exception as error:  # every request of the batch gets the error
-            for request in batch:
-                request.future.set_exception(error)
-        else:
-            at = 0
-            for request in batch:
+            failure = error
+        self._batch_done(batch, time.monotonic() - start, wait=True)  # counted, then answered
+        at = 0
+        for request in batch:
+            if failure is not None:
+                request.future.set_exception(failure)
+            else:
                 request.future.set_result(results[at : at + len(request.texts)])
                 at += len(request.texts)
-        self._batch_done(batch, time.monotonic() - start, wait=True)
 
     def _batch_done(self, batch: list[_Request], seconds: float, *, wait: bool) -> None:
         """Count ``batch``, answered in ``seconds``; ``wait``: the next batch may wait for as
@@ -280,15 +282,15 @@ class Batcher:
             request, group = live.pop(request_id)
             answer = results.pop(request_id)
             del left[request_id]
+            requests, start, waiting = groups[group]
+            waiting[0] -= 1
+            if not waiting[0]:  # its group is counted before its last request is answered
+                del groups[group]
+                self._batch_done(requests, time.monotonic() - start, wait=False)
             if error is None:
                 request.future.set_result(answer)
             else:
                 request.future.set_exception(error)
-            requests, start, waiting = groups[group]
-            waiting[0] -= 1
-            if not waiting[0]:
-                del groups[group]
-                self._batch_done(requests, time.monotonic() - start, wait=False)
 
         def join(requests: list[_Request]) -> None:
             group = id(requests)
