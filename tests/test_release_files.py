@@ -492,10 +492,12 @@ ENGINE_QUOTES = {
     "docs/serve.zh.md": [
         *_TABLE,
         _q(
-            r"32 个客户端时 torch 批处理器流式解码每秒回答 <numbers_batcher_torch_c32_t1> 句，按整批"
-            r"解码 <numbers_batcher_torch_whole_c32_t1> 句（1 线程；2 线程时 "
-            r"<numbers_batcher_torch_c32_t2> 和 <numbers_batcher_torch_whole_c32_t2>），8 个客户端、"
-            r"2 线程时 <numbers_batcher_torch_c8_t2> 对 <numbers_batcher_torch_whole_c8_t2>"
+            r"32 个客户端时 torch 批处理器流式解码每秒回答 "
+            r"<numbers_batcher_torch_c32_t1> 句，按整批解码 "
+            r"<numbers_batcher_torch_whole_c32_t1> 句（1 线程；2 线程时 "
+            r"<numbers_batcher_torch_c32_t2> 和 <numbers_batcher_torch_whole_c32_t2>），"
+            r"8 个客户端、2 线程时 <numbers_batcher_torch_c8_t2> 对 "
+            r"<numbers_batcher_torch_whole_c8_t2>"
         ),
         _q(r"共 <soak_requests> 个请求，<soak_checked> 个回答"),
         _q(
@@ -521,7 +523,8 @@ ENGINE_QUOTES = {
             r"<d256_rss_torch_after_soak_2_t2> MiB"
         ),
         _q(
-            r"两种线程数下都超过队列最佳状态的 4x（torch 批处理器在 1 线程时为 <d256_torch_over_best_c32_t1>x）"
+            r"两种线程数下都超过队列最佳状态的 4x（torch 批处理器在 1 线程时为 "
+            r"<d256_torch_over_best_c32_t1>x）"
         ),
         _q(
             r"32 个客户端时 1 线程每秒 <d256_batcher_torch_whole_c32_t1> 句，是队列最佳状态的 "
@@ -586,7 +589,8 @@ ENGINE_QUOTES = {
         _q(
             r"torch 引擎的批处理器在 1 个 torch 线程时句/秒为队列的 "
             r"<d256_torch_over_best_c32_t1>x，2 个线程时 "
-            r"<d256_torch_over_best_c32_t2>x（贪心请求以流的方式解码，在两步之间加入）；ctranslate2 引擎的为 "
+            r"<d256_torch_over_best_c32_t2>x（贪心请求以流的方式解码，在两步之间加入）；"
+            r"ctranslate2 引擎的为 "
             r"<d256_ctranslate2_over_best_c32_t1>x 和 <d256_ctranslate2_over_best_c32_t2>x"
         ),
         _q(
