@@ -4,12 +4,14 @@ ensemble) behind the one :class:`~attnlab.serve.batcher.Batcher`, the warm-up th
 server ready, and the model's language pair. The translation routes stand on it; the explorer
 page, when it is on, shares its Translator and its lock.
 
-Every batch is one call of :meth:`Translator.hypotheses
+Every whole batch is one call of :meth:`Translator.hypotheses
 <attnlab.inference.translator.Translator.hypotheses>` over the sentences of its requests (it
 sorts them by length into batches of its ``max_tokens``), under the model lock, so that the
-explorer's routes and the batcher never run the model at once. A request's decoding
-is one :class:`~attnlab.decode.options.DecodingOptions` (the server's, with what the request
-asks), handed to the Translator per call; the batcher groups requests by it.
+explorer's routes and the batcher never run the model at once; greedy requests on the torch
+engine decode instead through a :meth:`Translator.stream
+<attnlab.inference.translator.Translator.stream>`, each of its steps under the lock. A
+request's decoding is one :class:`~attnlab.decode.options.DecodingOptions` (the server's, with
+what the request asks), handed to the Translator per call; the batcher groups requests by it.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class TranslationService:
         self.ready = threading.Event()
         #: The warm-up's thread while it runs (:meth:`start_warm_up`).
         self.warming: threading.Thread | None = None
-        #: Model calls the batcher made (one per batch), for tests and the benchmark.
+        #: Model calls the batcher made (one per whole batch or stream), for tests.
         self.calls = 0
 
         def on_batch(requests: int, sentences: int, seconds: float) -> None:
