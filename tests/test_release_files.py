@@ -428,8 +428,8 @@ ENGINE_QUOTES = {
             r"at 32 clients the torch batcher answered <numbers_batcher_torch_c32_t1> sentences/s "
             r"streaming against <numbers_batcher_torch_whole_c32_t1> decoding whole batches \(1 "
             r"thread; <numbers_batcher_torch_c32_t2> and <numbers_batcher_torch_whole_c32_t2> at "
-            r"2\), and at 8 clients and 2 threads <numbers_batcher_torch_c8_t2> against "
-            r"<numbers_batcher_torch_whole_c8_t2>"
+            r"2\), and at 1 client, where a stream holds one sentence, "
+            r"<numbers_batcher_torch_c1_t1> against <numbers_batcher_torch_whole_c1_t1>"
         ),
         _q(
             r"\(`benchmarks/results/serve_soak.json`; the numbers demo model, 1 torch thread\): "
@@ -496,8 +496,8 @@ ENGINE_QUOTES = {
             r"<numbers_batcher_torch_c32_t1> 句，按整批解码 "
             r"<numbers_batcher_torch_whole_c32_t1> 句（1 线程；2 线程时 "
             r"<numbers_batcher_torch_c32_t2> 和 <numbers_batcher_torch_whole_c32_t2>），"
-            r"8 个客户端、2 线程时 <numbers_batcher_torch_c8_t2> 对 "
-            r"<numbers_batcher_torch_whole_c8_t2>"
+            r"1 个客户端时（流里只有一个句子）<numbers_batcher_torch_c1_t1> 对 "
+            r"<numbers_batcher_torch_whole_c1_t1>"
         ),
         _q(r"共 <soak_requests> 个请求，<soak_checked> 个回答"),
         _q(
