@@ -426,13 +426,16 @@ class TranslationStream:
         encoded, order, refused = encode_sources(
             t.src_tokenizer, texts, t.max_len, t.too_long, on_too_long
         )
-        empty = Hypothesis("", [], [], [], 0.0, 0.0, True)
-        ready = [(keys[i], [] if i in refused else [empty]) for i in range(len(texts))]
         sources = [encoded[i] for i in order]
         limits = [self.options.output_limit(len(source), t.max_len) for source in sources]
         self.decoder.add(sources, limits, [keys[i] for i in order])
-        kept = set(order)
-        return [answer for i, answer in enumerate(ready) if i not in kept]
+        empty = Hypothesis("", [], [], [], 0.0, 0.0, True)
+        decoding = set(order)
+        return [
+            (keys[i], [] if i in refused else [empty])
+            for i in range(len(texts))
+            if i not in decoding
+        ]
 
     def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
         """One token of every sentence; the translations that ended, with their keys."""
