@@ -13,7 +13,6 @@ token, in ``tests/decode/test_stream.py``); the translation service's batcher st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ from torch import Tensor
 
 from ..models.transformer import Transformer
 from .fast import FastDecoder, why_not_fast_path
-from .session import EvalMode, Session, Threads, argmax
+from .session import EvalMode, Masker, Session, Threads, argmax
 
 __all__ = ["Finished", "GreedyStream", "why_not_stream"]
 
@@ -69,11 +68,9 @@ class GreedyStream:
         if why:
             raise ValueError(f"model: cannot decode as a stream: {why}")
         self.model, self.quantize = model, quantize
-        config = model.config
-        self.eos = config.eos_id
+        self.eos = model.config.eos_id
         self.device = next(model.parameters()).device
-        banned = sorted({config.pad_id, config.bos_id} - {config.eos_id})
-        self.banned = torch.tensor(banned, dtype=torch.long, device=self.device)
+        self.masker: Masker | None = None  # the searches' own (pad and BOS never come next)
         self.decoder: FastDecoder | None = None
         self._reset()
 
@@ -122,6 +119,8 @@ class GreedyStream:
             first = session.begin(1, max(limits)).view(-1)
         new = session.fast
         assert new is not None  # why_not_stream checked the fast path
+        if self.masker is None:
+            self.masker = Masker(session, 0)
         if self.decoder is None:
             self.decoder = new
         else:  # the rows that ended leave in the same copy
@@ -154,9 +153,8 @@ class GreedyStream:
         with torch.no_grad(), Threads(len(self.keys), self.device):
             logits = self.decoder.step(self.ids)
             log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
-            if self.banned.numel():
-                log_probs.index_fill_(1, self.banned, -math.inf)
-            token = argmax(log_probs)
+            assert self.masker is not None  # made by the first add
+            token = argmax(self.masker(log_probs, 0))
             token_log_prob = log_probs.gather(1, token.unsqueeze(1)).view(-1)
         self.sums += token_log_prob
         self.steps += 1
