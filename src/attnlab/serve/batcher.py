@@ -66,6 +66,8 @@ class _Request:
     future: Future = field(default_factory=Future)
     overtaken: int = 0  # source tokens of later requests decoded before it
     started: bool = False
+    results: list[Any] = field(default_factory=list)  # a stream's answers so far, in order
+    left: int = 0  # a stream's sentences of it not yet answered
 
 
 #: ``decode(options, texts)``: one result per text, in order.
@@ -266,29 +268,26 @@ class Batcher:
         until its last sentence ends (see the module docstring). Each group of requests that
         joined together counts as a batch, answered when its last request is."""
         options = first[0].options
-        results: dict[int, list[Any]] = {}  # id(request) -> its results so far
-        left: dict[int, int] = {}  # id(request) -> its sentences not yet answered
         live: dict[int, tuple[_Request, int]] = {}  # id(request) -> (request, its group)
         groups: dict[int, tuple[list[_Request], float, list[int]]] = {}  # id -> (, start, left)
 
         def answered(key: Hashable, result: Any) -> None:
             request_id, index = key  # type: ignore[misc]
-            results[request_id][index] = result
-            left[request_id] -= 1
-            if not left[request_id]:
+            request = live[request_id][0]
+            request.results[index] = result
+            request.left -= 1
+            if not request.left:
                 finish(request_id, None)
 
         def finish(request_id: int, error: Exception | None) -> None:
             request, group = live.pop(request_id)
-            answer = results.pop(request_id)
-            del left[request_id]
             requests, start, waiting = groups[group]
             waiting[0] -= 1
             if not waiting[0]:  # its group is counted before its last request is answered
                 del groups[group]
                 self._batch_done(requests, time.monotonic() - start, wait=False)
             if error is None:
-                request.future.set_result(answer)
+                request.future.set_result(request.results)
             else:
                 request.future.set_exception(error)
 
@@ -300,8 +299,7 @@ class Batcher:
             for request in requests:
                 request_id = id(request)
                 live[request_id] = (request, group)
-                results[request_id] = [None] * len(request.texts)
-                left[request_id] = len(request.texts)
+                request.results, request.left = [None] * len(request.texts), len(request.texts)
                 texts += request.texts
                 keys += [(request_id, i) for i in range(len(request.texts))]
             try:  # one call: the sources are encoded together
