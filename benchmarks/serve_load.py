@@ -236,12 +236,16 @@ def rss_mib(pid: int) -> float:
 
 
 def start_server(
-    model: str, threads: int, queue: int, extra: tuple[str, ...] = ()
+    model: str,
+    threads: int,
+    queue: int,
+    extra: tuple[str, ...] = (),
+    python: tuple[str, ...] = (sys.executable, "-m", "attnlab"),
 ) -> tuple[subprocess.Popen, str]:
     """`attnlab serve` on 127.0.0.1 with ``threads`` torch threads (and the flags ``extra``):
-    the process and its URL."""
+    the process and its URL. ``python``: the command before ``serve`` (attnlab's CLI)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    command = [sys.executable, "-m", "attnlab", "serve", "--model", model, "--port", "0"]
+    command = [*python, "serve", "--model", model, "--port", "0"]
     command += ["--threads", str(threads), "--queue", str(queue), *extra]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     line = process.stdout.readline()  # "attnlab serve: the attention explorer is at URL ..."

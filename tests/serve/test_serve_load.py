@@ -142,3 +142,52 @@ def test_the_translate_mix_with_both_engines(numbers_model_dir, tmp_path):
     assert result["queue_best"] is None or result["queue_best"]["clients"] in (1, 2)
     assert any("ctranslate2 / torch" in g["goal"] for g in result["goals"])
     assert "PASS" in done.stdout or "FAIL" in done.stdout
+
+
+def _join_script(monkeypatch):
+    _load_script(monkeypatch)  # its serve_load, as when it runs
+    spec = importlib.util.spec_from_file_location("serve_join", ROOT / "benchmarks/serve_join.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_join_benchmark_fails_on_a_wrong_answer_or_a_status_not_200_or_503(monkeypatch):
+    join = _join_script(monkeypatch)
+    good = {"clients": 2, "setting": "ratio 4", "wrong": 0, "statuses": {"200": 5, "503": 1}}
+    bad = [{**good, "wrong": 2}, {**good, "statuses": {"500": 1}}]
+    result = {"threads": 1, "rounds": [good, *bad]}
+    assert join.failures(result) == [
+        "threads 1, 2 clients, ratio 4: 2 answers unlike the sentence alone",
+        "threads 1, 2 clients, ratio 4: statuses {'500': 1}",
+    ]
+    assert join.failures({"threads": 1, "rounds": [good]}) == []
+
+
+@pytest.mark.slow
+def test_the_join_benchmark_runs_each_ratio_and_checks_every_answer(numbers_model_dir, tmp_path):
+    """benchmarks/serve_join.py at a tiny size (its figures are not asserted): a server decoding
+    whole batches and one per ratio, each ratio set in its own server's process; every answer is
+    its sentence's translation alone; each setting keeps its best round, in a table."""
+    out = tmp_path / "join.json"
+    command = [sys.executable, str(ROOT / "benchmarks/serve_join.py")]
+    command += ["--model", str(numbers_model_dir), "--ratios", "0,1000", "--client-counts", "2"]
+    command += ["--threads", "1", "--seconds", "0.5", "--repeats", "2", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for ratio in ("0", "1000"):
+        assert f"a server joining at JOIN_RATIO {ratio}\n" in done.stderr
+    (result,) = json.loads(out.read_text())
+    settings = result["settings"]
+    assert settings == ["whole batches", "ratio 0", "ratio 1000"]
+    assert [(r["repeat"], r["setting"]) for r in result["rounds"]] == [
+        (repeat, setting) for repeat in (0, 1) for setting in settings
+    ]
+    for r in result["rounds"]:
+        assert r["requests"] > 0 and r["checked"] > 0 and r["wrong"] == 0 and r["batches"] > 0
+    best = {row["setting"]: row for row in result["best"]}
+    assert list(best) == settings and best["whole batches"]["over_whole"] == 1.0
+    for setting, row in best.items():
+        rates = [r["sentences_per_second"] for r in result["rounds"] if r["setting"] == setting]
+        assert row["sentences_per_second"] == max(rates)
+    assert "| 1 | 2 | ratio 1000 |" in done.stdout
