@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -95,13 +94,7 @@ def measure(model: str, threads: int, args: argparse.Namespace) -> dict:
                     found["requests_per_batch"] = round(answered / count, 2) if count else None
                     rounds.append(found)
     finally:
-        for process, _ in servers.values():
-            process.send_signal(signal.SIGINT)
-        for process, _ in servers.values():
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        sl.stop_servers(servers)
     return {
         "model": model,
         "shape": sl.model_shape(model),

@@ -256,6 +256,18 @@ def start_server(
     return process, found.group(0)
 
 
+def stop_servers(servers: dict[str, tuple[subprocess.Popen, str]]) -> None:
+    """Ctrl-C to every server (each drains and stops), then a kill for any still running after
+    two minutes."""
+    for process, _ in servers.values():
+        process.send_signal(signal.SIGINT)
+    for process, _ in servers.values():
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def probe(url: str, seconds: float) -> None:
     """``--probe``: a cheap request (model, positional, masks in turn) every 50 ms for
     ``seconds``; print the latencies' p50, p99 and count as JSON."""
@@ -675,13 +687,7 @@ def measure_translate(model: str, threads: int, args: argparse.Namespace) -> dic
         result["goals"] = translate_goals(result)
         return result
     finally:
-        for process, _ in servers.values():
-            process.send_signal(signal.SIGINT)
-        for process, _ in servers.values():
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_servers(servers)
 
 
 def translate_ratios(rounds: list[dict]) -> dict:
