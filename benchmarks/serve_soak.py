@@ -2,14 +2,15 @@
 clients on loopback, some of them rude; nothing may break, leak or go unanswered.
 
     python benchmarks/serve_soak.py --model runs/numbers/model [--minutes 60] [--clients 64]
-        [--requests N] [--idle-requests 200] [--threads 1]
+        [--requests N] [--idle-requests 200] [--threads 1] [--batching stream|whole]
         [--out benchmarks/results/serve_soak.json]
 
-The server is `attnlab serve --api-only` on 127.0.0.1 (a free port, started as
-benchmarks/serve_load.py starts it) with ``--api-keys`` (a file made for the run: a key for each
-client), ``--req-limit 240`` and ``--char-limit 100000`` a minute. Before it starts, every
-sentence of the set is translated alone by a Translator on the same model and decoding (what
-`attnlab translate` prints for it); once it is ready, one polite client asks
+The server is `attnlab serve --api-only --batching B` (``--batching``: stream, the server's
+default, or whole) on 127.0.0.1 (a free port, started as benchmarks/serve_load.py starts it)
+with ``--api-keys`` (a file made for the run: a key for each client), ``--req-limit 240`` and
+``--char-limit 100000`` a minute. Before it starts, every sentence of the set is translated
+alone by a Translator on the same model and decoding (what `attnlab translate` prints for it);
+once it is ready, one polite client asks
 ``--idle-requests`` times, one request after another: the idle service's latency. Then, for
 ``--minutes``:
 
@@ -344,6 +345,9 @@ def main() -> int:
     parser.add_argument("--idle-requests", type=int, default=200, help="the idle latency's")
     parser.add_argument("--burst-every", type=float, default=None, help="seconds between bursts")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server")
+    parser.add_argument(
+        "--batching", choices=("stream", "whole"), default="stream", help="the server's (stream)"
+    )
     parser.add_argument("--out", default="benchmarks/results/serve_soak.json", help="JSON report")
     args = parser.parse_args()
     if not Path(args.model).is_dir():
@@ -354,7 +358,7 @@ def main() -> int:
         keys = Path(folder) / "keys.txt"
         keys.write_text(keys_text(args.clients))
         flags = ("--api-only", "--api-keys", str(keys), "--req-limit", str(REQ_LIMIT),
-                 "--char-limit", str(CHAR_LIMIT))  # fmt: skip
+                 "--char-limit", str(CHAR_LIMIT), "--batching", args.batching)  # fmt: skip
         process, url = start_server(args.model, args.threads, 8, flags)
         try:
             wait_ready(url)
@@ -368,8 +372,9 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 process.kill()
     result = {"model": args.model, "minutes": args.minutes, "clients": args.clients,
-              "threads": args.threads, "req_limit": REQ_LIMIT, "char_limit": CHAR_LIMIT,
-              "flood_limit": FLOOD_LIMIT, "limited_by_key": limited}  # fmt: skip
+              "threads": args.threads, "batching": args.batching, "req_limit": REQ_LIMIT,
+              "char_limit": CHAR_LIMIT, "flood_limit": FLOOD_LIMIT,
+              "limited_by_key": limited}  # fmt: skip
     result.update(summarize(answers, idle_answers, reference, rss))
     print_report(result)
     from common import write_json

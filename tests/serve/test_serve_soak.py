@@ -26,6 +26,7 @@ def test_a_short_soak_breaks_nothing_and_every_answer_is_right(numbers_model_dir
     result = json.loads(out.read_text())
     assert (result["errors_5xx"], result["unanswered"], result["wrong"]) == (0, 0, 0), result
     assert result["checked"] > 0 and result["polite_answered"] > 0
+    assert result["batching"] == "stream"  # the server's default, recorded
     roles = result["by_role"]
     assert set(roles) == {"polite", "flood", "disconnect", "burst"}, roles
     assert roles["flood"].get("429", 0) > 0  # the flooder's own limit: 10 a minute
