@@ -413,3 +413,39 @@ def test_translate_and_evaluate_take_several_models(
     assert [e["hypothesis"] for e in result["examples"]] == by_hand([a, b], sources)[0]
     printed = json.loads(run("evaluate", *both, "--limit", "8", "--json"))
     assert printed["chrf"] == pytest.approx(result["chrf"]) and printed["sentences"] == 8
+
+
+def test_serve_answers_as_the_ensemble_of_its_models_and_int8_as_translate_does(
+    numbers_model_dir, other_model_dir
+):
+    """`attnlab serve --model A --model B --api-only` (create_app with both directories):
+    /translate answers with the reference ensemble's greedy translations, not either model's,
+    one sentence a request and all in one request. With `--quantize int8`, each sentence asked
+    alone is what `attnlab translate --quantize int8` gives it (int8 activations share a scale
+    over a batch, so only a batch of one is comparable)."""
+    from fastapi.testclient import TestClient
+
+    from attnlab.inference.translator import load_translator
+    from attnlab.serve import create_app
+
+    a, b = numbers_model_dir, other_model_dir
+    want, _ = by_hand([a, b], TEXTS)
+    body = {"source": "en", "target": "de"}
+    for dirs, quantize in (([a, b], None), (a, "int8")):
+        app = create_app(dirs, device="cpu", api_only=True, quantize=quantize)
+        assert app.state.service.translator.quantize == quantize
+        if quantize:
+            translator = load_translator(a, quantize="int8")
+            want = [translator.translate([text])[0] for text in TEXTS]
+        client = TestClient(app, base_url="http://localhost")
+        try:
+            for text, expected in zip(TEXTS, want, strict=True):
+                answer = client.post("/translate", json={**body, "q": text})
+                assert answer.status_code == 200, answer.text
+                assert answer.json() == {"translatedText": expected}, text
+            if not quantize:
+                listed = client.post("/translate", json={**body, "q": TEXTS})
+                assert listed.json() == {"translatedText": want}
+        finally:
+            app.state.service.close(wait=120)
+            app.state.queue.close()
