@@ -56,7 +56,7 @@ log = logging.getLogger("attnlab.serve")
 #: decoding: joining costs an encoder call and a copy of the cache, so sentences join in
 #: groups, mostly when the stream runs low (docs/serve.md, "Batching"). Chosen by trying 0 to
 #: 16 at 8 and 32 clients (0, joining at every step, was slower than whole batches); that
-#: trial is not on file.
+#: trial is not on file, and benchmarks/serve_join.py measures the choice again.
 JOIN_RATIO = 4
 
 
