@@ -334,7 +334,11 @@ def engine_figures() -> dict[str, str]:
             for r in run["rounds"]:
                 name = f"{key}_{r['mode']}_{r['engine'].replace('-', '_')}"  # torch-whole
                 figures[f"{name}_c{r['clients']}_t{t}"] = f"{r['sentences_per_second']:.1f}"
-                figures[f"{name}_p99_c{r['clients']}_t{t}"] = f"{r['p99_ms']:.0f}"
+                figures[f"{name}_p50_c{r['clients']}_t{t}"] = f"{r['p50_ms']:.1f}"
+                figures[f"{name}_p99_c{r['clients']}_t{t}"] = f"{r['p99_ms']:.1f}"
+            for goal in run["goals"]:  # issue 47's latency bound at 1 client
+                if "queue p50, 1 client" in goal["goal"]:
+                    figures[f"{key}_p50_ratio_t{t}"] = f"{goal['value']:.2f}"
             for engine, by_clients in run["batcher_over_queue"].items():
                 engine = engine.replace("-", "_")
                 for c, ratios in by_clients.items():
@@ -352,6 +356,7 @@ def engine_figures() -> dict[str, str]:
                 figures[f"{key}_bound_ending_t{t}"] = f"{bound['ending_only']['ratio']:.2f}"
                 figures[f"{key}_ending_t{t}"] = str(bound["ending"])
                 figures[f"{key}_bound_all_ms_t{t}"] = f"{bound['all']['batch_ms']:.2f}"
+                figures[f"{key}_bound_one_ms_t{t}"] = f"{bound['all']['one_ms']:.2f}"
                 figures[f"{key}_bound_ending_ms_t{t}"] = f"{bound['ending_only']['batch_ms']:.2f}"
                 figures[f"{key}_unending_t{t}"] = str(bound["sentences"] - bound["ending"])
     processes = found["distill_processes"]
@@ -464,22 +469,35 @@ ENGINE_QUOTES = {
             r"at 32 clients <d256_batcher_torch_whole_c32_t1> sentences/s at 1 thread, "
             r"<d256_torch_whole_over_best_c32_t1>x the queue at its best "
             r"\(<d256_batcher_torch_whole_c32_t2> and <d256_torch_whole_over_best_c32_t2>x at 2\), "
-            r"where the stream gave <d256_batcher_torch_c32_t1>\."
+            r"where the stream gave <d256_batcher_torch_c32_t1>;"
         ),
         _q(
-            r"the p99 rose from <d256_batcher_torch_whole_p99_c32_t1> ms \(whole batches\) to "
-            r"<d256_batcher_torch_p99_c32_t1> ms \(the queue's: <d256_queue_torch_p99_c32_t1> "
-            r"ms\), and at 64 clients from <d256_batcher_torch_whole_p99_c64_t1> to "
-            r"<d256_batcher_torch_p99_c64_t1> ms \(the queue's <d256_queue_torch_p99_c64_t1>\)"
+            r"at 8 clients the stream answered <d256_batcher_torch_c8_t1> sentences/s against "
+            r"<d256_batcher_torch_whole_c8_t1> \(1 thread; <d256_batcher_torch_c8_t2> and "
+            r"<d256_batcher_torch_whole_c8_t2> at 2\)\. At 64 clients the two are alike in rate "
+            r"\(<d256_batcher_torch_c64_t1> and <d256_batcher_torch_whole_c64_t1> at 1 thread\)"
         ),
         _q(
-            r"batches of 32 decode <d256_bound_all_t1>x faster a sentence than one at a time, "
-            r"and <d256_bound_ending_t1>x over the <d256_ending_t1> sentences whose output ends\. "
-            r"This briefly trained model never ends the other <d256_unending_t1>"
+            r"at 32 clients the p99 was <d256_batcher_torch_whole_p99_c32_t1> ms with whole "
+            r"batches and <d256_batcher_torch_p99_c32_t1> streaming \(the queue's: "
+            r"<d256_queue_torch_p99_c32_t1> ms\), and at 64 clients "
+            r"<d256_batcher_torch_whole_p99_c64_t1> and <d256_batcher_torch_p99_c64_t1> ms "
+            r"\(the queue's <d256_queue_torch_p99_c64_t1>\)"
         ),
         _q(
-            r"\(<d256_bound_all_ms_t1> ms a sentence over all 200 against "
-            r"<d256_bound_ending_ms_t1> over the <d256_ending_t1>\)"
+            r"batches of 32 decode <d256_bound_all_t1>x faster a sentence than one at a time "
+            r"\(<d256_bound_all_ms_t1> against <d256_bound_one_ms_t1> ms\), and this model ends "
+            r"<d256_ending_t1> of the 200 sentences"
+        ),
+        _q(
+            r"streaming gives the early answer at 8 clients \(<numbers_batcher_torch_c8_t1> "
+            r"sentences/s against <numbers_batcher_torch_whole_c8_t1> decoding whole batches at 1 "
+            r"thread\)"
+        ),
+        _q(
+            r"put the stream's p50 at <numbers_batcher_torch_p50_c1_t1> ms against the "
+            r"one-at-a-time queue's <numbers_queue_torch_p50_c1_t1> \(<numbers_p50_ratio_t1>x; at "
+            r"2 threads <numbers_batcher_torch_p50_c1_t2> against <numbers_queue_torch_p50_c1_t2>\)"
         ),
         _q(
             r"the ctranslate2 batcher gives <numbers_ct2_over_torch_c1_t1>x the torch batcher's "
@@ -532,19 +550,30 @@ ENGINE_QUOTES = {
             r"<d256_torch_whole_over_best_c32_t2>x），而流式解码给出 <d256_batcher_torch_c32_t1> 句"
         ),
         _q(
-            r"32 个客户端时 p99 从 <d256_batcher_torch_whole_p99_c32_t1> ms（整批）升到 "
+            r"8 个客户端时流式解码每秒回答 <d256_batcher_torch_c8_t1> 句，整批 "
+            r"<d256_batcher_torch_whole_c8_t1> 句（1 线程；2 线程时 <d256_batcher_torch_c8_t2> 和 "
+            r"<d256_batcher_torch_whole_c8_t2>）。64 个客户端时两者速率相近（1 线程 "
+            r"<d256_batcher_torch_c64_t1> 和 <d256_batcher_torch_whole_c64_t1>）"
+        ),
+        _q(
+            r"32 个客户端时 p99 整批为 <d256_batcher_torch_whole_p99_c32_t1> ms，流式为 "
             r"<d256_batcher_torch_p99_c32_t1> ms（队列的是 <d256_queue_torch_p99_c32_t1> ms），"
-            r"64 个客户端时从 <d256_batcher_torch_whole_p99_c64_t1> 升到 "
+            r"64 个客户端时为 <d256_batcher_torch_whole_p99_c64_t1> 和 "
             r"<d256_batcher_torch_p99_c64_t1> ms（队列的是 <d256_queue_torch_p99_c64_t1> ms）"
         ),
         _q(
-            r"32 句一批的解码每句比一次一句快 <d256_bound_all_t1>x，只看输出能正常结束的 "
-            r"<d256_ending_t1> 个句子则快 <d256_bound_ending_t1>x。这个只训练了很短时间的模型"
-            r"从不结束另外 <d256_unending_t1> 个句子"
+            r"32 句一批的解码每句比一次一句快 <d256_bound_all_t1>x（<d256_bound_all_ms_t1> 对 "
+            r"<d256_bound_one_ms_t1> ms），而且这个模型 200 个句子中有 <d256_ending_t1> "
+            r"个能正常结束"
         ),
         _q(
-            r"（全部 200 句时每句 <d256_bound_all_ms_t1> ms，只算那 <d256_ending_t1> 句时 "
-            r"<d256_bound_ending_ms_t1> ms）"
+            r"流式解码在 8 个客户端时带来更早的回答（1 线程每秒 <numbers_batcher_torch_c8_t1> 句，"
+            r"整批 <numbers_batcher_torch_whole_c8_t1> 句）"
+        ),
+        _q(
+            r"这份开销让流的 p50 为 <numbers_batcher_torch_p50_c1_t1> ms，一次一个的队列为 "
+            r"<numbers_queue_torch_p50_c1_t1> ms（<numbers_p50_ratio_t1>x；2 线程时 "
+            r"<numbers_batcher_torch_p50_c1_t2> 对 <numbers_queue_torch_p50_c1_t2>）"
         ),
         _q(
             r"ctranslate2 批处理器在 1 个客户端时给出 torch 批处理器 "

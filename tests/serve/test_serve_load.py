@@ -191,3 +191,32 @@ def test_the_join_benchmark_runs_each_ratio_and_checks_every_answer(numbers_mode
         rates = [r["sentences_per_second"] for r in result["rounds"] if r["setting"] == setting]
         assert row["sentences_per_second"] == max(rates)
     assert "| 1 | 2 | ratio 1000 |" in done.stdout
+
+
+def test_the_serve_pages_quote_the_join_table(monkeypatch):
+    """docs/serve.md and its Chinese page carry the table of benchmarks/results/serve_join.json
+    as ``benchmarks/serve_join.py --markdown`` prints it, every figure as measured."""
+    join = _join_script(monkeypatch)
+    report = json.loads((ROOT / "benchmarks/results/serve_join.json").read_text(encoding="utf-8"))
+    table = join.table(report)
+    for page in ("docs/serve.md", "docs/serve.zh.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert table in text, f"{page}: not the table of serve_join.json (serve_join.py --markdown)"
+
+
+def test_the_batcher_joins_at_the_ratio_the_join_benchmark_found_fastest():
+    """attnlab.serve.batcher.JOIN_RATIO is the ratio of benchmarks/results/serve_join.json with
+    the most sentences/s at every thread count and client count it measured."""
+    from attnlab.serve import batcher
+
+    report = json.loads((ROOT / "benchmarks/results/serve_join.json").read_text(encoding="utf-8"))
+    for result in report:
+        for clients in result["client_counts"]:
+            ratios = [
+                row
+                for row in result["best"]
+                if row["clients"] == clients and row["setting"].startswith("ratio ")
+            ]
+            fastest = max(ratios, key=lambda row: row["sentences_per_second"])
+            where = f"{result['threads']} thread(s), {clients} clients"
+            assert fastest["setting"] == f"ratio {batcher.JOIN_RATIO:g}", where

@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from _helpers import start_serve
 from attnlab.decode.options import DecodingOptions as Options
+from attnlab.serve import batcher as batcher_module
 from attnlab.serve import create_app
 from attnlab.serve.batcher import Batcher
 from attnlab.serve.libre import MAX_ALTERNATIVES, MAX_CHARACTERS, MAX_SENTENCES
@@ -337,6 +338,14 @@ class FakeStream:
         return ended
 
 
+@pytest.fixture
+def join_ratio_4(monkeypatch):
+    """The scenarios below are sized for requests joining at four times the sentences decoding:
+    they test the rule; benchmarks/serve_join.py chooses the ratio the service runs with (held
+    to its results by tests/serve/test_serve_load.py)."""
+    monkeypatch.setattr(batcher_module, "JOIN_RATIO", 4)
+
+
 def streamed(fail_at: int | None = None) -> tuple[Batcher, FakeModel, list]:
     """A batcher whose greedy requests stream (beam ones decode whole with a FakeModel)."""
     model, log = FakeModel(), []
@@ -366,6 +375,7 @@ def run_streamed(batcher: Batcher, log: list, gate: threading.Event, requests: l
     return asyncio.run(scenario())
 
 
+@pytest.mark.usefixtures("join_ratio_4")
 def test_a_stream_answers_each_request_as_it_ends_and_takes_requests_in_groups():
     batcher, model, log = streamed()
     greedy = Options(1)
@@ -386,6 +396,7 @@ def test_a_stream_answers_each_request_as_it_ends_and_takes_requests_in_groups()
     batcher.close(wait=WAIT)
 
 
+@pytest.mark.usefixtures("join_ratio_4")
 def test_requests_join_a_stream_only_when_four_times_its_sentences_wait():
     batcher, model, log = streamed()
     greedy = Options(1)
@@ -399,6 +410,7 @@ def test_requests_join_a_stream_only_when_four_times_its_sentences_wait():
     batcher.close(wait=WAIT)
 
 
+@pytest.mark.usefixtures("join_ratio_4")
 def test_a_request_of_other_options_at_the_head_ends_the_joining():
     batcher, model, log = streamed()
     greedy, beam = Options(1), Options(4)
@@ -413,6 +425,7 @@ def test_a_request_of_other_options_at_the_head_ends_the_joining():
     batcher.close(wait=WAIT)
 
 
+@pytest.mark.usefixtures("join_ratio_4")
 def test_stream_errors_reach_their_requests_and_the_batcher_goes_on():
     batcher, model, log = streamed()
     greedy = Options(1)

@@ -54,10 +54,12 @@ log = logging.getLogger("attnlab.serve")
 
 #: Requests waiting join a stream when their sentences are at least this many times those
 #: decoding: joining costs an encoder call and a copy of the cache, so sentences join in
-#: groups, mostly when the stream runs low (docs/serve.md, "Batching"). Chosen by trying 0 to
-#: 16 at 8 and 32 clients (0, joining at every step, was slower than whole batches); that
-#: trial is not on file, and benchmarks/serve_join.py measures the choice again.
-JOIN_RATIO = 4
+#: groups, mostly when the stream runs low, and one that runs on alone to its length limit is
+#: joined as soon as enough wait (docs/serve.md, "Batching"). Chosen by
+#: benchmarks/serve_join.py (benchmarks/results/serve_join.json): of 0, 1, 2, 4, 8 and 16, at
+#: 8 and 32 clients and 1 and 2 threads, 16 answered the most sentences/s in all four, and 0,
+#: joining at every step, the fewest (the table in docs/serve.md).
+JOIN_RATIO = 16
 
 
 @dataclass(eq=False)
