@@ -303,6 +303,7 @@ ENGINE_RESULTS = {
         "distill_processes",
         "serve_soak",
         "serve_soak_unheld",
+        "serve_soak_stream",
     )
 }
 
@@ -353,12 +354,9 @@ def engine_figures() -> dict[str, str]:
             bound = run.get("decode_bound")  # decoding alone: what batching can give
             if bound:
                 figures[f"{key}_bound_all_t{t}"] = f"{bound['all']['ratio']:.2f}"
-                figures[f"{key}_bound_ending_t{t}"] = f"{bound['ending_only']['ratio']:.2f}"
                 figures[f"{key}_ending_t{t}"] = str(bound["ending"])
                 figures[f"{key}_bound_all_ms_t{t}"] = f"{bound['all']['batch_ms']:.2f}"
                 figures[f"{key}_bound_one_ms_t{t}"] = f"{bound['all']['one_ms']:.2f}"
-                figures[f"{key}_bound_ending_ms_t{t}"] = f"{bound['ending_only']['batch_ms']:.2f}"
-                figures[f"{key}_unending_t{t}"] = str(bound["sentences"] - bound["ending"])
     processes = found["distill_processes"]
     figures["dp_one"] = f"{processes['one_process']['decode_wall_seconds']:.2f}"
     figures["dp_two"] = f"{processes['processes']['decode_wall_seconds']:.2f}"
@@ -378,6 +376,22 @@ def engine_figures() -> dict[str, str]:
         soak_idle=f"{soak['idle_p99_ms']:.1f}",
         soak_p99_ratio=f"{soak['goals'][-1]['value']:.2f}",  # of the unrounded p99s
         soak_429=f"{soak['by_role']['flood']['429']:,}",
+    )
+    stream = found["serve_soak_stream"]  # the same hour, the batcher streaming
+    assert stream["batching"] == "stream"
+    stream_rss = stream["rss_mib"]
+    figures.update(
+        stream_requests=f"{stream['requests']:,}",
+        stream_checked=f"{stream['checked']:,}",
+        stream_5xx=str(stream["errors_5xx"]),
+        stream_unanswered=str(stream["unanswered"]),
+        stream_wrong=str(stream["wrong"]),
+        stream_end=f"{stream_rss['end_mib']:.1f}",
+        stream_checkpoint=f"{stream_rss['checkpoint_mib']:.1f}",
+        stream_rss_ratio=f"{stream_rss['end_mib'] / stream_rss['checkpoint_mib']:.2f}",
+        stream_polite=f"{stream['polite_p99_ms']:.1f}",
+        stream_idle=f"{stream['idle_p99_ms']:.1f}",
+        stream_p99_ratio=f"{stream['goals'][-1]['value']:.2f}",
     )
     unheld = found["serve_soak_unheld"]  # the same hour before a 429 was held
     figures.update(
@@ -451,6 +465,14 @@ ENGINE_QUOTES = {
             r"now at <soak_p99_ratio>x instead of <unheld_ratio>x\. .*?saw <unheld_429> of them, "
             r"<unheld_rate> a second, .*?a polite p99 of <unheld_polite> ms against <unheld_idle> "
             r"idle"
+        ),
+        _q(
+            r"1 torch thread: <stream_requests> requests, <stream_checked> answers checked; "
+            r"<stream_5xx> 5xx answers other than 503, <stream_unanswered> requests unanswered, "
+            r"<stream_wrong> answers unlike the sentence alone; RSS <stream_end> MiB at the end "
+            r"against <stream_checkpoint> after 5 minutes \(<stream_rss_ratio>\); the polite "
+            r"clients' p99 <stream_polite> ms against <stream_idle> idle \(<stream_p99_ratio>x, "
+            r"goal 2x, missed\)"
         ),
         _q(
             r"its best rate \(<d256_queue_best_t1> sentences/s at 1 thread, <d256_queue_best_t2> "
@@ -528,6 +550,13 @@ ENGINE_QUOTES = {
             r"现在是 <soak_p99_ratio>x，而不是 <unheld_ratio>x。.*?有 <unheld_429> 个 这样的请求，"
             r"每秒 <unheld_rate> 个，.*?守规矩客户端的 p99 是 <unheld_polite> ms，空闲时 "
             r"<unheld_idle> ms"
+        ),
+        _q(
+            r"1 个 torch 线程：共 <stream_requests> 个请求，<stream_checked> 个回答与单独翻译的结果"
+            r"核对过；除 503 外的 5xx 回答 <stream_5xx> 个，得不到回答的请求 <stream_unanswered> "
+            r"个，与单独翻译该句子不同的回答 <stream_wrong> 个；结束时 RSS <stream_end> MiB，5 "
+            r"分钟后为 <stream_checkpoint>（<stream_rss_ratio>）；守规矩客户端的 p99 为 "
+            r"<stream_polite> ms，空闲时 <stream_idle> ms（<stream_p99_ratio>x，目标 2x，未达到）"
         ),
         _q(r"它的最佳速率（1 线程 <d256_queue_best_t1> 句/秒，2 线程 <d256_queue_best_t2>）"),
         _q(
