@@ -308,6 +308,25 @@ ENGINE_RESULTS = {
 }
 
 
+def _soak_figures(prefix: str, soak: dict) -> dict[str, str]:
+    """An hour under load (benchmarks/serve_soak.py's report), as the pages write it."""
+    rss = soak["rss_mib"]
+    figures = {
+        "requests": f"{soak['requests']:,}",
+        "checked": f"{soak['checked']:,}",
+        "5xx": str(soak["errors_5xx"]),
+        "unanswered": str(soak["unanswered"]),
+        "wrong": str(soak["wrong"]),
+        "end": f"{rss['end_mib']:.1f}",
+        "checkpoint": f"{rss['checkpoint_mib']:.1f}",
+        "rss_ratio": f"{rss['end_mib'] / rss['checkpoint_mib']:.2f}",
+        "polite": f"{soak['polite_p99_ms']:.1f}",
+        "idle": f"{soak['idle_p99_ms']:.1f}",
+        "p99_ratio": f"{soak['goals'][-1]['value']:.2f}",  # of the unrounded p99s
+    }
+    return {f"{prefix}_{key}": value for key, value in figures.items()}
+
+
 def engine_figures() -> dict[str, str]:
     """Every figure the pages quote, as they write it, by key (``t1``: 1 thread)."""
     import json
@@ -362,37 +381,11 @@ def engine_figures() -> dict[str, str]:
     figures["dp_two"] = f"{processes['processes']['decode_wall_seconds']:.2f}"
     figures["dp_ratio"] = f"{processes['wall_ratio']:.2f}"
     soak = found["serve_soak"]
-    rss = soak["rss_mib"]
-    figures.update(
-        soak_requests=f"{soak['requests']:,}",
-        soak_checked=f"{soak['checked']:,}",
-        soak_5xx=str(soak["errors_5xx"]),
-        soak_unanswered=str(soak["unanswered"]),
-        soak_wrong=str(soak["wrong"]),
-        soak_end=f"{rss['end_mib']:.1f}",
-        soak_checkpoint=f"{rss['checkpoint_mib']:.1f}",
-        soak_rss_ratio=f"{rss['end_mib'] / rss['checkpoint_mib']:.2f}",
-        soak_polite=f"{soak['polite_p99_ms']:.1f}",
-        soak_idle=f"{soak['idle_p99_ms']:.1f}",
-        soak_p99_ratio=f"{soak['goals'][-1]['value']:.2f}",  # of the unrounded p99s
-        soak_429=f"{soak['by_role']['flood']['429']:,}",
-    )
+    figures.update(_soak_figures("soak", soak))
+    figures["soak_429"] = f"{soak['by_role']['flood']['429']:,}"
     stream = found["serve_soak_stream"]  # the same hour, the batcher streaming
     assert stream["batching"] == "stream"
-    stream_rss = stream["rss_mib"]
-    figures.update(
-        stream_requests=f"{stream['requests']:,}",
-        stream_checked=f"{stream['checked']:,}",
-        stream_5xx=str(stream["errors_5xx"]),
-        stream_unanswered=str(stream["unanswered"]),
-        stream_wrong=str(stream["wrong"]),
-        stream_end=f"{stream_rss['end_mib']:.1f}",
-        stream_checkpoint=f"{stream_rss['checkpoint_mib']:.1f}",
-        stream_rss_ratio=f"{stream_rss['end_mib'] / stream_rss['checkpoint_mib']:.2f}",
-        stream_polite=f"{stream['polite_p99_ms']:.1f}",
-        stream_idle=f"{stream['idle_p99_ms']:.1f}",
-        stream_p99_ratio=f"{stream['goals'][-1]['value']:.2f}",
-    )
+    figures.update(_soak_figures("stream", stream))
     unheld = found["serve_soak_unheld"]  # the same hour before a 429 was held
     figures.update(
         unheld_429=f"{unheld['by_role']['flood']['429']:,}",
