@@ -193,11 +193,14 @@ def test_the_join_benchmark_runs_each_ratio_and_checks_every_answer(numbers_mode
     assert "| 1 | 2 | ratio 1000 |" in done.stdout
 
 
+JOIN_RESULTS = ROOT / "benchmarks/results/serve_join.json"
+
+
 def test_the_serve_pages_quote_the_join_table(monkeypatch):
     """docs/serve.md and its Chinese page carry the table of benchmarks/results/serve_join.json
     as ``benchmarks/serve_join.py --markdown`` prints it, every figure as measured."""
     join = _join_script(monkeypatch)
-    report = json.loads((ROOT / "benchmarks/results/serve_join.json").read_text(encoding="utf-8"))
+    report = json.loads(JOIN_RESULTS.read_text(encoding="utf-8"))
     table = join.table(report)
     for page in ("docs/serve.md", "docs/serve.zh.md"):
         text = (ROOT / page).read_text(encoding="utf-8")
@@ -209,7 +212,7 @@ def test_the_batcher_joins_at_the_ratio_the_join_benchmark_found_fastest():
     the most sentences/s at every thread count and client count it measured."""
     from attnlab.serve import batcher
 
-    report = json.loads((ROOT / "benchmarks/results/serve_join.json").read_text(encoding="utf-8"))
+    report = json.loads(JOIN_RESULTS.read_text(encoding="utf-8"))
     for result in report:
         for clients in result["client_counts"]:
             ratios = [

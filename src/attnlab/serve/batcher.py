@@ -27,7 +27,8 @@ Requests with other options wait for a batch of their own.
   head of the line with the same options join, while their source tokens and those still
   decoding fit the budget. A request of other options at the head stops the joining: the
   stream ends with its last sentence and that request's batch comes next. One sentence that
-  runs long then no longer holds back the requests that came meanwhile.
+  runs long holds back the requests that came meanwhile only until ``JOIN_RATIO`` times its
+  sentences wait; then they join it.
 """
 
 from __future__ import annotations
